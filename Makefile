@@ -1,0 +1,37 @@
+# The whole set-up is `make demo` and `make test` on a fresh machine with Python 3.11.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint typecheck layers unit bench clean
+
+$(STAMP): setup.cfg pyproject.toml scripts/bootstrap
+	sh scripts/bootstrap "$(PYTHON)" "$(VENV)"
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --editable '.[test]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m benchmarks demo
+
+test: lint typecheck layers unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+layers: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks transport
+
+clean:
+	rm -rf $(VENV) var .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Benchmark runs: real processes, figures printed and saved as JSON."""

@@ -1,0 +1,398 @@
+"""The framed connection: Twisted glue over the frame codec and the outbound queue.
+
+One connection registers itself as the ONE streaming producer on its transport (as
+twisted.web's HTTP/2 connection does) and fans Twisted's pause and resume out to any number
+of writers through writability listeners. Outgoing frames of a reactor turn leave in one
+``writeSequence``; incoming bytes are decoded into every whole frame they complete.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from cryptography import x509
+from OpenSSL import SSL
+from service_identity import VerificationError
+from twisted.internet import error as tx_error
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import (
+    IAddress,
+    IDelayedCall,
+    IPushProducer,
+    IReactorTime,
+    ISystemHandle,
+)
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from transport.errors import ConnectionTTLExpired, PeerError, ProtocolError
+from transport.frames import HEADER, HEADER_SIZE, MAGIC, VERSION, ControlType, Frame, FrameDecoder
+from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityListener
+from transport.outbound import OutboundQueue
+from transport.settings import ConnectionSettings
+from transport.tls import describe_tls_failure
+
+log = Logger()
+
+
+class _Wire(typing.Protocol):
+    """What this connection uses of a Twisted TCP or TLS transport."""
+
+    def writeSequence(self, data: Iterable[bytes]) -> None: ...
+    def loseConnection(self) -> None: ...
+    def abortConnection(self) -> None: ...
+    def registerProducer(self, producer: IPushProducer, streaming: bool) -> None: ...
+    def unregisterProducer(self) -> None: ...
+    def pauseProducing(self) -> None: ...
+    def resumeProducing(self) -> None: ...
+    def getPeer(self) -> IAddress: ...
+
+
+class ConnectionClosed(Exception):
+    """A frame was sent on a connection that is closing or closed."""
+
+
+@implementer(IFrameConnection, IPushProducer)
+class FrameConnection(Protocol):
+    """A connection that carries frames and says when it can take more."""
+
+    def __init__(
+        self,
+        receiver: IFrameReceiver,
+        clock: IReactorTime,
+        settings: ConnectionSettings | None = None,
+        accepted_types: Iterable[int] = (),
+        is_client: bool = False,
+    ) -> None:
+        self.settings = settings = settings or ConnectionSettings()
+        self._receiver = receiver
+        self._clock = clock
+        self._is_client = is_client
+        self._decoder = FrameDecoder(accepted_types, settings.max_frame_size)
+        self._out = OutboundQueue(settings.high_water, settings.low_water)
+        self._listeners: list[WritabilityListener] = []
+        self._writable_waiters: list[Deferred[None]] = []
+        self._lost_waiters: list[Deferred[BaseException]] = []
+        self._held: deque[Frame] = deque()
+        self._turn_call: IDelayedCall | None = None
+        self._heartbeat: LoopingCall | None = None
+        self._flushing = False
+        self._delivering = False
+        self._reading_paused = False
+        self._closing = False
+        self._lost: BaseException | None = None
+        self._close_reason: BaseException | None = None
+        self._last_received = 0.0
+        self._last_sent = 0.0
+        self.peer = "?"
+        self._wire: _Wire | None = None
+
+    # -- writability -------------------------------------------------------------------
+
+    @property
+    def is_writable(self) -> bool:
+        return self._out.writable and not self._closing
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes counted against the water marks now."""
+        return self._out.pending
+
+    def add_writability_listener(self, listener: WritabilityListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_writability_listener(self, listener: WritabilityListener) -> None:
+        self._listeners.remove(listener)
+
+    def when_writable(self) -> Deferred[None]:
+        if self._lost is not None:
+            return fail(self._lost)
+        if self._out.writable:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred(self._writable_waiters.remove)
+        self._writable_waiters.append(waiter)
+        return waiter
+
+    # -- sending -----------------------------------------------------------------------
+
+    def send(self, frame_type: int, payload: bytes) -> None:
+        if self._closing:
+            raise ConnectionClosed(f"connection to {self.peer} is closing")
+        self._queue(frame_type, payload)
+
+    def _queue(self, frame_type: int, payload: bytes) -> None:
+        size = len(payload)
+        if size > self.settings.max_frame_size:
+            raise ValueError(
+                f"frame of {size} bytes exceeds the maximum frame size of "
+                f"{self.settings.max_frame_size} bytes"
+            )
+        self._out.push((HEADER.pack(MAGIC, VERSION, frame_type, size), payload), size + HEADER_SIZE)
+        if self._turn_call is None:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    def _end_of_turn(self) -> None:
+        self._turn_call = None
+        self._flush()
+        self._announce()
+
+    def _flush(self) -> None:
+        """Hand queued bytes to the transport while it produces, up to one pass's budget."""
+        out = self._out
+        if out.transport_paused or not out.queued or self._wire is None:
+            return
+        out.transport_producing()
+        budget = self.settings.budget
+        self._flushing = True
+        try:
+            while out.queued and not out.transport_paused and budget > 0:
+                parts = out.take(budget)
+                budget -= sum(map(len, parts))
+                self._wire.writeSequence(parts)
+        finally:
+            self._flushing = False
+        self._last_sent = self._clock.seconds()
+        if out.queued and not out.transport_paused and self._turn_call is None:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    def _announce(self) -> None:
+        change = self._out.change_to_announce()
+        if change is None:
+            return
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.failure("writability listener {listener!r} failed", listener=listener)
+        if change:
+            waiters, self._writable_waiters = self._writable_waiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    # -- IPushProducer: Twisted's signals about its own buffer -------------------------
+
+    def pauseProducing(self) -> None:
+        self._out.transport_paused_by_peer()
+        if not self._flushing and self._turn_call is None and not self._closing:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    def resumeProducing(self) -> None:
+        self._out.transport_resumed()
+        self._flush()
+        self._announce()
+
+    def stopProducing(self) -> None:
+        """The transport is going away; connectionLost does the clean-up."""
+
+    # -- reading -----------------------------------------------------------------------
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused:
+            self._reading_paused = True
+            if self._wire is not None and not self._closing:
+                self._wire.pauseProducing()
+
+    def resume_reading(self) -> None:
+        if not self._reading_paused:
+            return
+        self._reading_paused = False
+        self._last_received = self._clock.seconds()
+        self._deliver(())
+        if not self._reading_paused and self._wire is not None and not self._closing:
+            self._wire.resumeProducing()
+
+    def dataReceived(self, data: bytes) -> None:
+        self._last_received = self._clock.seconds()
+        if self._closing:
+            return
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolError as error:
+            self._deliver(error.frames)
+            self._protocol_error(error)
+            return
+        self._deliver(frames)
+
+    def _deliver(self, frames: Iterable[Frame]) -> None:
+        held = self._held
+        held.extend(frames)
+        if self._delivering:
+            return
+        self._delivering = True
+        try:
+            while held and not self._reading_paused and not self._closing:
+                self._dispatch(held.popleft())
+        finally:
+            self._delivering = False
+
+    def _dispatch(self, frame: Frame) -> None:
+        if frame.type == ControlType.PING:
+            return
+        if frame.type == ControlType.ERROR:
+            message = frame.payload.decode("utf-8", "replace")
+            log.warn("{peer} reported an error: {message}", peer=self.peer, message=message)
+            self._close_reason = PeerError(f"{self.peer} reported: {message}")
+            self.close()
+            return
+        try:
+            self._receiver.frame_received(frame)
+        except Exception:
+            log.failure("handling a frame from {peer} failed", peer=self.peer)
+            self._close_reason = ProtocolError("internal error while handling a frame")
+            self.close(error="internal error while handling a frame")
+
+    def _protocol_error(self, error: ProtocolError) -> None:
+        log.warn(
+            "protocol error from {peer}: {message}; closing", peer=self.peer, message=error.message
+        )
+        self._close_reason = error
+        self.close(error=error.message)
+
+    # -- heartbeats and TTL ------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = self._clock.seconds()
+        ttl = self.settings.ttl
+        if self._reading_paused:
+            self._last_received = now
+        elif ttl is not None and now - self._last_received > ttl:
+            silent = now - self._last_received
+            log.warn(
+                "nothing from {peer} for {silent:.1f}s (connection-ttl {ttl}s); dropping it",
+                peer=self.peer,
+                silent=silent,
+                ttl=ttl,
+            )
+            self._close_reason = ConnectionTTLExpired(
+                f"nothing received from {self.peer} for {silent:.1f}s (connection-ttl {ttl}s)"
+            )
+            self._stop_heartbeat()
+            if self._wire is not None:
+                self._wire.unregisterProducer()
+                self._wire.abortConnection()
+            return
+        interval = self.settings.heartbeat_interval
+        if (
+            interval is not None
+            and not self._closing
+            and not self._out.queued
+            and now - self._last_sent >= interval
+        ):
+            self._queue(ControlType.PING, b"")
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None and self._heartbeat.running:
+            self._heartbeat.stop()
+        self._heartbeat = None
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        wire = self._wire = typing.cast(_Wire, self.transport)
+        peer = wire.getPeer()
+        host, port = getattr(peer, "host", None), getattr(peer, "port", None)
+        self.peer = f"{host}:{port}" if host is not None else str(peer)
+        self._last_received = self._last_sent = self._clock.seconds()
+        wire.registerProducer(self, True)
+        tick = self.settings.tick
+        if tick is not None:
+            self._heartbeat = LoopingCall(self._tick)
+            self._heartbeat.clock = self._clock
+            self._heartbeat.start(tick, now=False)
+        self._receiver.connection_made(self)
+
+    def close(self, error: str | None = None) -> None:
+        if self._closing or self._wire is None:
+            return
+        if error is not None:
+            self._queue(ControlType.ERROR, error.encode("utf-8"))
+        self._closing = True
+        if self._turn_call is not None:
+            self._turn_call.cancel()
+            self._turn_call = None
+        self._wire.unregisterProducer()
+        parts = self._out.take_all()
+        if parts:
+            self._wire.writeSequence(parts)
+        self._wire.loseConnection()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._closing = True
+        self._stop_heartbeat()
+        if self._turn_call is not None:
+            self._turn_call.cancel()
+            self._turn_call = None
+        lost = self._lost_reason(reason)
+        self._lost = lost
+        failure = Failure(lost)
+        waiters, self._writable_waiters = self._writable_waiters, []
+        for waiter in waiters:
+            waiter.errback(failure)
+        lost_waiters, self._lost_waiters = self._lost_waiters, []
+        for lost_waiter in lost_waiters:
+            lost_waiter.callback(lost)
+        self._receiver.connection_lost(failure)
+
+    def _lost_reason(self, reason: Failure) -> BaseException:
+        if self._close_reason is not None:
+            return self._close_reason
+        value = reason.value if reason.value is not None else tx_error.ConnectionLost()
+        if reason.check(SSL.Error, VerificationError):
+            tls = describe_tls_failure(value, self.peer, self._is_client)
+            log.warn("{message}", message=str(tls))
+            return tls
+        if reason.check(tx_error.ConnectionDone, tx_error.ConnectionLost):
+            try:
+                self._decoder.end_of_stream()
+            except ProtocolError as truncated:
+                return truncated
+        return value
+
+    def when_lost(self) -> Deferred[BaseException]:
+        if self._lost is not None:
+            return succeed(self._lost)
+        waiter: Deferred[BaseException] = Deferred()
+        self._lost_waiters.append(waiter)
+        return waiter
+
+    def peer_certificates(self) -> list[x509.Certificate]:
+        handle: object = (
+            ISystemHandle(self.transport).getHandle()
+            if ISystemHandle.providedBy(self.transport)
+            else None
+        )
+        if not isinstance(handle, SSL.Connection):
+            return []
+        verified = handle.get_verified_chain(as_cryptography=True)
+        if verified:
+            return list(verified)
+        leaf = handle.get_peer_certificate(as_cryptography=True)
+        return [leaf] if leaf is not None else []
+
+
+class FrameFactory(Factory):
+    """Builds framed connections, each with a fresh receiver."""
+
+    def __init__(
+        self,
+        receiver_factory: Callable[[], IFrameReceiver],
+        clock: IReactorTime,
+        settings: ConnectionSettings | None = None,
+        accepted_types: Iterable[int] = (),
+        is_client: bool = False,
+    ) -> None:
+        self.receiver_factory = receiver_factory
+        self.clock = clock
+        self.settings = settings or ConnectionSettings()
+        self.accepted_types = frozenset(accepted_types)
+        self.is_client = is_client
+
+    def buildProtocol(self, addr: IAddress | None) -> FrameConnection:
+        return FrameConnection(
+            self.receiver_factory(), self.clock, self.settings, self.accepted_types, self.is_client
+        )

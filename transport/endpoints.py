@@ -1,0 +1,80 @@
+"""Listening and connecting by URL, over TCP or TLS, with framed connections."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from twisted.internet import endpoints
+from twisted.internet.abstract import isIPv6Address
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import (
+    IListeningPort,
+    IReactorTime,
+    IStreamClientEndpoint,
+    IStreamServerEndpoint,
+)
+
+from transport.connection import FrameConnection, FrameFactory
+from transport.interfaces import IFrameReceiver
+from transport.settings import ConnectionSettings
+from transport.tls import TLSConfig
+from transport.urls import URL, parse_url
+
+
+def _url(url: str | URL) -> URL:
+    return url if isinstance(url, URL) else parse_url(url)
+
+
+def server_endpoint(
+    reactor: Any, url: str | URL, tls: TLSConfig | None = None
+) -> IStreamServerEndpoint:
+    """An endpoint listening where ``url`` says (port 0 picks a free port)."""
+    parsed = _url(url)
+    if parsed.is_tls:
+        options = parsed.tls_config(tls).server_options()
+        return endpoints.SSL4ServerEndpoint(reactor, parsed.port, options, interface=parsed.host)
+    if isIPv6Address(parsed.host):
+        return endpoints.TCP6ServerEndpoint(reactor, parsed.port, interface=parsed.host)
+    return endpoints.TCP4ServerEndpoint(reactor, parsed.port, interface=parsed.host)
+
+
+def client_endpoint(
+    reactor: Any, url: str | URL, tls: TLSConfig | None = None, timeout: float = 30.0
+) -> IStreamClientEndpoint:
+    """An endpoint connecting where ``url`` says."""
+    parsed = _url(url)
+    tcp = endpoints.HostnameEndpoint(reactor, parsed.host, parsed.port, timeout=timeout)
+    if parsed.is_tls:
+        return endpoints.wrapClientTLS(parsed.tls_config(tls).client_options(parsed.host), tcp)
+    return tcp
+
+
+def listen(
+    reactor: Any,
+    url: str | URL,
+    receiver_factory: Callable[[], IFrameReceiver],
+    *,
+    settings: ConnectionSettings | None = None,
+    accepted_types: Iterable[int] = (),
+    tls: TLSConfig | None = None,
+) -> Deferred[IListeningPort]:
+    """Accept framed connections at ``url``."""
+    factory = FrameFactory(receiver_factory, cast(IReactorTime, reactor), settings, accepted_types)
+    return server_endpoint(reactor, url, tls).listen(factory)
+
+
+def connect(
+    reactor: Any,
+    url: str | URL,
+    receiver: IFrameReceiver,
+    *,
+    settings: ConnectionSettings | None = None,
+    accepted_types: Iterable[int] = (),
+    tls: TLSConfig | None = None,
+) -> Deferred[FrameConnection]:
+    """Open one framed connection to ``url`` (no reconnects: see transport.reconnect)."""
+    factory = FrameFactory(
+        lambda: receiver, cast(IReactorTime, reactor), settings, accepted_types, is_client=True
+    )
+    return cast("Deferred[FrameConnection]", client_endpoint(reactor, url, tls).connect(factory))

@@ -1,0 +1,45 @@
+"""The errors the transport raises, each saying what was wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transport.frames import Frame
+
+
+class ProtocolError(Exception):
+    """The peer broke the framing rules; the connection it came on must close.
+
+    ``frames`` holds the whole frames decoded before the fault, so nothing valid is lost.
+    """
+
+    def __init__(self, message: str, frames: Sequence[Frame] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.frames = tuple(frames)
+
+
+class PeerError(Exception):
+    """The peer sent an error frame and closed: its message says why."""
+
+
+class ConnectionTTLExpired(Exception):
+    """Nothing arrived from the peer for longer than the connection TTL."""
+
+
+class TLSConfigError(ValueError):
+    """A TLS setting names a file that is missing or not what it should be."""
+
+
+class TLSHandshakeError(Exception):
+    """The TLS handshake failed; the message says which side refused what."""
+
+
+class URLError(ValueError):
+    """A connection URL is malformed or names an unsupported scheme or option."""
+
+
+class ReconnectAttemptsExhausted(Exception):
+    """Every reconnect attempt the policy allows has failed."""

@@ -1,0 +1,62 @@
+"""Connection settings: water marks, frame size limit, heartbeats and the TTL."""
+
+from __future__ import annotations
+
+import attrs
+
+from transport.frames import DEFAULT_MAX_FRAME_SIZE, LENGTH_LIMIT
+from transport.outbound import DEFAULT_HIGH_WATER, DEFAULT_LOW_WATER
+
+
+@attrs.frozen
+class ConnectionSettings:
+    """How one framed connection behaves.
+
+    ``heartbeat_interval``: send a ping when nothing else left for this long.
+    ``ttl``: disconnect a peer from which nothing arrived for this long (Artemis's
+    connection-ttl); time with reading paused by this side does not count.
+    ``flush_budget``: the most bytes handed to the transport in one pass, so the transport
+    has a chance to push back before it holds more (default: the high water mark).
+    """
+
+    high_water: int = DEFAULT_HIGH_WATER
+    low_water: int = DEFAULT_LOW_WATER
+    max_frame_size: int = attrs.field(default=DEFAULT_MAX_FRAME_SIZE)
+    heartbeat_interval: float | None = 30.0
+    ttl: float | None = 60.0
+    flush_budget: int | None = None
+
+    @max_frame_size.validator
+    def _check_max_frame(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if not 0 < value <= LENGTH_LIMIT:
+            raise ValueError(f"max_frame_size must be 1..{LENGTH_LIMIT}, got {value}")
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("heartbeat_interval", "ttl"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive or None, got {value}")
+        if not 0 <= self.low_water < self.high_water:
+            raise ValueError(
+                f"water marks must satisfy 0 <= low < high, got low={self.low_water} "
+                f"high={self.high_water}"
+            )
+        if (
+            self.ttl is not None
+            and self.heartbeat_interval is not None
+            and self.heartbeat_interval >= self.ttl
+        ):
+            raise ValueError(
+                f"heartbeat_interval ({self.heartbeat_interval}s) must be shorter than the "
+                f"ttl ({self.ttl}s), or a quiet peer is dropped between its pings"
+            )
+
+    @property
+    def tick(self) -> float | None:
+        """How often the heartbeat and TTL are checked."""
+        periods = [p for p in (self.heartbeat_interval, self.ttl and self.ttl / 2) if p]
+        return min(periods) if periods else None
+
+    @property
+    def budget(self) -> int:
+        return self.flush_budget or self.high_water
