@@ -336,7 +336,7 @@ class FrameConnection(Protocol):
         lost_waiters, self._lost_waiters = self._lost_waiters, []
         for lost_waiter in lost_waiters:
             lost_waiter.callback(lost)
-        self._receiver.connection_lost(failure)
+        self._receiver.connection_lost(lost)
 
     def _lost_reason(self, reason: Failure) -> BaseException:
         if self._close_reason is not None:

@@ -138,7 +138,8 @@ class FrameDecoder:
     def _parse_header(self, header: bytes) -> tuple[int, int]:
         magic, version, frame_type, length = HEADER.unpack(header)
         if magic != MAGIC:
-            raise ProtocolError(f"not a txbridge frame: header {_describe(header)}")
+            start = header + self._peek(min(self._size, 8))
+            raise ProtocolError(f"not a txbridge frame: stream starts {_describe(start)}")
         if version != VERSION:
             raise ProtocolError(
                 f"unsupported protocol version {version} (this side speaks {VERSION})"

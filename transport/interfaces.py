@@ -10,7 +10,6 @@ from zope.interface import Attribute, Interface
 if TYPE_CHECKING:
     from cryptography import x509
     from twisted.internet.defer import Deferred
-    from twisted.python.failure import Failure
 
     from transport.frames import Frame
 
@@ -65,5 +64,5 @@ class IFrameReceiver(Interface):
     def frame_received(frame: Frame) -> None:
         """One application frame arrived (control frames are handled below)."""
 
-    def connection_lost(reason: Failure) -> None:
+    def connection_lost(reason: BaseException) -> None:
         """The connection is gone; ``reason`` says why in words a person can act on."""

@@ -1,0 +1,154 @@
+"""A development certificate authority: a CA, node certificates and client certificates.
+
+For trying TLS and mutual TLS without an external PKI. Keys are EC P-256; files are PEM,
+keys written with mode 0600. Production deployments bring their own certificates.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+DEFAULT_SANS = ("localhost", "127.0.0.1", "::1")
+CA_DAYS = 3650
+LEAF_DAYS = 825
+
+
+@attrs.frozen
+class Issued:
+    """Where one certificate and its key were written."""
+
+    cert: Path
+    key: Path
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "txbridge development"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+
+
+def _san(entries: Iterable[str]) -> x509.SubjectAlternativeName:
+    names: list[x509.GeneralName] = []
+    for entry in entries:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(entry)))
+        except ValueError:
+            names.append(x509.DNSName(entry))
+    return x509.SubjectAlternativeName(names)
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    data = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _write_cert(path: Path, certificate: x509.Certificate) -> None:
+    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+
+
+@attrs.frozen
+class DevelopmentCA:
+    """A CA kept as ``ca.pem`` and ``ca.key`` in a folder, issuing into the same folder."""
+
+    directory: Path
+    certificate: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+    @property
+    def cert_path(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @classmethod
+    def open_or_create(
+        cls, directory: Path, name: str = "txbridge development CA"
+    ) -> DevelopmentCA:
+        """Load the CA in ``directory``, creating it (and the folder) if absent."""
+        directory.mkdir(parents=True, exist_ok=True)
+        cert_path, key_path = directory / "ca.pem", directory / "ca.key"
+        if cert_path.exists() and key_path.exists():
+            certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
+            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise ValueError(f"{key_path}: not an EC private key made by txbridge certs")
+            return cls(directory, certificate, key)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(_name(name))
+            .issuer_name(_name(name))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+            .sign(key, hashes.SHA256())
+        )
+        _write_key(key_path, key)
+        _write_cert(cert_path, certificate)
+        return cls(directory, certificate, key)
+
+    def issue(self, name: str, *, server: bool, sans: Iterable[str] = ()) -> Issued:
+        """Issue ``NAME.pem``/``NAME.key``: a node certificate (server and client use,
+        with ``sans``, default localhost and loopback) or a client certificate (CN=name)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if server:
+            usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(name))
+            .issuer_name(self.certificate.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
+            )
+        )
+        san_entries = list(sans) or (list(DEFAULT_SANS) if server else [])
+        if san_entries:
+            builder = builder.add_extension(_san(san_entries), critical=False)
+        certificate = builder.sign(self.key, hashes.SHA256())
+        issued = Issued(self.directory / f"{name}.pem", self.directory / f"{name}.key")
+        _write_key(issued.key, key)
+        _write_cert(issued.cert, certificate)
+        return issued
