@@ -176,13 +176,13 @@ class Reader:
         verify: bool = False,
         stall_every: int = 0,
         stall_for: float = 0.0,
-        stalled_at_start: bool = False,
+        stall_after_first: bool = False,
     ) -> None:
         self.reactor = reactor
         self.verify = verify
         self.stall_every = stall_every
         self.stall_for = stall_for
-        self.stalled_at_start = stalled_at_start
+        self.stall_after_first = stall_after_first
         self.next_stall = stall_every
         self.expected = 0
         self.received = 0
@@ -195,13 +195,14 @@ class Reader:
 
     def connection_made(self, connection: IFrameConnection) -> None:
         self.connection = connection
-        if self.stalled_at_start:
-            connection.pause_reading()
 
     def frame_received(self, frame: Frame) -> None:
         payload = frame.payload
         if not self.received:
             self.first = time.monotonic()
+            if self.stall_after_first:
+                assert self.connection is not None
+                self.connection.pause_reading()
         seq = int.from_bytes(payload[:SEQ_BYTES], "big")
         if seq != self.expected and self.error is None:
             self.error = f"frame {seq} arrived where {self.expected} was expected"

@@ -12,9 +12,9 @@ from twisted.internet.task import deferLater
 
 from tests.leaks import Snapshot, clean_up, find_leaks
 
-settings.register_profile(
-    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+pytest_plugins = ["tests.processes"]
+
+settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "ci", parent=settings.get_profile("default"), derandomize=True, print_blob=True
 )

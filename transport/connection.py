@@ -162,14 +162,13 @@ class FrameConnection(Protocol):
 
     def _announce(self) -> None:
         change = self._out.change_to_announce()
-        if change is None:
-            return
-        for listener in list(self._listeners):
-            try:
-                listener(change)
-            except Exception:
-                log.failure("writability listener {listener!r} failed", listener=listener)
-        if change:
+        if change is not None:
+            for listener in list(self._listeners):
+                try:
+                    listener(change)
+                except Exception:
+                    log.failure("writability listener {listener!r} failed", listener=listener)
+        if self._writable_waiters and self._out.writable:
             waiters, self._writable_waiters = self._writable_waiters, []
             for waiter in waiters:
                 waiter.callback(None)

@@ -1,0 +1,88 @@
+"""The outbound queue as a state machine, checked against a model by hypothesis."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from transport.outbound import OutboundQueue
+
+HIGH, LOW = 1000, 300
+
+
+class OutboundMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue = OutboundQueue(HIGH, LOW)
+        self.model_parts: list[bytes] = []
+        self.model_in_transport = 0
+        self.paused = False
+        self.counter = 0
+        self.sent = bytearray()
+        self.expected = bytearray()
+        self.announced = True
+
+    @rule(sizes=st.lists(st.integers(0, 600), min_size=1, max_size=3))
+    def push(self, sizes):
+        parts = []
+        for size in sizes:
+            self.counter += 1
+            parts.append(bytes([self.counter % 256]) * size)
+        self.queue.push(parts, sum(sizes))
+        self.model_parts.extend(parts)
+        self.expected.extend(b"".join(parts))
+
+    @precondition(lambda self: not self.paused)
+    @rule(budget=st.integers(1, 2000))
+    def flush_pass(self, budget):
+        self.queue.transport_producing()
+        self.model_in_transport = 0
+        if not self.model_parts:
+            return
+        taken = self.queue.take(budget)
+        assert taken, "a pass always takes at least one part"
+        assert sum(map(len, taken[:-1])) <= budget
+        assert taken == self.model_parts[: len(taken)]
+        del self.model_parts[: len(taken)]
+        self.model_in_transport += sum(map(len, taken))
+        self.sent.extend(b"".join(taken))
+
+    @rule()
+    def transport_pauses(self):
+        self.queue.transport_paused_by_peer()
+        self.paused = True
+
+    @rule()
+    def transport_drains(self):
+        self.queue.transport_resumed()
+        self.paused = False
+        self.model_in_transport = 0
+
+    @rule()
+    def announce(self):
+        change = self.queue.change_to_announce()
+        if change is None:
+            assert self.queue.writable == self.announced
+        else:
+            assert change != self.announced
+            self.announced = change
+
+    @invariant()
+    def pending_is_queue_plus_what_a_paused_transport_holds(self):
+        queued = sum(map(len, self.model_parts))
+        assert self.queue.queued == queued
+        assert self.queue.pending == queued + (self.model_in_transport if self.paused else 0)
+
+    @invariant()
+    def water_marks_hold(self):
+        if self.queue.pending >= HIGH:
+            assert not self.queue.writable
+        if self.queue.pending <= LOW:
+            assert self.queue.writable
+
+    @invariant()
+    def bytes_leave_in_order(self):
+        assert self.expected.startswith(self.sent)
+
+
+TestOutboundMachine = OutboundMachine.TestCase

@@ -1,0 +1,65 @@
+"""Connection URLs: what parses, and what each malformed one is told."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transport.errors import URLError
+from transport.tls import TLSConfig
+from transport.urls import parse_url
+
+
+def test_tcp_and_tls_urls():
+    url = parse_url("tcp://127.0.0.1:61616")
+    assert (url.scheme, url.host, url.port, dict(url.options)) == ("tcp", "127.0.0.1", 61616, {})
+    assert str(url) == "tcp://127.0.0.1:61616"
+    six = parse_url("tls://[::1]:0?ca=ca.pem")
+    assert (six.host, six.port, six.is_tls) == ("::1", 0, True)
+    assert str(six) == "tls://[::1]:0"
+
+
+def test_tls_options_override_the_configured_ones():
+    url = parse_url("tls://h:1?cert=a.pem&key=a.key&verify-client=true&server-name=node-a")
+    base = TLSConfig(ca=Path("ca.pem"), cert=Path("old.pem"))
+    assert url.tls_config(base) == TLSConfig(
+        cert=Path("a.pem"),
+        key=Path("a.key"),
+        ca=Path("ca.pem"),
+        verify_client=True,
+        server_name="node-a",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("http://h:1", "scheme must be one of tcp, tls, got 'http'"),
+        ("h:1", "scheme must be one of tcp, tls"),
+        ("tcp://:1", "no host"),
+        ("tcp://h", "no port"),
+        ("tcp://h:99999", "Port out of range"),
+        ("tcp://h:x", "bad URL 'tcp://h:x'"),
+        ("tcp://h:1/path", "only scheme://host:port?options"),
+        ("tcp://user:pw@h:1", "only scheme://host:port?options"),
+        ("tcp://h:1?cert=a", "tcp takes no options"),
+        ("tls://h:1?colour=red", "unknown option 'colour' (known: cert, key, ca"),
+        ("tls://h:1?verify-client=maybe", "verify-client='maybe': expected true or false"),
+        ("tls://h:1?ca", "malformed options 'ca'"),
+    ],
+)
+def test_malformed_urls_say_what_is_wrong(text, message):
+    with pytest.raises(URLError) as caught:
+        parse_url(text)
+    assert message in str(caught.value)
+
+
+@given(st.text(max_size=60))
+def test_any_text_parses_or_raises_url_error(text):
+    try:
+        parse_url(text)
+    except URLError:
+        pass

@@ -1,0 +1,135 @@
+"""Reconnecting with Twisted's ClientService and backoffPolicy, under Artemis's names.
+
+``retry-interval`` is the wait before the first retry, multiplied by
+``retry-interval-multiplier`` for each further one up to ``max-retry-interval``;
+``reconnect-attempts`` bounds the consecutive failed retries (-1: forever, 0: never retry).
+The count starts again after every successful connection. When it runs out the service
+stops and ``on_exhausted`` is told why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+from twisted.application.internet import ClientService, backoffPolicy
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import (
+    IProtocol,
+    IProtocolFactory,
+    IReactorTime,
+    IStreamClientEndpoint,
+)
+from twisted.python.failure import Failure
+
+from transport.connection import FrameConnection
+from transport.errors import ReconnectAttemptsExhausted
+
+
+def _no_jitter() -> float:
+    return 0.0
+
+
+@attrs.frozen
+class ReconnectPolicy:
+    """Artemis's reconnect settings (defaults are Artemis's core-bridge defaults)."""
+
+    retry_interval: float = 2.0
+    retry_interval_multiplier: float = 1.0
+    max_retry_interval: float = 2.0
+    reconnect_attempts: int = -1
+
+    def __attrs_post_init__(self) -> None:
+        if self.retry_interval < 0:
+            raise ValueError(f"retry-interval must not be negative, got {self.retry_interval}")
+        if self.retry_interval_multiplier < 1:
+            raise ValueError(
+                "retry-interval-multiplier must be at least 1, "
+                f"got {self.retry_interval_multiplier}"
+            )
+        if self.max_retry_interval < self.retry_interval:
+            raise ValueError(
+                f"max-retry-interval ({self.max_retry_interval}s) must not be below "
+                f"retry-interval ({self.retry_interval}s)"
+            )
+        if self.reconnect_attempts < -1:
+            raise ValueError(
+                f"reconnect-attempts must be -1 (forever) or more, got {self.reconnect_attempts}"
+            )
+
+    def delay(self) -> Callable[[int], float]:
+        """ClientService's retry policy: the wait before retry ``n`` (n counts from 1)."""
+        backoff = backoffPolicy(
+            initialDelay=self.retry_interval,
+            maxDelay=self.max_retry_interval,
+            factor=self.retry_interval_multiplier,
+            jitter=_no_jitter,
+        )
+        return lambda failed: backoff(failed - 1)
+
+    @property
+    def fail_after(self) -> int | None:
+        """Failures after which to give up: the first attempt plus every retry allowed."""
+        return None if self.reconnect_attempts < 0 else self.reconnect_attempts + 1
+
+
+class Reconnector:
+    """Keeps one connection up through ClientService, giving up as the policy says."""
+
+    def __init__(
+        self,
+        endpoint: IStreamClientEndpoint,
+        factory: IProtocolFactory,
+        policy: ReconnectPolicy,
+        clock: IReactorTime,
+        *,
+        on_exhausted: Callable[[ReconnectAttemptsExhausted], object] = lambda error: None,
+        prepare: Callable[[IProtocol], object] | None = None,
+    ) -> None:
+        self.policy = policy
+        self._on_exhausted = on_exhausted
+        self.service = ClientService(
+            endpoint, factory, retryPolicy=policy.delay(), clock=clock, prepareConnection=prepare
+        )
+        self._watch: Deferred[IProtocol] | None = None
+        self.exhausted: ReconnectAttemptsExhausted | None = None
+
+    def start(self) -> None:
+        self.service.startService()
+        self._watch_attempts()
+
+    def stop(self) -> Deferred[None]:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        return self.service.stopService()
+
+    def when_connected(self) -> Deferred[IProtocol]:
+        """The connected protocol, now or once a connection succeeds."""
+        return self.service.whenConnected()
+
+    def _watch_attempts(self) -> None:
+        if self.policy.fail_after is None or not self.service.running:
+            return
+        if self._watch is not None and not self._watch.called:
+            return
+        watch = self._watch = self.service.whenConnected(failAfterFailures=self.policy.fail_after)
+        watch.addCallbacks(self._connected, self._gave_up)
+
+    def _connected(self, protocol: IProtocol) -> None:
+        self._watch = None
+        if isinstance(protocol, FrameConnection):
+            # After a drop, ClientService retries; count that round of attempts afresh.
+            protocol.when_lost().addCallback(lambda _: self._watch_attempts())
+
+    def _gave_up(self, failure: Failure) -> None:
+        self._watch = None
+        if failure.check(CancelledError):
+            return
+        attempts = self.policy.reconnect_attempts
+        self.exhausted = ReconnectAttemptsExhausted(
+            f"gave up after {attempts} reconnect attempt{'s' * (attempts != 1)}: "
+            f"{failure.getErrorMessage()}"
+        )
+        self.service.stopService()
+        self._on_exhausted(self.exhausted)
