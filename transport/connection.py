@@ -352,6 +352,11 @@ class FrameConnection(Protocol):
                 return truncated
         return value
 
+    @property
+    def lost_reason(self) -> BaseException | None:
+        """Why the connection is gone, or None while it is up."""
+        return self._lost
+
     def when_lost(self) -> Deferred[BaseException]:
         if self._lost is not None:
             return succeed(self._lost)

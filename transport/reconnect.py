@@ -20,6 +20,7 @@ from twisted.internet.interfaces import (
     IReactorTime,
     IStreamClientEndpoint,
 )
+from twisted.internet.task import deferLater
 from twisted.python.failure import Failure
 
 from transport.connection import FrameConnection
@@ -88,6 +89,7 @@ class Reconnector:
     ) -> None:
         self.policy = policy
         self._on_exhausted = on_exhausted
+        self._clock = clock
         self.service = ClientService(
             endpoint, factory, retryPolicy=policy.delay(), clock=clock, prepareConnection=prepare
         )
@@ -105,8 +107,19 @@ class Reconnector:
         return self.service.stopService()
 
     def when_connected(self) -> Deferred[IProtocol]:
-        """The connected protocol, now or once a connection succeeds."""
-        return self.service.whenConnected()
+        """The connected protocol, now or once a connection succeeds.
+
+        It fires on the turn after, outside ClientService's state machine, so its callbacks
+        may stop the service; a connection already lost by then is skipped for the next."""
+        return self.service.whenConnected().addCallback(self._later)
+
+    def _later(self, protocol: IProtocol) -> Deferred[IProtocol]:
+        return deferLater(self._clock, 0, lambda: None).addCallback(self._alive, protocol)
+
+    def _alive(self, _: None, protocol: IProtocol) -> IProtocol | Deferred[IProtocol]:
+        if isinstance(protocol, FrameConnection) and protocol.lost_reason is not None:
+            return self.when_connected()
+        return protocol
 
     def _watch_attempts(self) -> None:
         if self.policy.fail_after is None or not self.service.running:
@@ -127,9 +140,13 @@ class Reconnector:
         if failure.check(CancelledError):
             return
         attempts = self.policy.reconnect_attempts
-        self.exhausted = ReconnectAttemptsExhausted(
+        exhausted = self.exhausted = ReconnectAttemptsExhausted(
             f"gave up after {attempts} reconnect attempt{'s' * (attempts != 1)}: "
             f"{failure.getErrorMessage()}"
         )
+        # Still inside ClientService's transition: stop it on the next turn.
+        self._clock.callLater(0, self._give_up, exhausted)
+
+    def _give_up(self, exhausted: ReconnectAttemptsExhausted) -> None:
         self.service.stopService()
-        self._on_exhausted(self.exhausted)
+        self._on_exhausted(exhausted)

@@ -1,0 +1,144 @@
+"""Reconnects: Artemis's settings mapped onto ClientService and backoffPolicy.
+
+Connection attempts are real (loopback TCP); the waits between them run on an injected
+clock, so the test decides when a retry happens.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.task import Clock
+from zope.interface import implementer
+
+from tests.transport.memory import APP, Recorder
+from transport.connection import FrameFactory
+from transport.endpoints import client_endpoint, listen
+from transport.errors import ReconnectAttemptsExhausted
+from transport.reconnect import Reconnector, ReconnectPolicy
+
+
+def test_delays_follow_retry_interval_multiplier_and_maximum():
+    policy = ReconnectPolicy(
+        retry_interval=0.5, retry_interval_multiplier=2.0, max_retry_interval=3.0
+    )
+    delay = policy.delay()
+    assert [delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"retry_interval": -1}, "retry-interval must not be negative"),
+        ({"retry_interval_multiplier": 0.5}, "retry-interval-multiplier must be at least 1"),
+        ({"retry_interval": 5, "max_retry_interval": 1}, "must not be below retry-interval"),
+        ({"reconnect_attempts": -2}, "reconnect-attempts must be -1"),
+    ],
+)
+def test_invalid_settings_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        ReconnectPolicy(**settings)
+
+
+@implementer(IStreamClientEndpoint)
+class CountingEndpoint:
+    """Counts failed connection attempts of the endpoint it wraps."""
+
+    def __init__(self, inner: IStreamClientEndpoint) -> None:
+        self.inner = inner
+        self.failures = 0
+
+    def connect(self, factory):  # type: ignore[no-untyped-def]
+        def failed(failure):  # type: ignore[no-untyped-def]
+            self.failures += 1
+            return failure
+
+        return self.inner.connect(factory).addErrback(failed)
+
+
+@pytest.fixture
+def closed_port():
+    """A loopback port bound but not listening: connecting to it is refused at once."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        yield holder.getsockname()[1]
+
+
+async def _until(predicate, limit: int = 500) -> None:
+    """Let the real reactor run until ``predicate()`` holds (bounded by iterations)."""
+    from twisted.internet.task import deferLater
+
+    for _ in range(limit):
+        if predicate():
+            return
+        await deferLater(reactor, 0.001, lambda: None)
+    raise AssertionError("condition never held")
+
+
+@pytest_twisted.ensureDeferred
+async def test_gives_up_after_the_configured_attempts_and_says_so(closed_port):
+    clock = Clock()
+    exhausted: list[ReconnectAttemptsExhausted] = []
+    factory = FrameFactory(Recorder, clock, accepted_types=[APP], is_client=True)
+    reconnector = Reconnector(
+        client_endpoint(reactor, f"tcp://127.0.0.1:{closed_port}"),
+        factory,
+        ReconnectPolicy(retry_interval=1.0, reconnect_attempts=2),
+        clock,
+        on_exhausted=exhausted.append,
+    )
+    reconnector.start()
+    for _ in range(2):
+        await _until(clock.getDelayedCalls)  # the refusal scheduled a retry
+        assert not exhausted
+        clock.advance(1.0)
+    await _until(lambda: reconnector.exhausted is not None)
+    clock.advance(0)
+    assert exhausted == [reconnector.exhausted]
+    assert "gave up after 2 reconnect attempts" in str(exhausted[0])
+    assert "refused" in str(exhausted[0]).lower()
+    assert not reconnector.service.running
+    assert clock.getDelayedCalls() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_connects_once_the_target_comes_up_then_reconnects_after_a_drop():
+    # Real time here, with short intervals: the point is the sequence of events.
+    receivers: list[Recorder] = []
+
+    def make() -> Recorder:
+        receivers.append(Recorder())
+        return receivers[-1]
+
+    # Reserve a port number, then let the target come up on it later.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        target_port = probe.getsockname()[1]
+    factory = FrameFactory(Recorder, reactor, accepted_types=[APP], is_client=True)
+    endpoint = CountingEndpoint(client_endpoint(reactor, f"tcp://127.0.0.1:{target_port}"))
+    reconnector = Reconnector(
+        endpoint,
+        factory,
+        ReconnectPolicy(retry_interval=0.05, max_retry_interval=0.05, reconnect_attempts=-1),
+        reactor,
+    )
+    reconnector.start()
+    connected = reconnector.when_connected()
+    await _until(lambda: endpoint.failures > 0)  # the target is down at start
+    port = await listen(reactor, f"tcp://127.0.0.1:{target_port}", make, accepted_types=[APP])
+    try:
+        first = await connected
+        await _until(lambda: receivers)
+        assert receivers[0].connection is not None
+        receivers[0].connection.close()  # the target drops us
+        await first.when_lost()
+        second = await reconnector.when_connected()
+        assert second is not first
+        await reconnector.stop()
+        await _until(lambda: len(receivers) == 2 and receivers[1].lost)
+    finally:
+        await port.stopListening()
