@@ -1,0 +1,46 @@
+"""What the security store raises: to clients, to operators, to whoever wrote a bad file."""
+
+from __future__ import annotations
+
+
+class SecurityError(Exception):
+    """Base of every error the security package raises on purpose."""
+
+
+class AuthenticationFailed(SecurityError):
+    """A login was refused.
+
+    The message is the same whatever the cause (unknown user, wrong password, unmapped
+    certificate, back-off after repeated failures), so a client cannot tell which it was;
+    the audit log tells the operator.
+    """
+
+    def __init__(self, message: str = "authentication failed") -> None:
+        super().__init__(message)
+
+
+class PermissionDenied(SecurityError):
+    """An authenticated user lacks a permission on an address (and queue)."""
+
+    def __init__(self, user: str, permission: str, address: str, queue: str | None = None) -> None:
+        self.user = user
+        self.permission = permission
+        self.address = address
+        self.queue = queue
+        where = f"address {address!r}" + (f" queue {queue!r}" if queue is not None else "")
+        super().__init__(f"user {user!r} lacks permission {permission!r} on {where}")
+
+
+class ConfigError(SecurityError):
+    """A configuration, users or certificate mapping file is wrong.
+
+    The message names the file, the key (a dotted path such as
+    ``security.setting[2].send``) and what was expected.
+    """
+
+    def __init__(self, source: str, key: str, expected: str) -> None:
+        self.source = source
+        self.key = key
+        self.expected = expected
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {expected}")

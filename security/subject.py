@@ -1,0 +1,58 @@
+"""Who logged in: the login attempt, what an authenticator proved, and the subject."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+import attrs
+from cryptography import x509
+from zope.interface import implementer
+
+from security.interfaces import ISecurityAuth
+
+
+class AuthMethod(enum.StrEnum):
+    """How a subject proved who it is."""
+
+    PASSWORD = "password"
+    CERTIFICATE = "certificate"
+    NONE = "none"  # security is disabled
+
+
+@implementer(ISecurityAuth)
+@attrs.frozen
+class SecurityAuth:
+    """A plain :class:`ISecurityAuth`, for heads that have no object of their own to adapt."""
+
+    user: str | None = None
+    password: str | None = attrs.field(default=None, repr=False)
+    peer_certificates: Sequence[x509.Certificate] = ()
+    remote_address: str = ""
+    protocol: str = ""
+
+
+@attrs.frozen
+class Identity:
+    """What an authenticator proved: a user, its roles and its other names.
+
+    ``principals`` are further names role mapping may match, such as the subject DN of
+    the certificate the user logged in with.
+    """
+
+    user: str
+    roles: frozenset[str]
+    method: AuthMethod
+    principals: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class Subject:
+    """An authenticated user on one connection, as ``SecurityStore.check`` takes it."""
+
+    user: str
+    roles: frozenset[str]
+    method: AuthMethod
+    protocol: str = ""
+    remote_address: str = ""
+    internal: bool = False  # the configured cluster user: node-to-node links

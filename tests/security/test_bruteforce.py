@@ -1,0 +1,155 @@
+"""Brute force: a growing refusal per remote host, the audit log, and no password in logs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from security import (
+    AuthenticationFailed,
+    BackoffPolicy,
+    LoginGuard,
+    SecurityAuth,
+    SecurityStore,
+    load_security,
+)
+from security.audit import AUDIT_LOGGER_NAME
+from security.bruteforce import remote_host
+from tests.security.helpers import FakeClock, write_users
+
+SECRET = "S3cret-Pa55word!"
+GUESS = "gue55-Of-An-Attacker"
+
+
+def test_policy_windows_grow_and_stop_at_the_maximum() -> None:
+    policy = BackoffPolicy(threshold=3, initial_delay=1.0, multiplier=2.0, max_delay=10.0)
+    assert [policy.window(n) for n in range(1, 9)] == [0, 0, 1, 2, 4, 8, 10, 10]
+    assert policy.window(10_000) == 10.0
+
+
+@pytest.mark.parametrize(
+    ("remote", "host"),
+    [("10.0.0.1:5000", "10.0.0.1"), ("[::1]:5000", "::1"), ("::1", "::1"), ("host", "host")],
+)
+def test_remote_host(remote: str, host: str) -> None:
+    assert remote_host(remote) == host
+
+
+def test_guard_refuses_within_the_window_and_forgets(clock: FakeClock) -> None:
+    guard = LoginGuard(BackoffPolicy(threshold=2, initial_delay=1, max_delay=60), clock)
+    assert guard.failed("h") == 0
+    assert guard.refusal("h") is None
+    assert guard.failed("h") == 1
+    assert guard.refusal("h") == 1
+    clock.advance(1)
+    assert guard.refusal("h") is None
+    assert guard.failed("h") == 2
+    assert guard.refusal("other") is None
+    clock.advance(60)
+    assert guard.failures("h") == 0  # quiet for max-delay: forgiven
+
+
+def test_guard_is_bounded(clock: FakeClock) -> None:
+    guard = LoginGuard(BackoffPolicy(max_hosts=3), clock)
+    for n in range(10):
+        guard.failed(f"10.0.0.{n}")
+    assert len(guard) == 3
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> SecurityStore:
+    users = write_users(tmp_path / "users.toml", {"alice": (SECRET, ["producers"])})
+    table = {
+        "users-file": str(users),
+        "failed-login-threshold": 2,
+        "failed-login-delay": "1s",
+        "failed-login-delay-multiplier": 2,
+        "failed-login-max-delay": "30s",
+    }
+    return SecurityStore(load_security(table, str(tmp_path / "node.toml")), clock)
+
+
+def attempt(store: SecurityStore, password: str, remote: str = "203.0.113.9:41000") -> bool:
+    try:
+        store.authenticate(SecurityAuth("alice", password, (), remote, "stomp"))
+    except AuthenticationFailed:
+        return False
+    return True
+
+
+def test_failures_earn_a_growing_refusal_that_success_resets(
+    store: SecurityStore, clock: FakeClock
+) -> None:
+    assert not attempt(store, GUESS)
+    assert not attempt(store, GUESS + "1")
+    # Two failures: refused for 1 s, even with the right password.
+    assert not attempt(store, SECRET)
+    clock.advance(1)
+    assert not attempt(store, GUESS + "2")  # third failure: 2 s
+    clock.advance(1.5)
+    assert not attempt(store, SECRET)
+    clock.advance(0.5)
+    assert attempt(store, SECRET)
+    # The success reset the count: the next failure is free again.
+    assert not attempt(store, GUESS)
+    assert attempt(store, SECRET)
+
+
+def test_refusal_is_per_remote_host(store: SecurityStore) -> None:
+    for n in range(4):
+        attempt(store, f"{GUESS}{n}", remote=f"203.0.113.9:{40000 + n}")  # ports change
+    assert not attempt(store, SECRET, remote="203.0.113.9:41999")
+    assert attempt(store, SECRET, remote="198.51.100.1:41000")
+
+
+def test_failures_and_refusals_are_audited_without_the_password(
+    store: SecurityStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    attempt(store, GUESS)
+    attempt(store, GUESS)
+    attempt(store, SECRET)  # refused: in the back-off window
+    clock.advance(5)
+    attempt(store, SECRET)
+    lines = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER_NAME]
+    assert lines == [
+        "event=authentication-failed user=alice protocol=stomp remote=203.0.113.9:41000 "
+        "certificate=- failures=1 refused_for=0",
+        "event=authentication-failed user=alice protocol=stomp remote=203.0.113.9:41000 "
+        "certificate=- failures=2 refused_for=1",
+        "event=authentication-refused user=alice protocol=stomp remote=203.0.113.9:41000 "
+        'reason="too many failed logins from this host" retry_after=1',
+        "event=authenticated user=alice method=password roles=producers protocol=stomp "
+        "remote=203.0.113.9:41000",
+    ]
+
+
+def test_password_never_appears_in_any_log_record(
+    store: SecurityStore, clock: FakeClock, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    for password in (GUESS, GUESS, SECRET, SECRET):
+        attempt(store, password)
+        clock.advance(0.5)
+    clock.advance(100)
+    attempt(store, SECRET)
+    (tmp_path / "users.toml").write_text(f'[users.alice]\npassword = "{SECRET}"\n')
+    attempt(store, SECRET, remote="198.51.100.7:1")  # the watcher logs the bad file
+    assert caplog.records
+    for record in caplog.records:
+        rendered = " ".join([record.getMessage(), repr(record.args), repr(vars(record))])
+        assert SECRET not in rendered
+        assert GUESS not in rendered
+
+
+def test_user_names_cannot_forge_audit_lines(
+    store: SecurityStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=AUDIT_LOGGER_NAME)
+    with pytest.raises(AuthenticationFailed):
+        store.authenticate(SecurityAuth("x\nevent=authenticated user=root", "p", (), "1.2.3.4:5"))
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "\n" not in line
+    assert line.startswith('event=authentication-failed user="x\\nevent=authenticated user=root"')
