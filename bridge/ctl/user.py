@@ -17,14 +17,19 @@ import attrs
 
 from security.errors import ConfigError
 from security.passwords import DEFAULT_N, DEFAULT_R, MAX_N, PasswordHash, hash_password
+from security.tomlfile import read_toml
 from security.users_file import (
     UserRecord,
     check_user_name,
     load_users_file,
+    parse_users,
     save_users_file,
 )
 
 Handler = Callable[[argparse.Namespace], int]
+
+# Stands in for a password about to be replaced; never written.
+_PLACEHOLDER = PasswordHash(2, 1, 1, bytes(16), bytes(32))
 
 
 class UserCommandError(Exception):
@@ -99,8 +104,19 @@ def _add(args: argparse.Namespace) -> str:
     return f"added user {args.name!r} with roles {', '.join(roles) or '(none)'} to {args.file}"
 
 
+def _load_replacing(path: Path, name: str) -> dict[str, UserRecord]:
+    """The users, tolerating an unusable (say plain-text) password of ``name`` only, since
+    it is about to be replaced: the refusal at load points here to fix it."""
+    data = read_toml(path, "users file")
+    users = data.get("users")
+    entry = users.get(name) if isinstance(users, dict) else None
+    if isinstance(entry, dict) and "password" in entry:
+        entry["password"] = _PLACEHOLDER.encode()
+    return parse_users(data, str(path))
+
+
 def _passwd(args: argparse.Namespace) -> str:
-    users = _load(args.file)
+    users = _load_replacing(args.file, args.name)
     record = _require(users, args.name, args.file)
     changes: dict[str, Any] = {"password": _new_hash(args)}
     if args.role is not None:
