@@ -22,7 +22,7 @@ The winner is used alone: it is not merged with broader matches.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 import attrs
@@ -196,27 +196,34 @@ class _Node(Generic[V]):
         return node
 
 
-def _collect(root: _Node[V], words: tuple[str, ...]) -> Iterator[tuple[MatchPattern, V]]:
-    """Every entry whose address words match ``words`` (each once)."""
+def _collect(root: _Node[V], words: tuple[str, ...]) -> list[tuple[MatchPattern, V]]:
+    """Every entry whose address words match ``words``, each once."""
     count = len(words)
+    found: list[tuple[MatchPattern, V]] = []
+    # Below a ``#`` the same node can be reached at the same word by several paths (the
+    # ``#`` taking more or fewer words): only there are states remembered, so each
+    # terminal is reported once and the walk stays linear.
     seen: set[tuple[int, int]] = set()
-    stack: list[tuple[_Node[V], int]] = [(root, 0)]
+    stack: list[tuple[_Node[V], int, bool]] = [(root, 0, False)]
     while stack:
-        node, i = stack.pop()
-        state = (id(node), i)
-        if state in seen:
-            continue
-        seen.add(state)
+        node, i, below_any = stack.pop()
+        if below_any:
+            state = (id(node), i)
+            if state in seen:
+                continue
+            seen.add(state)
         if i == count:
-            yield from node.terminal
+            if node.terminal:
+                found.extend(node.terminal)
         else:
             child = node.literal.get(words[i])
             if child is not None:
-                stack.append((child, i + 1))
+                stack.append((child, i + 1, below_any))
             if node.single is not None:
-                stack.append((node.single, i + 1))
+                stack.append((node.single, i + 1, below_any))
         if node.any is not None:
-            stack.extend((node.any, j) for j in range(i, count + 1))
+            stack.extend((node.any, j, True) for j in range(i, count + 1))
+    return found
 
 
 class MatchTable(Generic[V]):
@@ -250,20 +257,20 @@ class MatchTable(Generic[V]):
     def matching(self, address: str, queue: str | None = None) -> list[tuple[MatchPattern, V]]:
         """Every entry matching, the most specific first."""
         words = split_words(address)
-        found = list(_collect(self._addresses, words))
+        found = _collect(self._addresses, words)
         if queue is not None and self._has_queues:
             found.extend(self._queue_matches(words, queue))
         order = {p.text: n for n, p in enumerate(by_specificity(p for p, _ in found))}
         found.sort(key=lambda entry: order[entry[0].text])
         return found
 
-    def _queue_matches(
-        self, words: tuple[str, ...], queue: str
-    ) -> Iterator[tuple[MatchPattern, V]]:
+    def _queue_matches(self, words: tuple[str, ...], queue: str) -> list[tuple[MatchPattern, V]]:
         queue_words = split_words(queue)
-        for pattern, value in _collect(self._queues, words):
-            if pattern.queue is not None and words_match(pattern.queue, queue_words):
-                yield pattern, value
+        return [
+            (pattern, value)
+            for pattern, value in _collect(self._queues, words)
+            if pattern.queue is not None and words_match(pattern.queue, queue_words)
+        ]
 
     def lookup(self, address: str, queue: str | None = None) -> tuple[MatchPattern, V] | None:
         """The most specific entry matching ``address`` (and ``queue``), or None."""

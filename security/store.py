@@ -28,7 +28,6 @@ Clock = Callable[[], float]
 
 _AuthKey = tuple[str | None, bytes | None, bytes | None]
 _AuthzKey = tuple[frozenset[str], str, str, str | None]
-_MatchKey = tuple[str, str | None]
 
 
 class _Failed:
@@ -97,9 +96,6 @@ class SecurityStore:
         self._decisions: ExpiringCache[_AuthzKey, bool] = ExpiringCache(
             settings.authorization_cache_size, ttl, self._clock
         )
-        self._matches: ExpiringCache[_MatchKey, SecuritySetting | None] = ExpiringCache(
-            settings.authorization_cache_size, ttl, self._clock
-        )
 
     @property
     def settings(self) -> SecuritySettings:
@@ -138,7 +134,6 @@ class SecurityStore:
         """Forget cached logins and decisions (the next ones are checked afresh)."""
         self._authentications.clear()
         self._decisions.clear()
-        self._matches.clear()
 
     # -- authentication ------------------------------------------------------------
 
@@ -227,14 +222,8 @@ class SecurityStore:
 
     def setting_for(self, address: str, queue: str | None = None) -> SecuritySetting | None:
         """The setting that decides for ``address`` (and ``queue``): the most specific."""
-        key = (address, queue)
-        cached = self._matches.get(key)
-        if cached is not MISSING:
-            return cached  # type: ignore[return-value]
         found = self._table.lookup(address, queue)
-        setting = found[1] if found is not None else None
-        self._matches.put(key, setting)
-        return setting
+        return found[1] if found is not None else None
 
     def check(
         self,
