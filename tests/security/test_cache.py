@@ -156,7 +156,9 @@ def test_explicit_reload_empties_both_caches(tmp_path: Path, clock: FakeClock) -
     assert counting.calls == 2
 
 
-def test_authorization_decisions_expire_and_reload(tmp_path: Path, clock: FakeClock) -> None:
+def test_authorization_decisions_are_cached_until_the_interval(
+    tmp_path: Path, clock: FakeClock
+) -> None:
     store, _ = counting_store(tmp_path, clock)
     who = store.authenticate(login("u", "pw"))
     lookups: list[str] = []

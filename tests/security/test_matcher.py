@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from random import Random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -152,10 +154,10 @@ def test_trie_finds_exactly_the_matching_patterns(patterns: list[str], address: 
 
 @given(st.lists(PATTERNS, min_size=1, max_size=8, unique=True), ADDRESSES, st.randoms())
 def test_most_specific_is_independent_of_declaration_order(
-    patterns: list[str], address: str, random: object
+    patterns: list[str], address: str, random: Random
 ) -> None:
     shuffled = list(patterns)
-    random.shuffle(shuffled)  # type: ignore[attr-defined]
+    random.shuffle(shuffled)
     first = MatchTable([(parse_pattern(p), p) for p in patterns]).lookup(address)
     second = MatchTable([(parse_pattern(p), p) for p in shuffled]).lookup(address)
     assert first == second
@@ -180,3 +182,32 @@ def test_exact_pattern_always_wins(patterns: list[str], address: str) -> None:
     entries = {p: p for p in patterns} | {address: address}
     table = MatchTable([(parse_pattern(p), v) for p, v in entries.items()])
     assert table.lookup(address) == (parse_pattern(address), address)
+
+
+QUEUE_PATTERNS = st.tuples(PATTERNS, st.none() | PATTERNS).map(
+    lambda parts: parts[0] if parts[1] is None else f"{parts[0]}::{parts[1]}"
+)
+
+
+@given(st.lists(QUEUE_PATTERNS, min_size=1, max_size=8, unique=True), ADDRESSES, LITERALS)
+def test_queue_patterns_match_like_the_reference(
+    patterns: list[str], address: str, queue: str
+) -> None:
+    table = MatchTable([(parse_pattern(p), p) for p in patterns])
+
+    def reference(pattern: str) -> bool:
+        address_part, _, queue_part = pattern.partition("::")
+        if not reference_match(address_part.split("."), address.split(".")):
+            return False
+        return not queue_part or reference_match(queue_part.split("."), queue.split("."))
+
+    expected = {p for p in patterns if reference(p)}
+    assert {value for _, value in table.matching(address, queue)} == expected
+    found = table.lookup(address, queue)
+    fully_qualified = {p for p in expected if "::" in p}
+    if found is None:
+        assert not expected
+    elif fully_qualified:
+        assert found[1] in fully_qualified
+    reversed_table = MatchTable([(parse_pattern(p), p) for p in reversed(patterns)])
+    assert reversed_table.lookup(address, queue) == found
