@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import socket
+import ssl
 import sys
 import time
 import zlib
@@ -28,6 +29,7 @@ from twisted.logger import globalLogBeginner, textFileLogObserver
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from transport.allocator import tune_allocator
 from transport.endpoints import connect, listen
 from transport.frames import HEADER, MAGIC, VERSION, Frame
 from transport.interfaces import IFrameConnection, IFrameReceiver
@@ -86,6 +88,7 @@ def settings_from(args: argparse.Namespace) -> ConnectionSettings:
         max_frame_size=max(args.frame_size, 1024) if hasattr(args, "frame_size") else 4 << 20,
         heartbeat_interval=None,
         ttl=None,
+        io_size=int(os.environ.get("TXBRIDGE_IO_SIZE", str(256 * 1024))) or None,
     )
 
 
@@ -99,6 +102,7 @@ class Writer:
         self.frames = max(1, args.bytes // args.frame_size)
         self.verify = args.verify
         self.stall_report = args.stall_report
+        self.report_pauses = args.report_pauses or bool(args.stall_report)
         self.seq = 0
         self.written = 0
         self.crc = 0
@@ -135,11 +139,13 @@ class Writer:
         if writable:
             if self.stall_check is not None and self.stall_check.active():
                 self.stall_check.cancel()
-            emit("resumed", written=self.written, pending=pending)
+            if self.report_pauses:
+                emit("resumed", written=self.written, pending=pending)
             self.pump()
         else:
             self.pauses += 1
-            emit("paused", written=self.written, pending=pending)
+            if self.report_pauses:
+                emit("paused", written=self.written, pending=pending)
             if self.stall_report:
                 self.stall_check = self.reactor.callLater(self.stall_report, self.stalled)
 
@@ -294,14 +300,34 @@ def run_reader(args: argparse.Namespace) -> int:
     return 0
 
 
+def _raw_address(url: str) -> tuple[str, int, bool]:
+    scheme, _, rest = url.partition("://")
+    host, port = rest.rsplit(":", 1)
+    return host, int(port), scheme == "tls"
+
+
+def _raw_tls(args: argparse.Namespace, server: bool) -> ssl.SSLContext:
+    if server:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.cert, args.key)
+    else:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(args.ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def run_raw_writer(args: argparse.Namespace) -> int:
     """Send the same framed bytes with plain blocking sockets: the ceiling for this machine."""
     payloads = Payloads(args.frame_size)
     frames = max(1, args.bytes // args.frame_size)
-    host, port = args.url.removeprefix("tcp://").rsplit(":", 1)
+    host, port, tls = _raw_address(args.url)
     batch = max(1, (256 * 1024) // (args.frame_size + HEADER.size))
     header_of = HEADER.pack
-    with socket.create_connection((host, int(port))) as sock:
+    with socket.create_connection((host, port)) as plain:
+        sock = (
+            _raw_tls(args, server=False).wrap_socket(plain, server_hostname=host) if tls else plain
+        )
         started = time.monotonic()
         seq = 0
         while seq < frames:
@@ -312,6 +338,8 @@ def run_raw_writer(args: argparse.Namespace) -> int:
                 parts.append(payload)
                 seq += 1
             sock.sendall(b"".join(parts))
+        if isinstance(sock, ssl.SSLSocket):
+            sock = sock.unwrap()
         sock.shutdown(socket.SHUT_WR)
         sock.recv(1)
     emit("done", frames=frames, elapsed=time.monotonic() - started)
@@ -319,12 +347,15 @@ def run_raw_writer(args: argparse.Namespace) -> int:
 
 
 def run_raw_reader(args: argparse.Namespace) -> int:
-    host, port = args.url.removeprefix("tcp://").rsplit(":", 1)
+    host, port, tls = _raw_address(args.url)
     with socket.socket() as server:
-        server.bind((host, int(port)))
+        server.bind((host, port))
         server.listen(1)
         emit("listening", port=server.getsockname()[1])
-        conn, _ = server.accept()
+        accepted, _ = server.accept()
+        conn = (
+            _raw_tls(args, server=True).wrap_socket(accepted, server_side=True) if tls else accepted
+        )
         with conn:
             buffer = bytearray(1 << 20)
             view = memoryview(buffer)
@@ -333,6 +364,8 @@ def run_raw_reader(args: argparse.Namespace) -> int:
             while True:
                 n = conn.recv_into(view)
                 if not n:
+                    if isinstance(conn, ssl.SSLSocket):
+                        conn.unwrap()
                     break
                 if not received:
                     first = time.monotonic()
@@ -357,7 +390,14 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--verify", action="store_true")
     for role in ("writer", "raw-writer"):
         roles.choices[role].add_argument("--bytes", type=int, required=True)
-    roles.choices["writer"].add_argument("--stall-report", type=float, default=0.0)
+    writer = roles.choices["writer"]
+    writer.add_argument(
+        "--stall-report",
+        type=float,
+        default=0.0,
+        help="report a stall once paused this long (seconds); implies --report-pauses",
+    )
+    writer.add_argument("--report-pauses", action="store_true", help="an event per pause/resume")
     reader = roles.choices["reader"]
     reader.add_argument("--verify-client", action="store_true")
     reader.add_argument("--stall-every", type=int, default=0)
@@ -368,6 +408,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    tune_allocator()
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
     runner = {
         "writer": run_writer,

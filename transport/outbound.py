@@ -41,7 +41,7 @@ class OutboundQueue:
     _in_transport: int = attrs.field(default=0, init=False)
     _transport_paused: bool = attrs.field(default=False, init=False)
     _writable: bool = attrs.field(default=True, init=False)
-    _announced: bool = attrs.field(default=True, init=False)
+    _changes: list[bool] = attrs.field(factory=list, init=False)
 
     @property
     def queued(self) -> int:
@@ -105,17 +105,22 @@ class OutboundQueue:
         self._in_transport = 0
         self._update()
 
-    def change_to_announce(self) -> bool | None:
-        """The writability listeners have not heard yet, or None if they are current."""
-        if self._announced == self._writable:
-            return None
-        self._announced = self._writable
-        return self._writable
+    def changes_to_announce(self) -> list[bool]:
+        """Every change of writability since the last call, in order.
+
+        None is dropped or merged: a writer that saw the connection unwritable, even if
+        it became writable again within the same turn, must still hear that it is
+        writable again, or it waits forever.
+        """
+        changes, self._changes = self._changes, []
+        return changes
 
     def _update(self) -> None:
         pending = self.pending
         if self._writable:
             if pending >= self.high_water:
                 self._writable = False
+                self._changes.append(False)
         elif pending <= self.low_water:
             self._writable = True
+            self._changes.append(True)

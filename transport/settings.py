@@ -15,6 +15,8 @@ class ConnectionSettings:
     ``heartbeat_interval``: send a ping when nothing else left for this long.
     ``ttl``: disconnect a peer from which nothing arrived for this long (Artemis's
     connection-ttl); time with reading paused by this side does not count.
+    ``io_size``: bytes read or sent per socket call (Twisted's transport buffer size, which
+    is also where Twisted pauses a connection handing it bytes); None keeps Twisted's own.
     ``flush_budget``: the most bytes handed to the transport in one pass, so the transport
     has a chance to push back before it holds more (default: the high water mark).
     """
@@ -25,6 +27,7 @@ class ConnectionSettings:
     heartbeat_interval: float | None = 30.0
     ttl: float | None = 60.0
     flush_budget: int | None = None
+    io_size: int | None = 256 * 1024
 
     @max_frame_size.validator
     def _check_max_frame(self, attribute: attrs.Attribute[int], value: int) -> None:
@@ -32,6 +35,8 @@ class ConnectionSettings:
             raise ValueError(f"max_frame_size must be 1..{LENGTH_LIMIT}, got {value}")
 
     def __attrs_post_init__(self) -> None:
+        if self.io_size is not None and self.io_size < 4096:
+            raise ValueError(f"io_size must be at least 4096 bytes, got {self.io_size}")
         for name in ("heartbeat_interval", "ttl"):
             value = getattr(self, name)
             if value is not None and not value > 0:

@@ -97,3 +97,21 @@ def test_when_lost_fires_with_the_reason():
     w.connection.connectionLost()
     assert waiting.called
     assert w.connection.when_lost().called
+
+
+def test_the_peer_is_host_colon_port_with_ipv6_in_brackets():
+    from twisted.internet.address import IPv4Address, IPv6Address
+    from twisted.internet.task import Clock
+    from twisted.internet.testing import StringTransport
+
+    from tests.transport.memory import Recorder
+    from transport.connection import FrameConnection
+
+    for address, expected in [
+        (IPv4Address("TCP", "10.1.2.3", 5000), "10.1.2.3:5000"),
+        (IPv6Address("TCP", "2001:db8::7", 41000), "[2001:db8::7]:41000"),
+    ]:
+        connection = FrameConnection(Recorder(), Clock())
+        connection.makeConnection(StringTransport(peerAddress=address))
+        assert connection.peer == expected
+        connection.connectionLost()

@@ -173,3 +173,16 @@ def test_close_sends_what_is_queued_unregisters_and_disconnects():
     assert w.transport.disconnecting
     assert w.written_frames() == [Frame(APP, b"last words")]
     assert not w.connection.is_writable
+
+
+def test_a_writer_that_saw_unwritable_hears_writable_again_even_within_one_turn():
+    # A writer stops on is_writable False and waits for the listener; if the queue drains
+    # before the change was announced, it must still hear both changes or wait forever.
+    w = wired(high_water=1000, low_water=300)
+    changes: list[bool] = []
+    w.connection.add_writability_listener(changes.append)
+    while w.connection.is_writable:
+        w.connection.send(APP, b"x" * 92)
+    w.turn()  # the transport takes everything in this turn's pass
+    assert w.connection.is_writable
+    assert changes == [False, True]

@@ -21,9 +21,19 @@ class OutboundMachine(RuleBasedStateMachine):
         self.sent = bytearray()
         self.expected = bytearray()
         self.announced = True
+        self.flips = 0
+
+    def _flip_at_the_marks(self, before: bool) -> None:
+        """Writability changes only at the marks: off at or above high, on at or below low."""
+        after = self.queue.writable
+        if before and not after:
+            assert self.queue.pending >= HIGH
+        if after and not before:
+            assert self.queue.pending <= LOW
 
     @rule(sizes=st.lists(st.integers(0, 600), min_size=1, max_size=3))
     def push(self, sizes):
+        before = self.queue.writable
         parts = []
         for size in sizes:
             self.counter += 1
@@ -31,10 +41,12 @@ class OutboundMachine(RuleBasedStateMachine):
         self.queue.push(parts, sum(sizes))
         self.model_parts.extend(parts)
         self.expected.extend(b"".join(parts))
+        self._flip_at_the_marks(before)
 
     @precondition(lambda self: not self.paused)
     @rule(budget=st.integers(1, 2000))
     def flush_pass(self, budget):
+        before = self.queue.writable
         self.queue.transport_producing()
         self.model_in_transport = 0
         if not self.model_parts:
@@ -46,26 +58,30 @@ class OutboundMachine(RuleBasedStateMachine):
         del self.model_parts[: len(taken)]
         self.model_in_transport += sum(map(len, taken))
         self.sent.extend(b"".join(taken))
+        self._flip_at_the_marks(before)
 
     @rule()
     def transport_pauses(self):
+        before = self.queue.writable
         self.queue.transport_paused_by_peer()
         self.paused = True
+        self._flip_at_the_marks(before)
 
     @rule()
     def transport_drains(self):
+        before = self.queue.writable
         self.queue.transport_resumed()
         self.paused = False
         self.model_in_transport = 0
+        self._flip_at_the_marks(before)
 
     @rule()
     def announce(self):
-        change = self.queue.change_to_announce()
-        if change is None:
-            assert self.queue.writable == self.announced
-        else:
-            assert change != self.announced
+        changes = self.queue.changes_to_announce()
+        for change in changes:
+            assert change != self.announced, "every announced change is a change"
             self.announced = change
+        assert self.announced == self.queue.writable, "listeners end up current"
 
     @invariant()
     def pending_is_queue_plus_what_a_paused_transport_holds(self):

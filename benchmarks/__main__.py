@@ -1,0 +1,24 @@
+"""``python -m benchmarks SCENARIO``: the demo and the benchmark runs."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SCENARIOS = {
+    "demo": "benchmarks.demo",
+    "transport": "benchmarks.transport_throughput",
+}
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in SCENARIOS:
+        print(f"usage: python -m benchmarks {{{','.join(SCENARIOS)}}} [options]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SCENARIOS[sys.argv[1]])
+    result: int = module.main(sys.argv[2:])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Running peer processes from a benchmark or the demo, and saving figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import twisted
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+Event = dict[str, Any]
+
+
+class Peer:
+    """A child process printing JSON event lines."""
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.peers", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.events: list[Event] = []
+
+    def until(self, name: str, on_event: Callable[[Event], None] | None = None) -> Event:
+        """Read events until one called ``name``; each is also passed to ``on_event``."""
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event: Event = json.loads(line)
+            self.events.append(event)
+            if on_event is not None:
+                on_event(event)
+            if event["event"] == "error":
+                raise RuntimeError(f"peer failed: {event['message']}")
+            if event["event"] == name:
+                return event
+        self.process.wait()
+        stderr = self.process.stderr.read() if self.process.stderr else ""
+        raise RuntimeError(f"peer exited before {name!r}:\n{stderr[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@contextmanager
+def peers() -> Iterator[Callable[[Sequence[str]], Peer]]:
+    """Start peers with the yielded function; all are stopped on the way out."""
+    started: list[Peer] = []
+
+    def start(args: Sequence[str]) -> Peer:
+        started.append(Peer(args))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for peer in started:
+            peer.stop()
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "twisted": twisted.__version__,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
+def save(name: str, figures: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **figures}, indent=2) + "\n")
+    return path
