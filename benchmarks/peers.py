@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import socket
 import ssl
 import sys
@@ -46,8 +45,15 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def peak_rss() -> int:
-    """This process's peak resident memory, in bytes."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident memory, in bytes.
+
+    Read from VmHWM, which belongs to this program's own address space: getrusage's
+    ru_maxrss survives fork and exec, so a child would report its parent's peak."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def current_rss() -> int:
@@ -85,7 +91,7 @@ def settings_from(args: argparse.Namespace) -> ConnectionSettings:
     return ConnectionSettings(
         high_water=args.high_water,
         low_water=args.low_water,
-        max_frame_size=max(args.frame_size, 1024) if hasattr(args, "frame_size") else 4 << 20,
+        max_frame_size=max(args.frame_size, 1024),
         heartbeat_interval=None,
         ttl=None,
         io_size=int(os.environ.get("TXBRIDGE_IO_SIZE", str(256 * 1024))) or None,

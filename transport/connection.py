@@ -32,7 +32,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from transport.errors import ConnectionTTLExpired, PeerError, ProtocolError
-from transport.frames import HEADER, HEADER_SIZE, MAGIC, VERSION, ControlType, Frame, FrameDecoder
+from transport.frames import HEADER_SIZE, ControlType, Frame, FrameDecoder, encode
 from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityListener
 from transport.outbound import OutboundQueue
 from transport.settings import ConnectionSettings
@@ -133,7 +133,7 @@ class FrameConnection(Protocol):
                 f"frame of {size} bytes exceeds the maximum frame size of "
                 f"{self.settings.max_frame_size} bytes"
             )
-        self._out.push((HEADER.pack(MAGIC, VERSION, frame_type, size), payload), size + HEADER_SIZE)
+        self._out.push(encode(frame_type, payload), size + HEADER_SIZE)
         if self._turn_call is None:
             self._turn_call = self._clock.callLater(0, self._end_of_turn)
 

@@ -19,13 +19,13 @@ def test_the_demo_moves_everything_intact_through_stalls(tmp_path):
             "benchmarks",
             "demo",
             "--bytes",
-            str(16 << 20),
+            str(24 << 20),
             "--frame-size",
             str(64 << 10),
             "--stall-every",
-            str(6 << 20),
+            str(8 << 20),
             "--stall-for",
-            "0.3",
+            "1.0",
             "--dir",
             str(tmp_path),
         ],
@@ -39,4 +39,4 @@ def test_the_demo_moves_everything_intact_through_stalls(tmp_path):
     assert "reader stalls" in result.stdout
     assert "writer paused" in result.stdout
     assert "writer resumes" in result.stdout
-    assert "received 16.0 MiB: intact and in order" in result.stdout
+    assert "received 24.0 MiB: intact and in order" in result.stdout

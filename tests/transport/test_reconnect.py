@@ -11,6 +11,7 @@ import socket
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.task import Clock
 from zope.interface import implementer
@@ -46,99 +47,101 @@ def test_invalid_settings_are_refused(settings, message):
 
 @implementer(IStreamClientEndpoint)
 class CountingEndpoint:
-    """Counts failed connection attempts of the endpoint it wraps."""
+    """Wraps an endpoint and fires ``next_failure()`` when an attempt fails."""
 
     def __init__(self, inner: IStreamClientEndpoint) -> None:
         self.inner = inner
-        self.failures = 0
+        self._failure_waiters: list[Deferred[None]] = []
+
+    def next_failure(self) -> Deferred[None]:
+        waiter: Deferred[None] = Deferred()
+        self._failure_waiters.append(waiter)
+        return waiter
 
     def connect(self, factory):  # type: ignore[no-untyped-def]
         def failed(failure):  # type: ignore[no-untyped-def]
-            self.failures += 1
+            waiters, self._failure_waiters = self._failure_waiters, []
+            for waiter in waiters:
+                reactor.callLater(0, waiter.callback, None)
             return failure
 
         return self.inner.connect(factory).addErrback(failed)
 
 
-@pytest.fixture
-def closed_port():
-    """A loopback port bound but not listening: connecting to it is refused at once."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        yield holder.getsockname()[1]
-
-
-async def _until(predicate, limit: int = 500) -> None:
-    """Let the real reactor run until ``predicate()`` holds (bounded by iterations)."""
-    from twisted.internet.task import deferLater
-
-    for _ in range(limit):
-        if predicate():
-            return
-        await deferLater(reactor, 0.001, lambda: None)
-    raise AssertionError("condition never held")
-
-
 @pytest_twisted.ensureDeferred
-async def test_gives_up_after_the_configured_attempts_and_says_so(closed_port):
-    clock = Clock()
-    exhausted: list[ReconnectAttemptsExhausted] = []
-    factory = FrameFactory(Recorder, clock, accepted_types=[APP], is_client=True)
-    reconnector = Reconnector(
-        client_endpoint(reactor, f"tcp://127.0.0.1:{closed_port}"),
-        factory,
-        ReconnectPolicy(retry_interval=1.0, reconnect_attempts=2),
-        clock,
-        on_exhausted=exhausted.append,
-    )
-    reconnector.start()
-    for _ in range(2):
-        await _until(clock.getDelayedCalls)  # the refusal scheduled a retry
-        assert not exhausted
-        clock.advance(1.0)
-    await _until(lambda: reconnector.exhausted is not None)
-    clock.advance(0)
-    assert exhausted == [reconnector.exhausted]
-    assert "gave up after 2 reconnect attempts" in str(exhausted[0])
-    assert "refused" in str(exhausted[0]).lower()
-    assert not reconnector.service.running
-    assert clock.getDelayedCalls() == []
+async def test_gives_up_after_the_configured_attempts_and_says_so():
+    with socket.socket() as holder:  # bound, not listening: connecting is refused at once
+        holder.bind(("127.0.0.1", 0))
+        closed_port = holder.getsockname()[1]
+        clock = Clock()
+        exhausted: list[ReconnectAttemptsExhausted] = []
+        endpoint = CountingEndpoint(client_endpoint(reactor, f"tcp://127.0.0.1:{closed_port}"))
+        factory = FrameFactory(Recorder, clock, accepted_types=[APP], is_client=True)
+        reconnector = Reconnector(
+            endpoint,
+            factory,
+            ReconnectPolicy(retry_interval=1.0, reconnect_attempts=2),
+            clock,
+            on_exhausted=exhausted.append,
+        )
+        failed = endpoint.next_failure()
+        reconnector.start()
+        for _ in range(2):
+            await failed  # the attempt was refused; the retry waits on the clock
+            assert clock.getDelayedCalls()
+            assert not exhausted
+            failed = endpoint.next_failure()
+            clock.advance(1.0)
+        await failed
+        assert reconnector.exhausted is not None
+        clock.advance(0)
+        assert exhausted == [reconnector.exhausted]
+        assert "gave up after 2 reconnect attempts" in str(exhausted[0])
+        assert "refused" in str(exhausted[0]).lower()
+        assert not reconnector.service.running
+        assert clock.getDelayedCalls() == []
 
 
 @pytest_twisted.ensureDeferred
 async def test_connects_once_the_target_comes_up_then_reconnects_after_a_drop():
     # Real time here, with short intervals: the point is the sequence of events.
+    accepted: list[Deferred[Recorder]] = [Deferred(), Deferred()]
     receivers: list[Recorder] = []
 
     def make() -> Recorder:
-        receivers.append(Recorder())
-        return receivers[-1]
+        receiver = Recorder()
+        receivers.append(receiver)
+        reactor.callLater(0, accepted[len(receivers) - 1].callback, receiver)
+        return receiver
 
     # Reserve a port number, then let the target come up on it later.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         target_port = probe.getsockname()[1]
-    factory = FrameFactory(Recorder, reactor, accepted_types=[APP], is_client=True)
     endpoint = CountingEndpoint(client_endpoint(reactor, f"tcp://127.0.0.1:{target_port}"))
+    factory = FrameFactory(Recorder, reactor, accepted_types=[APP], is_client=True)
     reconnector = Reconnector(
         endpoint,
         factory,
         ReconnectPolicy(retry_interval=0.05, max_retry_interval=0.05, reconnect_attempts=-1),
         reactor,
     )
+    down = endpoint.next_failure()
     reconnector.start()
     connected = reconnector.when_connected()
-    await _until(lambda: endpoint.failures > 0)  # the target is down at start
+    await down  # the target is down at start
     port = await listen(reactor, f"tcp://127.0.0.1:{target_port}", make, accepted_types=[APP])
     try:
         first = await connected
-        await _until(lambda: receivers)
-        assert receivers[0].connection is not None
-        receivers[0].connection.close()  # the target drops us
+        server_side = await accepted[0]
+        assert server_side.connection is not None
+        server_side.connection.close()  # the target drops us
         await first.when_lost()
         second = await reconnector.when_connected()
         assert second is not first
+        await accepted[1]
         await reconnector.stop()
-        await _until(lambda: len(receivers) == 2 and receivers[1].lost)
+        assert receivers[1].connection is not None
+        await receivers[1].connection.when_lost()
     finally:
         await port.stopListening()
