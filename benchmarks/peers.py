@@ -252,14 +252,15 @@ class Reader:
         }
 
 
+def _failed(failure: Failure) -> None:
+    """Tell the parent why, then end the process."""
+    emit("error", message=str(failure.value))
+    reactor.stop()
+
+
 def run_writer(args: argparse.Namespace) -> int:
     emit("started", idle_rss=current_rss())
     writer = Writer(args, reactor)
-
-    def failed(failure: Failure) -> None:
-        emit("error", message=str(failure.value))
-        reactor.stop()
-
     connect(
         reactor,
         args.url,
@@ -267,18 +268,15 @@ def run_writer(args: argparse.Namespace) -> int:
         settings=settings_from(args),
         accepted_types=[DATA],
         tls=tls_from(args),
-    ).addErrback(failed)
+    ).addErrback(_failed)
     writer.done.addCallback(lambda _: reactor.stop())
     reactor.run()
     return 0
 
 
 def run_reader(args: argparse.Namespace) -> int:
-    readers: list[Reader] = []
-
     def make() -> Reader:
         reader = Reader(reactor, args.verify, args.stall_every, args.stall_for)
-        readers.append(reader)
         reader.lost.addCallback(lambda reason: finish(reader, reason))
         return reader
 
@@ -290,10 +288,6 @@ def run_reader(args: argparse.Namespace) -> int:
     def listening(port: Any) -> None:
         emit("listening", port=port.getHost().port, idle_rss=current_rss())
 
-    def failed(failure: Failure) -> None:
-        emit("error", message=str(failure.value))
-        reactor.stop()
-
     listen(
         reactor,
         args.url,
@@ -301,7 +295,7 @@ def run_reader(args: argparse.Namespace) -> int:
         settings=settings_from(args),
         accepted_types=[DATA],
         tls=tls_from(args),
-    ).addCallbacks(listening, failed)
+    ).addCallbacks(listening, _failed)
     reactor.run()
     return 0
 
