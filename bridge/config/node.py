@@ -1,0 +1,319 @@
+"""The node's configuration file: ``[node]``, ``[[acceptor]]``, ``[[address]]``,
+``[[address-setting]]``, ``[management]`` and ``[security]``.
+
+Names follow Artemis where a concept matches (``max-size-bytes``, ``address-full-policy``,
+``id-cache-size``, ``auto-create-addresses``, ``connection-ttl``), so a user who knows
+Artemis can read it.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import attrs
+
+from bridge.config.units import SIZE_HELP, parse_size
+from security import SecuritySettings, load_security
+from security.errors import ConfigError
+from security.validate import (
+    check_keys,
+    describe,
+    expect_bool,
+    expect_duration,
+    expect_int,
+    expect_str,
+    expect_table,
+    expect_tables,
+    key_path,
+)
+from transport.errors import URLError
+from transport.urls import URL, parse_url
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+PROTOCOLS = ("core", "stomp")
+UNLIMITED = -1
+_E = TypeVar("_E", bound=StrEnum)
+
+
+class Routing(StrEnum):
+    """How an address routes: one queue of its name, or a queue per subscription."""
+
+    ANYCAST = "anycast"
+    MULTICAST = "multicast"
+
+
+class AddressFullPolicy(StrEnum):
+    """What happens when an address holds ``max-size-bytes`` (Artemis's policies)."""
+
+    PAGE = "PAGE"
+    BLOCK = "BLOCK"
+    FAIL = "FAIL"
+    DROP = "DROP"
+
+
+@attrs.frozen
+class Acceptor:
+    name: str
+    url: URL
+    protocols: tuple[str, ...]
+    connection_ttl: float
+    max_frame_size: int
+
+
+@attrs.frozen
+class AddressSettings:
+    """Settings an address gets from the most specific ``[[address-setting]]`` match, or
+    from its own ``[[address]]`` entry."""
+
+    max_size_bytes: int = UNLIMITED
+    address_full_policy: AddressFullPolicy = AddressFullPolicy.PAGE
+    id_cache_size: int = 20000
+    auto_create_addresses: bool = True
+    default_routing: Routing = Routing.ANYCAST
+
+
+@attrs.frozen
+class AddressSettingMatch:
+    match: str
+    settings: AddressSettings
+
+
+@attrs.frozen
+class Address:
+    name: str
+    routing: Routing
+    settings: AddressSettings
+
+
+@attrs.frozen
+class Management:
+    host: str
+    port: int
+
+
+@attrs.frozen
+class NodeConfig:
+    """A whole node's configuration, checked."""
+
+    source: Path
+    name: str
+    data_dir: Path
+    acceptors: tuple[Acceptor, ...]
+    addresses: tuple[Address, ...]
+    address_settings: tuple[AddressSettingMatch, ...]
+    management: Management | None
+    security: SecuritySettings
+
+
+_TOP = ("node", "acceptor", "address", "address-setting", "management", "security")
+_NODE = ("name", "data-dir")
+_ACCEPTOR = ("name", "url", "protocols", "connection-ttl", "max-frame-size")
+_SETTING_KEYS = (
+    "max-size-bytes",
+    "address-full-policy",
+    "id-cache-size",
+    "auto-create-addresses",
+    "default-routing-type",
+)
+_ADDRESS = ("name", "routing", "max-size-bytes", "address-full-policy", "id-cache-size")
+_MANAGEMENT = ("url",)
+
+
+def _name(value: object, source: str, key: str) -> str:
+    text = expect_str(value, source, key)
+    if not NAME.fullmatch(text):
+        raise ConfigError(
+            source, key, f"expected a name of letters, digits, '.', '_' or '-', got {text!r}"
+        )
+    return text
+
+
+def _required(table: Mapping[str, Any], name: str, source: str, prefix: str) -> object:
+    if name not in table:
+        raise ConfigError(source, key_path(prefix, name), "is required")
+    return table[name]
+
+
+def _size(value: object, source: str, key: str, *, unlimited: bool = False) -> int:
+    if unlimited and value == UNLIMITED:
+        return UNLIMITED
+    if not isinstance(value, int | str) or isinstance(value, bool):
+        raise ConfigError(source, key, f"expected {SIZE_HELP}, got {describe(value)}")
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        extra = " (or -1 for no limit)" if unlimited else ""
+        raise ConfigError(source, key, f"{error}{extra}") from None
+
+
+def _choice(kind: type[_E], value: object, source: str, key: str) -> _E:
+    text = expect_str(value, source, key)
+    try:
+        return kind(text)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise ConfigError(source, key, f"expected one of {choices}, got {text!r}") from None
+
+
+def _settings(
+    table: Mapping[str, Any], source: str, prefix: str, base: AddressSettings
+) -> AddressSettings:
+    changes: dict[str, Any] = {}
+    if "max-size-bytes" in table:
+        key = key_path(prefix, "max-size-bytes")
+        changes["max_size_bytes"] = _size(table["max-size-bytes"], source, key, unlimited=True)
+    if "address-full-policy" in table:
+        key = key_path(prefix, "address-full-policy")
+        changes["address_full_policy"] = _choice(
+            AddressFullPolicy, table["address-full-policy"], source, key
+        )
+    if "id-cache-size" in table:
+        key = key_path(prefix, "id-cache-size")
+        changes["id_cache_size"] = expect_int(table["id-cache-size"], source, key, minimum=0)
+    if "auto-create-addresses" in table:
+        key = key_path(prefix, "auto-create-addresses")
+        changes["auto_create_addresses"] = expect_bool(table["auto-create-addresses"], source, key)
+    if "default-routing-type" in table:
+        key = key_path(prefix, "default-routing-type")
+        changes["default_routing"] = _choice(Routing, table["default-routing-type"], source, key)
+    return attrs.evolve(base, **changes)
+
+
+def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
+    check_keys(table, _ACCEPTOR, source, prefix)
+    name = _name(_required(table, "name", source, prefix), source, key_path(prefix, "name"))
+    url_key = key_path(prefix, "url")
+    try:
+        url = parse_url(expect_str(_required(table, "url", source, prefix), source, url_key))
+    except URLError as error:
+        raise ConfigError(source, url_key, str(error)) from None
+    protocols_key = key_path(prefix, "protocols")
+    protocols = table.get("protocols", ["core"])
+    if (
+        not isinstance(protocols, list)
+        or not protocols
+        or any(p not in PROTOCOLS for p in protocols)
+    ):
+        raise ConfigError(
+            source,
+            protocols_key,
+            f"expected a non-empty array of protocol names from {', '.join(PROTOCOLS)}",
+        )
+    ttl_key = key_path(prefix, "connection-ttl")
+    ttl = expect_duration(table.get("connection-ttl", "60s"), source, ttl_key)
+    if ttl <= 0:
+        raise ConfigError(source, ttl_key, "expected a duration above zero")
+    frame_key = key_path(prefix, "max-frame-size")
+    max_frame = _size(table.get("max-frame-size", "4MiB"), source, frame_key)
+    if not 1024 <= max_frame < 2**32:
+        raise ConfigError(source, frame_key, "expected at least 1KiB and below 4GiB")
+    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame)
+
+
+def _address(table: Mapping[str, Any], source: str, prefix: str, base: AddressSettings) -> Address:
+    check_keys(table, _ADDRESS, source, prefix)
+    name = _name(_required(table, "name", source, prefix), source, key_path(prefix, "name"))
+    routing = _choice(
+        Routing,
+        table.get("routing", base.default_routing.value),
+        source,
+        key_path(prefix, "routing"),
+    )
+    return Address(name, routing, _settings(table, source, prefix, base))
+
+
+def _address_setting(table: Mapping[str, Any], source: str, prefix: str) -> AddressSettingMatch:
+    check_keys(table, ("match", *_SETTING_KEYS), source, prefix)
+    match = expect_str(_required(table, "match", source, prefix), source, key_path(prefix, "match"))
+    return AddressSettingMatch(match, _settings(table, source, prefix, AddressSettings()))
+
+
+def _management(table: Mapping[str, Any], source: str) -> Management:
+    check_keys(table, _MANAGEMENT, source, "management")
+    key = "management.url"
+    text = expect_str(_required(table, "url", source, "management"), source, key)
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as error:
+        raise ConfigError(
+            source, key, f"expected http://HOST:PORT, got {text!r} ({error})"
+        ) from None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ConfigError(source, key, f"expected http://HOST:PORT, got {text!r}")
+    return Management(parts.hostname, port)
+
+
+def _unique(names: list[str], source: str, section: str) -> None:
+    seen: set[str] = set()
+    for index, name in enumerate(names):
+        if name in seen:
+            raise ConfigError(
+                source, key_path(key_path(section, index), "name"), f"duplicate name {name!r}"
+            )
+        seen.add(name)
+
+
+def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
+    """Check a parsed TOML document; relative paths are relative to its folder."""
+    source = str(path)
+    check_keys(document, _TOP, source, "")
+    node = expect_table(_required(document, "node", source, ""), source, "node")
+    check_keys(node, _NODE, source, "node")
+    name = _name(_required(node, "name", source, "node"), source, "node.name")
+    data_dir = Path(
+        expect_str(_required(node, "data-dir", source, "node"), source, "node.data-dir")
+    )
+    acceptors_table = expect_tables(document.get("acceptor", []), source, "acceptor")
+    acceptors = [
+        _acceptor(entry, source, key_path("acceptor", index))
+        for index, entry in enumerate(acceptors_table)
+    ]
+    _unique([a.name for a in acceptors], source, "acceptor")
+    settings_table = expect_tables(document.get("address-setting", []), source, "address-setting")
+    address_settings = tuple(
+        _address_setting(entry, source, key_path("address-setting", index))
+        for index, entry in enumerate(settings_table)
+    )
+    addresses_table = expect_tables(document.get("address", []), source, "address")
+    addresses = [
+        _address(entry, source, key_path("address", index), AddressSettings())
+        for index, entry in enumerate(addresses_table)
+    ]
+    _unique([a.name for a in addresses], source, "address")
+    management = (
+        _management(expect_table(document["management"], source, "management"), source)
+        if "management" in document
+        else None
+    )
+    security_table = expect_table(document.get("security", {"enabled": False}), source, "security")
+    security = load_security(security_table, source, base_dir=path.parent)
+    return NodeConfig(
+        source=path,
+        name=name,
+        data_dir=data_dir if data_dir.is_absolute() else path.parent / data_dir,
+        acceptors=tuple(acceptors),
+        addresses=tuple(addresses),
+        address_settings=address_settings,
+        management=management,
+        security=security,
+    )
+
+
+def load_node_config(path: Path) -> NodeConfig:
+    """Read and check a node's TOML file."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(str(path), "", f"cannot be read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "", "is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(str(path), "", f"is not valid TOML: {error}") from None
+    return parse_node_config(document, path)

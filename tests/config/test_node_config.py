@@ -1,0 +1,193 @@
+"""The node's configuration file: the documented example works as written, and every kind
+of mistake names the file, the key and what was expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.config.node import (
+    AddressFullPolicy,
+    AddressSettings,
+    Routing,
+    load_node_config,
+)
+from security.errors import ConfigError
+
+EXAMPLE = """\
+[node]
+name = "a"
+data-dir = "var/a"
+
+[[acceptor]]
+name = "core"
+url = "tcp://127.0.0.1:61616"
+protocols = ["core"]
+
+[[address]]
+name = "orders"
+routing = "anycast"            # anycast: one queue of the same name; multicast: a queue per sub
+max-size-bytes = "64MiB"
+address-full-policy = "PAGE"   # PAGE | BLOCK | FAIL | DROP
+
+[management]
+url = "http://127.0.0.1:8161"  # JSON status API and Prometheus /metrics
+
+[security]
+enabled = false
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_issue_example_loads_as_written(tmp_path):
+    config = load_node_config(_write(tmp_path, EXAMPLE))
+    assert config.name == "a"
+    assert config.data_dir == tmp_path / "var" / "a"
+    (acceptor,) = config.acceptors
+    assert (acceptor.name, str(acceptor.url), acceptor.protocols) == (
+        "core",
+        "tcp://127.0.0.1:61616",
+        ("core",),
+    )
+    assert acceptor.connection_ttl == 60.0
+    (address,) = config.addresses
+    assert address.name == "orders"
+    assert address.routing is Routing.ANYCAST
+    assert address.settings.max_size_bytes == 64 * 1024**2
+    assert address.settings.address_full_policy is AddressFullPolicy.PAGE
+    assert config.management is not None
+    assert (config.management.host, config.management.port) == ("127.0.0.1", 8161)
+    assert not config.security.enabled
+
+
+def test_address_settings_by_match_and_defaults(tmp_path):
+    config = load_node_config(
+        _write(
+            tmp_path,
+            """\
+[node]
+name = "b"
+data-dir = "/srv/b"
+
+[[address-setting]]
+match = "metrics.#"
+max-size-bytes = -1
+address-full-policy = "DROP"
+id-cache-size = 500
+auto-create-addresses = false
+default-routing-type = "multicast"
+""",
+        )
+    )
+    assert config.data_dir == Path("/srv/b")
+    (setting,) = config.address_settings
+    assert setting.match == "metrics.#"
+    assert setting.settings == AddressSettings(
+        max_size_bytes=-1,
+        address_full_policy=AddressFullPolicy.DROP,
+        id_cache_size=500,
+        auto_create_addresses=False,
+        default_routing=Routing.MULTICAST,
+    )
+    assert config.acceptors == ()
+    assert config.management is None
+
+
+GOOD_HEAD = '[node]\nname = "a"\ndata-dir = "d"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        ('[nod]\nname = "a"\n', "nod", "unknown key (did you mean 'node'?)"),
+        ('[node]\nname = "a"\n', "node.data-dir", "is required"),
+        ('[node]\nname = "a b"\ndata-dir = "d"\n', "node.name", "expected a name of letters"),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "http://h:1"\n',
+            "acceptor[0].url",
+            "scheme must be one of tcp, tls",
+        ),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\nprotocols = ["amqp"]\n',
+            "acceptor[0].protocols",
+            "protocol names from core, stomp",
+        ),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\nconnection-ttl = "soon"\n',
+            "acceptor[0].connection-ttl",
+            "expected a duration",
+        ),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\n'
+            '[[acceptor]]\nname = "x"\nurl = "tcp://h:2"\n',
+            "acceptor[1].name",
+            "duplicate name 'x'",
+        ),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\nmax-frame-size = "10B"\n',
+            "acceptor[0].max-frame-size",
+            "at least 1KiB",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nrouting = "broadcast"\n',
+            "address[0].routing",
+            "expected one of anycast, multicast, got 'broadcast'",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nmax-size-bytes = "lots"\n',
+            "address[0].max-size-bytes",
+            "expected a size such as",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\naddress-full-policy = "page"\n',
+            "address[0].address-full-policy",
+            "expected one of PAGE, BLOCK, FAIL, DROP",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nauto-create-addresses = true\n',
+            "address[0].auto-create-addresses",
+            "unknown key",
+        ),
+        (
+            GOOD_HEAD + '[[address-setting]]\nmax-size-bytes = "1MiB"\n',
+            "address-setting[0].match",
+            "is required",
+        ),
+        (
+            GOOD_HEAD + '[[address-setting]]\nmatch = "#"\nid-cache-size = -3\n',
+            "address-setting[0].id-cache-size",
+            "at least 0",
+        ),
+        ('address = "orders"\n' + GOOD_HEAD, "address", "expected an array of tables"),
+        (
+            GOOD_HEAD + '[management]\nurl = "https://h:1"\n',
+            "management.url",
+            "expected http://HOST:PORT",
+        ),
+        (GOOD_HEAD + '[security]\nenabled = "yes"\n', "security.enabled", "expected true or false"),
+    ],
+)
+def test_each_mistake_names_file_key_and_expectation(tmp_path, text, key, expected):
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_node_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {key}: "), message
+    assert expected in message
+
+
+def test_a_file_that_is_not_toml_says_where(tmp_path):
+    path = _write(tmp_path, '[node]\nname = "a\n')
+    with pytest.raises(ConfigError, match=r"node.toml: is not valid TOML: .*line 2"):
+        load_node_config(path)
+
+
+def test_a_missing_file_says_so(tmp_path):
+    with pytest.raises(ConfigError, match=r"nowhere\.toml: cannot be read: No such file"):
+        load_node_config(tmp_path / "nowhere.toml")
