@@ -1,0 +1,155 @@
+"""The message codec: round trips, exact sizes, and malformed buffers refused clearly."""
+
+from __future__ import annotations
+
+import struct
+import tracemalloc
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.message import Message, MessageFormatError, decode_message, encode_message
+
+I64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+header_values = st.one_of(
+    st.text(),
+    I64,
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.binary(),
+)
+messages = st.builds(
+    Message,
+    id=st.integers(min_value=0, max_value=(1 << 63) - 1),
+    address=st.text(max_size=50),
+    durable=st.booleans(),
+    headers=st.dictionaries(st.text(max_size=20), header_values, max_size=8),
+    body=st.binary(max_size=2000),
+    duplicate_id=st.none() | st.binary(max_size=40),
+    timestamp_ns=I64,
+)
+
+
+def sample(**changes: object) -> Message:
+    fields: dict[str, object] = {
+        "id": 7,
+        "address": "orders",
+        "durable": True,
+        "headers": {"kind": "new", "n": 3, "price": 9.5, "urgent": True, "raw": b"\x00"},
+        "body": b"hello",
+        "duplicate_id": b"dup-1",
+        "timestamp_ns": 1_700_000_000_000_000_000,
+    }
+    fields.update(changes)
+    return Message(**fields)  # type: ignore[arg-type]
+
+
+@given(messages)
+def test_every_message_round_trips_and_its_size_is_the_encoded_length(message):
+    data = encode_message(message)
+    decoded = decode_message(data)
+    assert decoded == message
+    assert message.size == len(data)
+    assert [type(v) for v in decoded.headers.values()] == [
+        type(v) for v in message.headers.values()
+    ]
+
+
+def decodes_exactly_or_is_refused(data: bytes) -> None:
+    """Either MessageFormatError, or a message that encodes back to the very same bytes
+    (the encoding is canonical, so nothing in the buffer was ignored)."""
+    try:
+        message = decode_message(data)
+    except MessageFormatError:
+        return
+    assert encode_message(message) == data
+
+
+@given(st.binary(max_size=300))
+def test_random_bytes_raise_only_message_format_error(data):
+    decodes_exactly_or_is_refused(data)
+
+
+@given(messages, st.data())
+def test_mutated_messages_decode_or_raise_message_format_error(message, data):
+    encoded = bytearray(encode_message(message))
+    for _ in range(data.draw(st.integers(1, 4))):
+        index = data.draw(st.integers(0, len(encoded) - 1))
+        encoded[index] = data.draw(st.integers(0, 255))
+    decodes_exactly_or_is_refused(bytes(encoded))
+
+
+def test_every_truncation_is_refused_with_the_offset():
+    data = encode_message(sample())
+    for length in range(len(data)):
+        with pytest.raises(MessageFormatError, match="truncated at offset"):
+            decode_message(data[:length])
+
+
+def test_a_huge_declared_length_allocates_nothing_near_it():
+    data = encode_message(sample(body=b""))
+    # Claim a 4 GiB body in a buffer of a few dozen bytes.
+    hostile = data[:-4] + struct.pack(">I", 0xFFFF_FFFF)
+    tracemalloc.start()
+    try:
+        with pytest.raises(MessageFormatError, match="body of 4294967295 bytes"):
+            decode_message(hostile)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
+
+
+@pytest.mark.parametrize(
+    ("mangle", "error"),
+    [
+        (lambda d: b"\x02" + d[1:], "unknown message format version 2"),
+        (lambda d: d[:1] + b"\x80" + d[2:], "unknown flags 0x80"),
+        (lambda d: d + b"xyz", "3 bytes follow the end of the message"),
+    ],
+)
+def test_malformed_buffers_name_what_is_wrong(mangle, error):
+    with pytest.raises(MessageFormatError, match=error):
+        decode_message(mangle(encode_message(sample())))
+
+
+def test_an_unknown_header_tag_is_named():
+    data = encode_message(sample(headers={"k": True}, duplicate_id=None))
+    tag_at = data.index(b"k") + 1
+    with pytest.raises(MessageFormatError, match="header 'k' has unknown type tag 9"):
+        decode_message(data[:tag_at] + b"\x09" + data[tag_at + 1 :])
+
+
+def test_a_repeated_header_key_is_refused():
+    data = encode_message(sample(headers={"a": True, "b": False}, duplicate_id=None))
+    with pytest.raises(MessageFormatError, match="header 'a' appears twice"):
+        decode_message(data.replace(b"\x00\x01b", b"\x00\x01a"))
+
+
+def test_invalid_utf8_is_refused():
+    data = encode_message(sample(address="zz", headers={}, duplicate_id=None))
+    with pytest.raises(MessageFormatError, match="address at offset 20 is not UTF-8"):
+        decode_message(data.replace(b"zz", b"\xff\xfe"))
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"headers": {"n": 1 << 63}}, "header 'n': int 9223372036854775808 does not fit"),
+        ({"headers": {"n": None}}, "header 'n': NoneType is not one of"),
+        ({"headers": {1: "x"}}, "header key 1 is not a string"),
+        ({"address": "\ud800"}, "address cannot be encoded as UTF-8"),
+        ({"address": "a" * 70_000}, "address is 70000 bytes, at most 65535 fit"),
+        ({"id": -(1 << 64)}, "message id .* does not fit in 64 bits"),
+    ],
+)
+def test_what_cannot_be_encoded_is_named(changes, error):
+    with pytest.raises(MessageFormatError, match=error):
+        encode_message(sample(**changes))
+
+
+def test_messages_with_header_dicts_are_hashable_and_compare_by_value():
+    assert sample() == sample()
+    assert hash(sample()) == hash(sample())
+    assert sample() != sample(body=b"other")
