@@ -1,0 +1,67 @@
+"""The message store seam: what the node asks of any store (SQLite, PostgreSQL, replicated).
+
+Every operation returns a Deferred that fires only once the operation is durable: after
+that, a crash of the process or the machine does not undo it. Operations are applied in the
+order they were issued. An operation given ``tx=`` only joins that transaction: its
+Deferred fires when the commit is durable, fails with ``TransactionRolledBack`` if the
+transaction is rolled back, and nothing of it is written before ``commit(tx)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from zope.interface import Interface
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from bridge.message import Message
+    from bridge.store.records import QueueRecord, Recovered, TxId
+
+
+class IMessageStore(Interface):
+    """Durable messages, their queues, delivery counts and duplicate-detection ids."""
+
+    def open() -> Deferred[Recovered]:
+        """Open (creating if needed) and load everything stored, for the node to rebuild
+        its queues; other operations are refused until this has fired."""
+
+    def add(message: Message, queues: Sequence[str], tx: TxId | None = None) -> Deferred[None]:
+        """Store a durable message routed to ``queues`` (at least one, no repeats). The
+        message is stored once however many queues it is on, and stays until it is
+        acknowledged on every one of them."""
+
+    def acknowledge(queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
+        """Remove a message from ``queue``; the message goes once no queue holds it."""
+
+    def update_delivery_count(
+        queue: str, message_id: int, count: int, tx: TxId | None = None
+    ) -> Deferred[None]:
+        """Record how often the message was delivered on ``queue``."""
+
+    def create_queue(queue: QueueRecord, tx: TxId | None = None) -> Deferred[None]:
+        """Store a durable queue's definition (its name must be new)."""
+
+    def delete_queue(name: str, tx: TxId | None = None) -> Deferred[None]:
+        """Remove a queue's definition and every message reference it holds."""
+
+    def store_duplicate_id(
+        address: str, duplicate_id: bytes, keep: int, tx: TxId | None = None
+    ) -> Deferred[None]:
+        """Add an id to ``address``'s duplicate-detection cache, which keeps the newest
+        ``keep`` ids (storing an id again makes it the newest)."""
+
+    def begin() -> TxId:
+        """Start a transaction; operations given its id are held until it commits."""
+
+    def commit(tx: TxId) -> Deferred[None]:
+        """Write every operation of ``tx`` atomically: all of them, or (failing) none."""
+
+    def rollback(tx: TxId) -> None:
+        """Drop ``tx``: nothing of it is ever written."""
+
+    def close() -> Deferred[None]:
+        """Finish the operations already issued, roll back open transactions, release
+        the store; fires once everything is written and closed."""

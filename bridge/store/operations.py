@@ -1,0 +1,185 @@
+"""The store's operations as data, and how each one applies to the SQLite file.
+
+Operations are built on the reactor thread (arguments checked, the message encoded) and
+applied on the writer thread inside the batch's transaction. An operation that names
+something the store does not hold raises ``InvalidOperation`` before it changes anything,
+so the rest of its batch goes on; any SQLite error fails the whole batch.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Protocol
+
+import attrs
+
+from bridge.store.errors import InvalidOperation
+from bridge.store.records import QueueRecord
+
+
+@attrs.define
+class WriterState:
+    """What the writer thread keeps of the file to check operations cheaply: the queue
+    names and the highest message id (read from the file, updated by each operation)."""
+
+    queues: set[str]
+    highest_message_id: int
+
+    @classmethod
+    def load(cls, cursor: sqlite3.Cursor) -> WriterState:
+        queues = {name for (name,) in cursor.execute("SELECT name FROM queues")}
+        (highest,) = cursor.execute(
+            "SELECT value FROM store_state WHERE key = 'highest_message_id'"
+        ).fetchone()
+        return cls(queues=queues, highest_message_id=highest)
+
+    def save(self, cursor: sqlite3.Cursor) -> None:
+        cursor.execute(
+            "UPDATE store_state SET value = ? WHERE key = 'highest_message_id'",
+            (self.highest_message_id,),
+        )
+
+
+class Operation(Protocol):
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        """Write this operation, or raise ``InvalidOperation`` having written nothing."""
+
+
+@attrs.frozen
+class AddMessage:
+    message_id: int
+    queues: tuple[str, ...]
+    data: bytes
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        for queue in self.queues:
+            if queue not in state.queues:
+                raise InvalidOperation(
+                    f"add message {self.message_id}: there is no durable queue {queue!r}"
+                )
+        try:
+            cursor.execute(
+                "INSERT INTO messages (id, refs, data) VALUES (?, ?, ?)",
+                (self.message_id, len(self.queues), self.data),
+            )
+        except sqlite3.IntegrityError:
+            raise InvalidOperation(
+                f"add message {self.message_id}: a message with this id is already stored"
+            ) from None
+        cursor.executemany(
+            "INSERT INTO message_refs (queue, message_id, delivery_count) VALUES (?, ?, 0)",
+            [(queue, self.message_id) for queue in self.queues],
+        )
+        state.highest_message_id = max(state.highest_message_id, self.message_id)
+
+
+@attrs.frozen
+class Acknowledge:
+    queue: str
+    message_id: int
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        cursor.execute(
+            "DELETE FROM message_refs WHERE queue = ? AND message_id = ?",
+            (self.queue, self.message_id),
+        )
+        if cursor.rowcount == 0:
+            raise InvalidOperation(
+                f"acknowledge message {self.message_id} on queue {self.queue!r}: "
+                "the queue does not hold it"
+            )
+        cursor.execute("DELETE FROM messages WHERE id = ? AND refs = 1", (self.message_id,))
+        if cursor.rowcount == 0:
+            cursor.execute("UPDATE messages SET refs = refs - 1 WHERE id = ?", (self.message_id,))
+
+
+@attrs.frozen
+class UpdateDeliveryCount:
+    queue: str
+    message_id: int
+    count: int
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        cursor.execute(
+            "UPDATE message_refs SET delivery_count = ? WHERE queue = ? AND message_id = ?",
+            (self.count, self.queue, self.message_id),
+        )
+        if cursor.rowcount == 0:
+            raise InvalidOperation(
+                f"update the delivery count of message {self.message_id} on queue "
+                f"{self.queue!r}: the queue does not hold it"
+            )
+
+
+@attrs.frozen
+class CreateQueue:
+    record: QueueRecord
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        record = self.record
+        if record.name in state.queues:
+            raise InvalidOperation(f"create queue {record.name!r}: the queue exists")
+        cursor.execute(
+            "INSERT INTO queues (name, address, routing, filter) VALUES (?, ?, ?, ?)",
+            (record.name, record.address, str(record.routing), record.filter),
+        )
+        state.queues.add(record.name)
+
+
+_HELD_BY = "SELECT message_id FROM message_refs WHERE queue = ?"
+
+
+@attrs.frozen
+class DeleteQueue:
+    name: str
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        if self.name not in state.queues:
+            raise InvalidOperation(f"delete queue {self.name!r}: there is no such queue")
+        name = (self.name,)
+        cursor.execute(f"DELETE FROM messages WHERE refs = 1 AND id IN ({_HELD_BY})", name)
+        cursor.execute(f"UPDATE messages SET refs = refs - 1 WHERE id IN ({_HELD_BY})", name)
+        cursor.execute("DELETE FROM message_refs WHERE queue = ?", name)
+        cursor.execute("DELETE FROM queues WHERE name = ?", name)
+        state.queues.discard(self.name)
+
+
+@attrs.frozen
+class StoreDuplicateId:
+    address: str
+    duplicate_id: bytes
+    keep: int
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        # Storing a known id again replaces its row, which makes it the newest.
+        cursor.execute(
+            "INSERT OR REPLACE INTO duplicate_ids (address, duplicate_id) VALUES (?, ?)",
+            (self.address, self.duplicate_id),
+        )
+        cursor.execute(
+            "DELETE FROM duplicate_ids WHERE address = ? AND seq <= ("
+            " SELECT seq FROM duplicate_ids WHERE address = ?"
+            " ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+            (self.address, self.address, self.keep),
+        )
+
+
+@attrs.frozen
+class CommitTransaction:
+    """A transaction's operations, applied all or none: the first that is invalid undoes
+    the ones before it (a savepoint), and fails the transaction with its error."""
+
+    operations: tuple[Operation, ...]
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        queues, highest = set(state.queues), state.highest_message_id
+        cursor.execute("SAVEPOINT txn")
+        try:
+            for operation in self.operations:
+                operation.apply(cursor, state)
+        except InvalidOperation:
+            cursor.execute("ROLLBACK TO txn")
+            cursor.execute("RELEASE txn")
+            state.queues, state.highest_message_id = queues, highest
+            raise
+        cursor.execute("RELEASE txn")

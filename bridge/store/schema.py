@@ -1,0 +1,112 @@
+"""The SQLite schema of the message store, its version, and opening a file with it.
+
+Tables:
+
+- ``schema_version``: one row, the schema version the data was written with.
+- ``store_state``: named integers; ``highest_message_id`` lets ids keep increasing after
+  every message was acknowledged.
+- ``queues``: durable queue definitions, in creation order (rowid).
+- ``messages``: each durable message once, encoded with ``bridge.message``, and ``refs``,
+  the number of queues still holding it (the row goes when it reaches zero).
+- ``message_refs``: which queue holds which message, with its delivery count.
+- ``duplicate_ids``: each address's duplicate-detection ids; ``seq`` orders them, so the
+  oldest beyond an address's ``keep`` are trimmed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from bridge.store.errors import SchemaTooNew, StoreError
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE store_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE queues (
+    name TEXT NOT NULL UNIQUE,
+    address TEXT NOT NULL,
+    routing TEXT NOT NULL CHECK (routing IN ('anycast', 'multicast')),
+    filter TEXT
+);
+CREATE TABLE messages (id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE message_refs (
+    queue TEXT NOT NULL,
+    message_id INTEGER NOT NULL,
+    delivery_count INTEGER NOT NULL,
+    PRIMARY KEY (queue, message_id)
+) WITHOUT ROWID;
+CREATE TABLE duplicate_ids (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    address TEXT NOT NULL,
+    duplicate_id BLOB NOT NULL,
+    UNIQUE (address, duplicate_id)
+);
+CREATE INDEX duplicate_ids_by_age ON duplicate_ids (address, seq);
+INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0);
+"""
+
+
+def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    """Open ``path`` (creating it and its directory if needed) in WAL mode with full sync,
+    with the schema created or checked. Transactions are explicit (autocommit off in
+    SQLite's sense: every ``BEGIN`` is ours)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    connection = sqlite3.connect(
+        path, timeout=busy_timeout, isolation_level=None, check_same_thread=True
+    )
+    try:
+        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode != "wal":
+            raise StoreError(f"{path}: SQLite refused WAL mode (journal mode is {mode!r})")
+        connection.execute("PRAGMA synchronous=FULL")
+        _prepare(connection, path)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _prepare(connection: sqlite3.Connection, path: Path) -> None:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        found = connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        if found is None:
+            _create(connection, path)
+        else:
+            _check_version(connection, path)
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def _create(connection: sqlite3.Connection, path: Path) -> None:
+    others = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    if others:
+        raise StoreError(f"{path} is an SQLite database but not a txbridge message store")
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            connection.execute(statement)
+    connection.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+
+def _check_version(connection: sqlite3.Connection, path: Path) -> None:
+    row = connection.execute("SELECT version FROM schema_version").fetchone()
+    if row is None:
+        raise StoreError(f"{path}: the schema_version table is empty")
+    version = row[0]
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{path} holds message store schema version {version}, written by a newer "
+            f"txbridge; this one reads versions up to {SCHEMA_VERSION}"
+        )
+    if version < SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} holds message store schema version {version}, which no migration "
+            f"brings to version {SCHEMA_VERSION}"
+        )

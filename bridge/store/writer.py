@@ -1,0 +1,118 @@
+"""The writer: the one SQLite connection of a store, used only on the store's writer thread.
+
+It opens the file, reads back everything on start, and writes each batch as one SQLite
+transaction, which the commit makes durable (WAL with ``synchronous=FULL``: the commit
+returns after the write-ahead log is synced to disk).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from bridge.message import Message, MessageFormatError, decode_message
+from bridge.store.errors import CommitFailed, InvalidOperation, StoreError
+from bridge.store.operations import Operation, WriterState
+from bridge.store.records import QueueRecord, Recovered, RecoveredMessage
+from bridge.store.schema import connect
+
+
+class Writer:
+    """Opens, recovers, writes batches and closes; every method runs on the writer thread."""
+
+    def __init__(self, path: Path, busy_timeout: float) -> None:
+        self.path = path
+        self._busy_timeout = busy_timeout
+        self._connection: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None
+        self._state = WriterState(queues=set(), highest_message_id=0)
+
+    def open(self) -> Recovered:
+        connection = connect(self.path, self._busy_timeout)
+        try:
+            cursor = connection.cursor()
+            self._state = WriterState.load(cursor)
+            recovered = self._recover(cursor)
+        except BaseException:
+            connection.close()
+            raise
+        self._connection, self._cursor = connection, cursor
+        return recovered
+
+    def run(self, operations: Sequence[Operation]) -> list[InvalidOperation | None]:
+        """Apply ``operations`` in one transaction and commit it: the outcome of each, or
+        ``CommitFailed`` (nothing written) if SQLite fails."""
+        assert self._cursor is not None, "the writer is not open"
+        cursor, state = self._cursor, self._state
+        highest = state.highest_message_id
+        outcomes: list[InvalidOperation | None] = []
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            for operation in operations:
+                try:
+                    operation.apply(cursor, state)
+                except InvalidOperation as invalid:
+                    outcomes.append(invalid)
+                else:
+                    outcomes.append(None)
+            if state.highest_message_id != highest:
+                state.save(cursor)
+            cursor.execute("COMMIT")
+        except sqlite3.Error as error:
+            self._undo(cursor)
+            raise CommitFailed(
+                f"{self.path}: a batch of {len(operations)} operations could not be "
+                f"committed and none of them was written: {error}"
+            ) from error
+        return outcomes
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = self._cursor = None
+
+    def _undo(self, cursor: sqlite3.Cursor) -> None:
+        assert self._connection is not None
+        if self._connection.in_transaction:
+            cursor.execute("ROLLBACK")
+        self._state = WriterState.load(cursor)
+
+    def _recover(self, cursor: sqlite3.Cursor) -> Recovered:
+        queues = [
+            QueueRecord(name=name, address=address, routing=routing, filter=filter_)
+            for name, address, routing, filter_ in cursor.execute(
+                "SELECT name, address, routing, filter FROM queues ORDER BY rowid"
+            )
+        ]
+        messages: dict[str, list[RecoveredMessage]] = {}
+        decoded: dict[int, Message] = {}
+        rows = cursor.execute(
+            "SELECT r.queue, r.message_id, r.delivery_count, m.data"
+            " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
+            " ORDER BY r.queue, r.message_id"
+        )
+        for queue, message_id, delivery_count, data in rows:
+            message = decoded.get(message_id)
+            if message is None:
+                message = decoded[message_id] = self._decode(message_id, data)
+            messages.setdefault(queue, []).append(RecoveredMessage(message, delivery_count))
+        duplicate_ids: dict[str, list[bytes]] = {}
+        for address, duplicate_id in cursor.execute(
+            "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"
+        ):
+            duplicate_ids.setdefault(address, []).append(duplicate_id)
+        return Recovered(
+            queues=queues,
+            messages=messages,
+            duplicate_ids=duplicate_ids,
+            highest_message_id=self._state.highest_message_id,
+        )
+
+    def _decode(self, message_id: int, data: bytes) -> Message:
+        try:
+            return decode_message(data)
+        except MessageFormatError as error:
+            raise StoreError(
+                f"{self.path}: stored message {message_id} is corrupt: {error}"
+            ) from None

@@ -1,0 +1,103 @@
+"""Opening, closing and the schema version: clear errors, and no thread left running."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+import pytest_twisted
+from twisted.internet.defer import gatherResults
+
+from bridge.store import SchemaTooNew, StoreError, StoreNotOpen, TransactionRolledBack
+from tests.store.conftest import anycast, message
+
+
+def writer_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if "txbridge-store-writer" in t.name]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_writer_thread_lives_from_open_to_close(stores):
+    store = stores.new()
+    assert writer_threads() == []
+    await store.open()
+    assert len(writer_threads()) == 1
+    await store.close()
+    assert writer_threads() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_close_writes_everything_issued_before_it(stores):
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    issued = [store.add(message(i), ["orders"]) for i in range(1, 51)]
+    closed = store.close()
+    await closed
+    assert all(deferred.called for deferred in issued)
+    await gatherResults(issued)
+
+    _, recovered = await stores.open()
+    assert len(recovered.messages["orders"]) == 50
+
+
+@pytest_twisted.ensureDeferred
+async def test_close_rolls_back_open_transactions(stores):
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    tx = store.begin()
+    pending = store.add(message(1), ["orders"], tx=tx)
+    await store.close()
+    with pytest.raises(TransactionRolledBack, match="rolled back: the store closed"):
+        await pending
+
+    _, recovered = await stores.open()
+    assert recovered.messages == {}
+
+
+@pytest_twisted.ensureDeferred
+async def test_operations_are_refused_before_open_and_after_close(stores):
+    store = stores.new()
+    with pytest.raises(StoreNotOpen, match=r"messages\.sqlite is new, not open"):
+        await store.create_queue(anycast("orders"))
+    with pytest.raises(StoreNotOpen, match="is new, not open"):
+        store.begin()
+    await store.open()
+    await store.close()
+    with pytest.raises(StoreNotOpen, match="is closed, not open"):
+        await store.add(message(1), ["orders"])
+    with pytest.raises(StoreNotOpen, match="open\\(\\) can be called once"):
+        await store.open()
+
+
+@pytest_twisted.ensureDeferred
+async def test_close_while_opening_and_closing_twice(stores):
+    store = stores.new()
+    opening = store.open()
+    first, second = store.close(), store.close()
+    await opening
+    await gatherResults([first, second])
+    assert writer_threads() == []
+    await store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_newer_schema_is_refused_clearly(stores):
+    store, _ = await stores.open()
+    await store.close()
+    with sqlite3.connect(store.path) as connection:
+        connection.execute("UPDATE schema_version SET version = 99")
+    connection.close()
+    with pytest.raises(SchemaTooNew, match="schema version 99, written by a newer txbridge"):
+        await stores.open()
+    assert writer_threads() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_another_sqlite_database_is_not_taken_for_a_store(stores):
+    stores.data_dir.mkdir()
+    connection = sqlite3.connect(stores.data_dir / "messages.sqlite")
+    connection.execute("CREATE TABLE something (x)")
+    connection.close()
+    with pytest.raises(StoreError, match="is an SQLite database but not a txbridge message store"):
+        await stores.open()

@@ -1,0 +1,211 @@
+"""Each store operation on a real SQLite file, checked by what a reopened store recovers."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import pytest_twisted
+from twisted.internet.defer import gatherResults
+
+from bridge.store import InvalidOperation, QueueRecord, RecoveredMessage
+from tests.store.conftest import anycast, message
+
+
+def rows(path, table: str) -> int:
+    with sqlite3.connect(path) as connection:
+        (count,) = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return count
+
+
+def ids(recovered, queue: str) -> list[int]:
+    return [stored.message.id for stored in recovered.messages.get(queue, ())]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_new_store_recovers_nothing(stores):
+    _, recovered = await stores.open()
+    assert recovered.queues == []
+    assert recovered.messages == {}
+    assert recovered.duplicate_ids == {}
+    assert recovered.highest_message_id == 0
+    assert (stores.data_dir / "messages.sqlite").exists()
+
+
+@pytest_twisted.ensureDeferred
+async def test_added_messages_come_back_whole_in_id_order(stores):
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    sent = [
+        message(1, headers={"s": "x", "i": -5, "f": 0.5, "b": False, "y": b"\x01"}),
+        message(2, duplicate_id=b"dup-2", body=b"\x00" * 3000),
+        message(3),
+    ]
+    # Issued out of order in one turn: recovery follows the ids.
+    await gatherResults([store.add(sent[2], ["orders"]), store.add(sent[0], ["orders"])])
+    await store.add(sent[1], ["orders"])
+
+    _, recovered = await stores.reopen(store)
+    assert recovered.messages == {"orders": [RecoveredMessage(m, 0) for m in sent]}
+    assert recovered.highest_message_id == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_message_on_several_queues_is_stored_once_until_acked_on_all(stores):
+    store, _ = await stores.open()
+    for name in ("a", "b", "c"):
+        await store.create_queue(QueueRecord(name, "events", "multicast"))
+    await store.add(message(1, "events"), ["a", "b", "c"])
+    await store.add(message(2, "events"), ["a", "c"])
+    assert rows(store.path, "messages") == 2
+    assert rows(store.path, "message_refs") == 5
+
+    await gatherResults([store.acknowledge("a", 1), store.acknowledge("b", 1)])
+    store, recovered = await stores.reopen(store)
+    assert {q: ids(recovered, q) for q in "abc"} == {"a": [2], "b": [], "c": [1, 2]}
+    assert rows(store.path, "messages") == 2
+
+    await store.acknowledge("c", 1)
+    assert rows(store.path, "messages") == 1
+    store, recovered = await stores.reopen(store)
+    assert {q: ids(recovered, q) for q in "abc"} == {"a": [2], "b": [], "c": [2]}
+
+
+@pytest_twisted.ensureDeferred
+async def test_acknowledged_messages_do_not_come_back(stores):
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    await gatherResults([store.add(message(i), ["orders"]) for i in range(1, 11)])
+    await gatherResults([store.acknowledge("orders", i) for i in (1, 2, 5, 10)])
+
+    store, recovered = await stores.reopen(store)
+    assert ids(recovered, "orders") == [3, 4, 6, 7, 8, 9]
+    assert rows(store.path, "messages") == 6
+
+
+@pytest_twisted.ensureDeferred
+async def test_delivery_counts_are_kept_per_queue(stores):
+    store, _ = await stores.open()
+    await gatherResults([store.create_queue(anycast("a")), store.create_queue(anycast("b"))])
+    await store.add(message(1), ["a", "b"])
+    await store.update_delivery_count("a", 1, 1)
+    await store.update_delivery_count("a", 1, 3)
+    await store.update_delivery_count("b", 1, 2)
+
+    _, recovered = await stores.reopen(store)
+    assert [m.delivery_count for m in recovered.messages["a"]] == [3]
+    assert [m.delivery_count for m in recovered.messages["b"]] == [2]
+
+
+@pytest_twisted.ensureDeferred
+async def test_queue_definitions_are_created_and_deleted(stores):
+    store, _ = await stores.open()
+    queues = [
+        QueueRecord("orders", "orders", "anycast"),
+        QueueRecord("audit", "events", "multicast", filter="kind = 'audit'"),
+        QueueRecord("all", "events", "multicast"),
+    ]
+    for queue in queues:
+        await store.create_queue(queue)
+    await store.add(message(1, "events"), ["audit", "all"])
+    await store.add(message(2, "events"), ["audit"])
+    await store.delete_queue("audit")
+
+    store, recovered = await stores.reopen(store)
+    assert recovered.queues == [queues[0], queues[2]]
+    assert recovered.messages == {"all": [RecoveredMessage(message(1, "events"), 0)]}
+    assert rows(store.path, "messages") == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_duplicate_id_caches_keep_the_newest_per_address(stores):
+    store, _ = await stores.open()
+    for n in range(6):
+        await store.store_duplicate_id("orders", b"o%d" % n, keep=4)
+    await store.store_duplicate_id("other", b"x", keep=4)
+    # Storing a known id again makes it the newest, so it survives the next trim.
+    await store.store_duplicate_id("orders", b"o2", keep=4)
+    await store.store_duplicate_id("orders", b"o6", keep=4)
+
+    store, recovered = await stores.reopen(store)
+    assert recovered.duplicate_ids == {
+        "orders": [b"o4", b"o5", b"o2", b"o6"],
+        "other": [b"x"],
+    }
+    # A smaller keep trims at once.
+    await store.store_duplicate_id("orders", b"o7", keep=2)
+    _, recovered = await stores.reopen(store)
+    assert recovered.duplicate_ids["orders"] == [b"o6", b"o7"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_ids_keep_increasing_after_everything_was_acknowledged(stores):
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    await gatherResults([store.add(message(i), ["orders"]) for i in (40, 41, 42)])
+    await gatherResults([store.acknowledge("orders", i) for i in (40, 41, 42)])
+
+    store, recovered = await stores.reopen(store)
+    assert recovered.messages == {}
+    assert recovered.highest_message_id == 42
+    await store.add(message(43), ["orders"])
+    _, recovered = await stores.reopen(store)
+    assert recovered.highest_message_id == 43
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_invalid_operation_fails_alone_and_its_batch_commits(stores):
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    await store.add(message(1), ["orders"])
+    commits = store.commits
+
+    results = await gatherResults(
+        [
+            store.add(message(2), ["orders"]).addErrback(lambda f: f.value),
+            store.add(message(1), ["orders"]).addErrback(lambda f: f.value),
+            store.add(message(3), ["nowhere"]).addErrback(lambda f: f.value),
+            store.acknowledge("orders", 99).addErrback(lambda f: f.value),
+            store.update_delivery_count("orders", 99, 1).addErrback(lambda f: f.value),
+            store.create_queue(anycast("orders")).addErrback(lambda f: f.value),
+            store.delete_queue("nowhere").addErrback(lambda f: f.value),
+            store.add(message(4), ["orders"]).addErrback(lambda f: f.value),
+        ]
+    )
+    assert store.commits == commits + 1
+    assert results[0] is None
+    assert results[7] is None
+    errors = [str(error) for error in results[1:7]]
+    assert all(isinstance(error, InvalidOperation) for error in results[1:7])
+    assert errors == [
+        "add message 1: a message with this id is already stored",
+        "add message 3: there is no durable queue 'nowhere'",
+        "acknowledge message 99 on queue 'orders': the queue does not hold it",
+        "update the delivery count of message 99 on queue 'orders': the queue does not hold it",
+        "create queue 'orders': the queue exists",
+        "delete queue 'nowhere': there is no such queue",
+    ]
+    _, recovered = await stores.reopen(store)
+    assert ids(recovered, "orders") == [1, 2, 4]
+
+
+@pytest_twisted.ensureDeferred
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (
+            lambda s: s.add(message(1, durable=False), ["q"]),
+            "add message 1: the message is not durable",
+        ),
+        (lambda s: s.add(message(1), []), "add message 1: no queue given"),
+        (lambda s: s.add(message(1), ["q", "q"]), "a queue is given twice in \\['q', 'q'\\]"),
+        (lambda s: s.add(message(1, headers={"h": None}), ["q"]), "header 'h': NoneType"),
+        (lambda s: s.update_delivery_count("q", 1, -1), "-1 is negative"),
+        (lambda s: s.store_duplicate_id("q", b"d", keep=0), "keep must be at least 1"),
+    ],
+)
+async def test_bad_arguments_are_refused_before_anything_is_queued(stores, call, error):
+    store, _ = await stores.open()
+    with pytest.raises(InvalidOperation, match=error):
+        await call(store)
+    assert store.commits == 0
