@@ -40,7 +40,6 @@ _KNOWN_FLAGS = _DURABLE | _HAS_DUPLICATE_ID
 _STR, _INT, _FLOAT, _FALSE, _TRUE, _BYTES = 1, 2, 3, 4, 5, 6
 
 _FIXED = struct.Struct(">BBqqH")  # version, flags, id, timestamp, address length
-_U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
@@ -83,7 +82,7 @@ def encoded_size(message: Message) -> int:
     if message.duplicate_id is not None:
         size += _U16.size + len(message.duplicate_id)
     for key, value in message.headers.items():
-        size += _U16.size + len(key.encode()) + _U8.size
+        size += _U16.size + len(key.encode()) + 1  # key length, key, type tag
         if isinstance(value, bool):
             continue
         if isinstance(value, str):
@@ -98,7 +97,8 @@ def encoded_size(message: Message) -> int:
 def encode_message(message: Message) -> bytes:
     """The message as one byte string; ``MessageFormatError`` names what cannot be encoded."""
     address = _utf8(message.address, "address")
-    _check_length("address", address, _MAX_U16)
+    if len(address) > _MAX_U16:
+        raise _too_long("address", address, _MAX_U16)
     flags = _DURABLE if message.durable else 0
     if message.duplicate_id is not None:
         flags |= _HAS_DUPLICATE_ID
@@ -107,17 +107,21 @@ def encode_message(message: Message) -> bytes:
     if not _MIN_I64 <= message.timestamp_ns <= _MAX_I64:
         raise MessageFormatError(f"timestamp {message.timestamp_ns} does not fit in 64 bits")
     parts = [_FIXED.pack(VERSION, flags, message.id, message.timestamp_ns, len(address)), address]
-    if message.duplicate_id is not None:
-        _check_length("duplicate id", message.duplicate_id, _MAX_U16)
-        parts += (_U16.pack(len(message.duplicate_id)), message.duplicate_id)
+    duplicate_id = message.duplicate_id
+    if duplicate_id is not None:
+        if len(duplicate_id) > _MAX_U16:
+            raise _too_long("duplicate id", duplicate_id, _MAX_U16)
+        parts += (_U16.pack(len(duplicate_id)), duplicate_id)
     headers = message.headers
     if len(headers) > _MAX_U16:
         raise MessageFormatError(f"{len(headers)} headers, at most {_MAX_U16} fit")
     parts.append(_U16.pack(len(headers)))
     for key, value in headers.items():
         _encode_header(parts, key, value)
-    _check_length("body", message.body, _MAX_U32)
-    parts += (_U32.pack(len(message.body)), message.body)
+    body = message.body
+    if len(body) > _MAX_U32:
+        raise _too_long("body", body, _MAX_U32)
+    parts += (_U32.pack(len(body)), body)
     return b"".join(parts)
 
 
@@ -128,32 +132,40 @@ def _utf8(text: str, what: str) -> bytes:
         raise MessageFormatError(f"{what} cannot be encoded as UTF-8: {error}") from None
 
 
-def _check_length(what: str, data: bytes, limit: int) -> None:
-    if len(data) > limit:
-        raise MessageFormatError(f"{what} is {len(data)} bytes, at most {limit} fit")
+def _too_long(what: str, data: bytes, limit: int) -> MessageFormatError:
+    return MessageFormatError(f"{what} is {len(data)} bytes, at most {limit} fit")
+
+
+_pack_u16 = _U16.pack
+_pack_tag_u32 = struct.Struct(">BI").pack
+_pack_tag_i64 = struct.Struct(">Bq").pack
+_pack_tag_f64 = struct.Struct(">Bd").pack
 
 
 def _encode_header(parts: list[bytes], key: object, value: object) -> None:
     if not isinstance(key, str):
         raise MessageFormatError(f"header key {key!r} is not a string")
     encoded_key = _utf8(key, f"header key {key!r}")
-    _check_length(f"header key {key!r}", encoded_key, _MAX_U16)
-    parts += (_U16.pack(len(encoded_key)), encoded_key)
+    if len(encoded_key) > _MAX_U16:
+        raise _too_long(f"header key {key!r}", encoded_key, _MAX_U16)
+    parts += (_pack_u16(len(encoded_key)), encoded_key)
     if isinstance(value, bool):
-        parts.append(_U8.pack(_TRUE if value else _FALSE))
+        parts.append(b"\x05" if value else b"\x04")
     elif isinstance(value, str):
         encoded = _utf8(value, f"header {key!r}")
-        _check_length(f"header {key!r}", encoded, _MAX_U32)
-        parts += (_U8.pack(_STR), _U32.pack(len(encoded)), encoded)
+        if len(encoded) > _MAX_U32:
+            raise _too_long(f"header {key!r}", encoded, _MAX_U32)
+        parts += (_pack_tag_u32(_STR, len(encoded)), encoded)
     elif isinstance(value, int):
         if not _MIN_I64 <= value <= _MAX_I64:
             raise MessageFormatError(f"header {key!r}: int {value} does not fit in 64 bits")
-        parts += (_U8.pack(_INT), _I64.pack(value))
+        parts.append(_pack_tag_i64(_INT, value))
     elif isinstance(value, float):
-        parts += (_U8.pack(_FLOAT), _F64.pack(value))
+        parts.append(_pack_tag_f64(_FLOAT, value))
     elif isinstance(value, bytes):
-        _check_length(f"header {key!r}", value, _MAX_U32)
-        parts += (_U8.pack(_BYTES), _U32.pack(len(value)), value)
+        if len(value) > _MAX_U32:
+            raise _too_long(f"header {key!r}", value, _MAX_U32)
+        parts += (_pack_tag_u32(_BYTES, len(value)), value)
     else:
         raise MessageFormatError(
             f"header {key!r}: {type(value).__name__} is not one of str, int, float, bool, bytes"
@@ -162,91 +174,101 @@ def _encode_header(parts: list[bytes], key: object, value: object) -> None:
 
 def decode_message(data: bytes | bytearray | memoryview) -> Message:
     """The message ``data`` encodes; ``MessageFormatError`` says what is malformed."""
-    return _Reader(memoryview(data)).message()
+    view = memoryview(data)
+    if len(view) < _FIXED.size:
+        raise _truncated(view, 0, "the fixed fields")
+    version, flags, message_id, timestamp_ns, length = _FIXED.unpack_from(view, 0)
+    if version != VERSION:
+        raise MessageFormatError(f"unknown message format version {version}")
+    if flags & ~_KNOWN_FLAGS:
+        raise MessageFormatError(f"unknown flags 0x{flags:02x}")
+    address, at = _text(view, _FIXED.size, length, "address")
+    duplicate_id = None
+    if flags & _HAS_DUPLICATE_ID:
+        length, at = _number(view, at, _U16, "duplicate id length")
+        duplicate_id, at = _bytes(view, at, length, "duplicate id")
+    count, at = _number(view, at, _U16, "header count")
+    headers: dict[str, HeaderValue] = {}
+    for _ in range(count):
+        length, at = _number(view, at, _U16, "header key length")
+        key, at = _text(view, at, length, "header key")
+        if key in headers:
+            raise MessageFormatError(f"header {key!r} appears twice")
+        headers[key], at = _value(view, at, key)
+    length, at = _number(view, at, _U32, "body length")
+    body, at = _bytes(view, at, length, "body")
+    if at != len(view):
+        raise MessageFormatError(f"{len(view) - at} bytes follow the end of the message")
+    return Message(
+        id=message_id,
+        address=address,
+        durable=bool(flags & _DURABLE),
+        headers=headers,
+        body=body,
+        duplicate_id=duplicate_id,
+        timestamp_ns=timestamp_ns,
+    )
 
 
-class _Reader:
-    """A cursor over one encoded message that checks every length before it slices."""
+# The decoding helpers take the offset and return (value, next offset); they check every
+# length against what remains before slicing, and build an error message only on failure.
 
-    def __init__(self, view: memoryview) -> None:
-        self._view = view
-        self._at = 0
 
-    def message(self) -> Message:
-        version, flags, message_id, timestamp_ns, address_length = self._unpack(
-            _FIXED, "the fixed fields"
-        )
-        if version != VERSION:
-            raise MessageFormatError(f"unknown message format version {version}")
-        if flags & ~_KNOWN_FLAGS:
-            raise MessageFormatError(f"unknown flags 0x{flags:02x}")
-        address = self._text(address_length, "address")
-        duplicate_id = None
-        if flags & _HAS_DUPLICATE_ID:
-            duplicate_id = self._bytes(self._unpack(_U16, "duplicate id length")[0], "duplicate id")
-        (count,) = self._unpack(_U16, "header count")
-        headers: dict[str, HeaderValue] = {}
-        for index in range(count):
-            key = self._text(self._unpack(_U16, f"header {index} key length")[0], "header key")
-            if key in headers:
-                raise MessageFormatError(f"header {key!r} appears twice")
-            headers[key] = self._value(key)
-        body = self._bytes(self._unpack(_U32, "body length")[0], "body")
-        if self._at != len(self._view):
-            raise MessageFormatError(
-                f"{len(self._view) - self._at} bytes follow the end of the message"
-            )
-        return Message(
-            id=message_id,
-            address=address,
-            durable=bool(flags & _DURABLE),
-            headers=headers,
-            body=body,
-            duplicate_id=duplicate_id,
-            timestamp_ns=timestamp_ns,
-        )
+def _value(view: memoryview, at: int, key: str) -> tuple[HeaderValue, int]:
+    if at >= len(view):
+        raise _truncated(view, at, f"header {key!r} type")
+    tag = view[at]
+    at += 1
+    if tag == _STR:
+        length, at = _number(view, at, _U32, "length of header", key)
+        return _text(view, at, length, "header", key)
+    if tag in (_INT, _FLOAT):
+        return _number(view, at, _I64 if tag == _INT else _F64, "header", key)
+    if tag in (_TRUE, _FALSE):
+        return tag == _TRUE, at
+    if tag == _BYTES:
+        length, at = _number(view, at, _U32, "length of header", key)
+        return _bytes(view, at, length, "header", key)
+    raise MessageFormatError(f"header {key!r} has unknown type tag {tag}")
 
-    def _value(self, key: str) -> HeaderValue:
-        tag: int = self._unpack(_U8, f"header {key!r} type")[0]
-        if tag == _STR:
-            return self._text(self._unpack(_U32, f"header {key!r} length")[0], f"header {key!r}")
-        if tag == _INT:
-            value: int = self._unpack(_I64, f"header {key!r}")[0]
-            return value
-        if tag == _FLOAT:
-            number: float = self._unpack(_F64, f"header {key!r}")[0]
-            return number
-        if tag in (_FALSE, _TRUE):
-            return tag == _TRUE
-        if tag == _BYTES:
-            return self._bytes(self._unpack(_U32, f"header {key!r} length")[0], f"header {key!r}")
-        raise MessageFormatError(f"header {key!r} has unknown type tag {tag}")
 
-    def _unpack(self, layout: struct.Struct, what: str) -> tuple[Any, ...]:
-        end = self._at + layout.size
-        if end > len(self._view):
-            raise MessageFormatError(f"truncated at offset {self._at}: {what} missing")
-        values: tuple[Any, ...] = layout.unpack_from(self._view, self._at)
-        self._at = end
-        return values
+def _number(
+    view: memoryview, at: int, layout: struct.Struct, what: str, key: str | None = None
+) -> tuple[Any, int]:
+    end = at + layout.size
+    if end > len(view):
+        raise _truncated(view, at, _name(what, key))
+    return layout.unpack_from(view, at)[0], end
 
-    def _slice(self, length: int, what: str) -> memoryview:
-        end = self._at + length
-        if end > len(self._view):
-            raise MessageFormatError(
-                f"truncated at offset {self._at}: {what} of {length} bytes, "
-                f"{len(self._view) - self._at} remain"
-            )
-        part = self._view[self._at : end]
-        self._at = end
-        return part
 
-    def _bytes(self, length: int, what: str) -> bytes:
-        return self._slice(length, what).tobytes()
+def _bytes(
+    view: memoryview, at: int, length: int, what: str, key: str | None = None
+) -> tuple[bytes, int]:
+    end = at + length
+    if end > len(view):
+        raise _truncated(view, at, f"{_name(what, key)} of {length} bytes")
+    return view[at:end].tobytes(), end
 
-    def _text(self, length: int, what: str) -> str:
-        start = self._at
-        try:
-            return str(self._slice(length, what), "utf-8")
-        except UnicodeDecodeError as error:
-            raise MessageFormatError(f"{what} at offset {start} is not UTF-8: {error}") from None
+
+def _text(
+    view: memoryview, at: int, length: int, what: str, key: str | None = None
+) -> tuple[str, int]:
+    end = at + length
+    if end > len(view):
+        raise _truncated(view, at, f"{_name(what, key)} of {length} bytes")
+    try:
+        return str(view[at:end], "utf-8"), end
+    except UnicodeDecodeError as error:
+        raise MessageFormatError(
+            f"{_name(what, key)} at offset {at} is not UTF-8: {error}"
+        ) from None
+
+
+def _name(what: str, key: str | None) -> str:
+    return what if key is None else f"{what} {key!r}"
+
+
+def _truncated(view: memoryview, at: int, what: str) -> MessageFormatError:
+    return MessageFormatError(
+        f"truncated at offset {at}: {what} missing, {len(view) - at} bytes remain"
+    )

@@ -4,11 +4,18 @@ Operations are built on the reactor thread (arguments checked, the message encod
 applied on the writer thread inside the batch's transaction. An operation that names
 something the store does not hold raises ``InvalidOperation`` before it changes anything,
 so the rest of its batch goes on; any SQLite error fails the whole batch.
+
+Python pays per statement, so ``apply_all`` hands a run of consecutive adds, or of
+consecutive acknowledgements, to SQLite as one ``executemany`` per table; should one of
+them be invalid, the run is undone (a savepoint) and applied one by one, so that one
+alone fails.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
+from collections.abc import Sequence
 from typing import Protocol
 
 import attrs
@@ -174,12 +181,93 @@ class CommitTransaction:
     def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
         queues, highest = set(state.queues), state.highest_message_id
         cursor.execute("SAVEPOINT txn")
-        try:
-            for operation in self.operations:
-                operation.apply(cursor, state)
-        except InvalidOperation:
-            cursor.execute("ROLLBACK TO txn")
-            cursor.execute("RELEASE txn")
-            state.queues, state.highest_message_id = queues, highest
-            raise
+        for outcome in apply_all(cursor, state, self.operations):
+            if outcome is not None:
+                cursor.execute("ROLLBACK TO txn")
+                cursor.execute("RELEASE txn")
+                state.queues, state.highest_message_id = queues, highest
+                raise outcome
         cursor.execute("RELEASE txn")
+
+
+Outcome = InvalidOperation | None
+
+
+def apply_all(
+    cursor: sqlite3.Cursor, state: WriterState, operations: Sequence[Operation]
+) -> list[Outcome]:
+    """Apply ``operations`` in order: the outcome of each (None, or why it was refused)."""
+    outcomes: list[Outcome] = []
+    start = 0
+    while start < len(operations):
+        kind = type(operations[start])
+        end = start + 1
+        while end < len(operations) and type(operations[end]) is kind:
+            end += 1
+        run = operations[start:end]
+        if len(run) > 1 and kind is AddMessage:
+            outcomes += _add_run(cursor, state, [op for op in run if isinstance(op, AddMessage)])
+        elif len(run) > 1 and kind is Acknowledge:
+            outcomes += _ack_run(cursor, state, [op for op in run if isinstance(op, Acknowledge)])
+        else:
+            outcomes += _one_by_one(cursor, state, run)
+        start = end
+    return outcomes
+
+
+def _one_by_one(
+    cursor: sqlite3.Cursor, state: WriterState, operations: Sequence[Operation]
+) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    for operation in operations:
+        try:
+            operation.apply(cursor, state)
+        except InvalidOperation as invalid:
+            outcomes.append(invalid)
+        else:
+            outcomes.append(None)
+    return outcomes
+
+
+def _add_run(cursor: sqlite3.Cursor, state: WriterState, adds: list[AddMessage]) -> list[Outcome]:
+    if any(queue not in state.queues for add in adds for queue in add.queues):
+        return _one_by_one(cursor, state, adds)
+    cursor.execute("SAVEPOINT run")
+    try:
+        cursor.executemany(
+            "INSERT INTO messages (id, refs, data) VALUES (?, ?, ?)",
+            [(add.message_id, len(add.queues), add.data) for add in adds],
+        )
+    except sqlite3.IntegrityError:
+        cursor.execute("ROLLBACK TO run")
+        cursor.execute("RELEASE run")
+        return _one_by_one(cursor, state, adds)
+    cursor.executemany(
+        "INSERT INTO message_refs (queue, message_id, delivery_count) VALUES (?, ?, 0)",
+        [(queue, add.message_id) for add in adds for queue in add.queues],
+    )
+    cursor.execute("RELEASE run")
+    state.highest_message_id = max(state.highest_message_id, *(add.message_id for add in adds))
+    return [None] * len(adds)
+
+
+def _ack_run(cursor: sqlite3.Cursor, state: WriterState, acks: list[Acknowledge]) -> list[Outcome]:
+    cursor.execute("SAVEPOINT run")
+    cursor.executemany(
+        "DELETE FROM message_refs WHERE queue = ? AND message_id = ?",
+        [(ack.queue, ack.message_id) for ack in acks],
+    )
+    if cursor.rowcount != len(acks):
+        cursor.execute("ROLLBACK TO run")
+        cursor.execute("RELEASE run")
+        return _one_by_one(cursor, state, acks)
+    # Each message loses one reference per acknowledgement; those left with none go.
+    released = Counter(ack.message_id for ack in acks)
+    cursor.executemany("DELETE FROM messages WHERE id = ? AND refs = ?", list(released.items()))
+    if cursor.rowcount != len(released):
+        cursor.executemany(
+            "UPDATE messages SET refs = refs - ? WHERE id = ?",
+            [(count, message_id) for message_id, count in released.items()],
+        )
+    cursor.execute("RELEASE run")
+    return [None] * len(acks)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bridge.message import Message, MessageFormatError, decode_message
-from bridge.store.errors import CommitFailed, InvalidOperation, StoreError
-from bridge.store.operations import Operation, WriterState
+from bridge.store.errors import CommitFailed, StoreError
+from bridge.store.operations import Operation, Outcome, WriterState, apply_all
 from bridge.store.records import QueueRecord, Recovered, RecoveredMessage
 from bridge.store.schema import connect
 
@@ -40,22 +40,15 @@ class Writer:
         self._connection, self._cursor = connection, cursor
         return recovered
 
-    def run(self, operations: Sequence[Operation]) -> list[InvalidOperation | None]:
+    def run(self, operations: Sequence[Operation]) -> list[Outcome]:
         """Apply ``operations`` in one transaction and commit it: the outcome of each, or
         ``CommitFailed`` (nothing written) if SQLite fails."""
         assert self._cursor is not None, "the writer is not open"
         cursor, state = self._cursor, self._state
         highest = state.highest_message_id
-        outcomes: list[InvalidOperation | None] = []
         try:
             cursor.execute("BEGIN IMMEDIATE")
-            for operation in operations:
-                try:
-                    operation.apply(cursor, state)
-                except InvalidOperation as invalid:
-                    outcomes.append(invalid)
-                else:
-                    outcomes.append(None)
+            outcomes = apply_all(cursor, state, operations)
             if state.highest_message_id != highest:
                 state.save(cursor)
             cursor.execute("COMMIT")

@@ -209,3 +209,52 @@ async def test_bad_arguments_are_refused_before_anything_is_queued(stores, call,
     with pytest.raises(InvalidOperation, match=error):
         await call(store)
     assert store.commits == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_runs_of_adds_and_acks_in_one_batch_keep_per_operation_outcomes(stores):
+    """Consecutive adds and acks are written with one statement per table; an invalid one
+    among them still fails alone and the others are written."""
+    store, _ = await stores.open()
+    await gatherResults([store.create_queue(anycast(name)) for name in "abc"])
+    await store.add(message(1), ["a"])
+
+    adds = [store.add(message(i), ["a", "b"]) for i in (2, 3)]
+    adds.append(store.add(message(1), ["a"]))  # already stored
+    adds += [store.add(message(i), ["a", "b", "c"]) for i in (4, 5)]
+    outcomes = await gatherResults([d.addErrback(lambda f: f.value) for d in adds])
+    assert [str(o) if o else None for o in outcomes] == [
+        None,
+        None,
+        "add message 1: a message with this id is already stored",
+        None,
+        None,
+    ]
+
+    acks = [
+        store.acknowledge("a", 2),
+        store.acknowledge("b", 2),  # message 2 leaves the store
+        store.acknowledge("a", 4),
+        store.acknowledge("c", 4),  # message 4 stays, on b
+        store.acknowledge("c", 9),  # not held
+        store.acknowledge("a", 5),
+    ]
+    outcomes = await gatherResults([d.addErrback(lambda f: f.value) for d in acks])
+    assert [str(o) if o else None for o in outcomes] == [
+        None,
+        None,
+        None,
+        None,
+        "acknowledge message 9 on queue 'c': the queue does not hold it",
+        None,
+    ]
+    # Acks that all succeed in one run release each message's references together:
+    # message 5 loses its last two, message 3 one of its two.
+    await gatherResults(
+        [store.acknowledge("b", 5), store.acknowledge("c", 5), store.acknowledge("a", 3)]
+    )
+
+    store, recovered = await stores.reopen(store)
+    assert {q: ids(recovered, q) for q in "abc"} == {"a": [1], "b": [3, 4], "c": []}
+    assert rows(store.path, "messages") == 3
+    assert recovered.highest_message_id == 5
