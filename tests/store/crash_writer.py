@@ -3,8 +3,10 @@
 ``python -m tests.store.crash_writer DATA_DIR MILESTONE`` opens a store, creates queue
 ``q``, then keeps ``WINDOW`` adds in flight and acknowledges two of every three messages
 once their add is confirmed. It prints one JSON line per confirmation, after the Deferred
-fired: ``{"event": "add", "id": N}`` and ``{"event": "ack", "id": M}``; so every line it
-printed is a promise that the operation is durable. Once MILESTONE adds are confirmed it
+fired: ``{"event": "add", "id": N}`` and ``{"event": "ack", "id": M}``; so every such line
+is a promise that the operation is durable. Before it issues an acknowledgement it prints
+``{"event": "acking", "id": M}``: from then on, until it is confirmed, the message may or
+may not be gone. Once MILESTONE adds are confirmed it
 also prints ``{"event": "milestone"}`` (the test's cue to kill it) and goes on writing.
 """
 
@@ -46,6 +48,7 @@ class Writer:
     def pump(self) -> None:
         self.pump_call = None
         for message_id in self.to_ack:
+            emit("acking", id=message_id)
             self.store.acknowledge("q", message_id).addCallback(self._acked, message_id)
         self.to_ack = []
         while self.in_flight < WINDOW:
