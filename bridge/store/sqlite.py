@@ -122,19 +122,20 @@ class SQLiteMessageStore:
     def add(
         self, message: Message, queues: Sequence[str], tx: TxId | None = None
     ) -> Deferred[None]:
-        what = f"add message {message.id}"
         if self._state is not _State.OPEN:
             return self._not_open()
         if not message.durable:
-            return self._refuse(f"{what}: the message is not durable")
+            return self._refuse(f"add message {message.id}: the message is not durable")
         if not queues:
-            return self._refuse(f"{what}: no queue given")
+            return self._refuse(f"add message {message.id}: no queue given")
         if len(set(queues)) != len(queues):
-            return self._refuse(f"{what}: a queue is given twice in {list(queues)}")
+            return self._refuse(
+                f"add message {message.id}: a queue is given twice in {list(queues)}"
+            )
         try:
             data = encode_message(message)
         except MessageFormatError as error:
-            return self._refuse(f"{what}: {error}")
+            return self._refuse(f"add message {message.id}: {error}")
         return self._submit(AddMessage(message.id, tuple(queues), data), tx)
 
     def acknowledge(self, queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
