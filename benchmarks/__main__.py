@@ -8,6 +8,7 @@ import sys
 SCENARIOS = {
     "demo": "benchmarks.demo",
     "transport": "benchmarks.transport_throughput",
+    "store": "benchmarks.store_throughput",
 }
 
 

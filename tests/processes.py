@@ -76,17 +76,26 @@ class JSONLinesProcess(ProcessProtocol):
         return waiter
 
     def _wake(self) -> None:
+        """Fire the waiters whose events have arrived; a callback may await the next one."""
+        ready: list[tuple[Deferred[dict[str, Any]], dict[str, Any]]] = []
         still = []
         for name, waiter in self._waiting:
-            start = self._cursor.get(name, 0)
-            for index in range(start, len(self.events)):
-                if self.events[index]["event"] == name:
-                    self._cursor[name] = index + 1
-                    waiter.callback(self.events[index])
-                    break
-            else:
+            event = self._take(name)
+            if event is None:
                 still.append((name, waiter))
+            else:
+                ready.append((waiter, event))
         self._waiting = still
+        for waiter, event in ready:
+            waiter.callback(event)
+
+    def _take(self, name: str) -> dict[str, Any] | None:
+        start = self._cursor.get(name, 0)
+        for index in range(start, len(self.events)):
+            if self.events[index]["event"] == name:
+                self._cursor[name] = index + 1
+                return self.events[index]
+        return None
 
     def named(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == name]
