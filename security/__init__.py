@@ -14,7 +14,7 @@ from security.errors import AuthenticationFailed, ConfigError, PermissionDenied,
 from security.interfaces import IAuthenticator, ISecurityAuth
 from security.passwords import hash_password, verify_password
 from security.permissions import Permission
-from security.roles import RoleMapper, RoleRule
+from security.roles import RoleMapper, RoleRule, SourceKind
 from security.store import SecurityStore, authenticator_for
 from security.subject import AuthMethod, Identity, SecurityAuth, Subject
 from security.users_file import UserRecord, UsersFileAuthenticator, load_users_file
@@ -39,6 +39,7 @@ __all__ = [
     "SecuritySetting",
     "SecuritySettings",
     "SecurityStore",
+    "SourceKind",
     "Subject",
     "UserRecord",
     "UsersFileAuthenticator",

@@ -25,6 +25,9 @@ AuditValue = str | int | float | None
 
 
 def format_value(value: AuditValue) -> str:
+    """One field's value as written in a line: ``-`` for None, a plain token as is, and
+    anything else as a JSON string, so that a user-supplied name cannot add fields or
+    lines."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -34,6 +37,7 @@ def format_value(value: AuditValue) -> str:
 
 
 def format_line(fields: Mapping[str, AuditValue]) -> str:
+    """``key=value`` pairs in the order of ``fields``, separated by spaces."""
     return " ".join(f"{key}={format_value(value)}" for key, value in fields.items())
 
 

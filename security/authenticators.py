@@ -21,6 +21,7 @@ class ChainAuthenticator:
         self.authenticators = tuple(authenticators)
 
     def authenticate(self, auth: ISecurityAuth) -> Identity | None:
+        """The identity of the first authenticator that vouches for ``auth``, else None."""
         for authenticator in self.authenticators:
             identity = authenticator.authenticate(auth)
             if identity is not None:

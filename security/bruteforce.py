@@ -6,17 +6,27 @@ credentials and refuses while a host is in its back-off window.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import OrderedDict
-from collections.abc import Callable
 
 import attrs
+
+from security.clock import Clock
+
+
+def _default_forget_after(policy: BackoffPolicy) -> float:
+    return 2 * policy.max_delay
 
 
 @attrs.frozen
 class BackoffPolicy:
     """``threshold`` failures in a row are free; each further failure refuses the host
     for ``initial_delay * multiplier ** k`` seconds (k = 0, 1, ...), at most ``max_delay``.
-    A success resets the count; so does ``max_delay`` without failures.
+
+    A success resets the count; so does ``forget_after`` seconds without failures
+    (default twice ``max_delay``). It must be longer than ``max_delay``: forgiving a host
+    the moment its longest refusal ends would restart the escalation for a patient
+    attacker, who would then never wait longer than ``max_delay``.
     """
 
     threshold: int = 3
@@ -24,6 +34,14 @@ class BackoffPolicy:
     multiplier: float = 2.0
     max_delay: float = 300.0
     max_hosts: int = 10_000
+    forget_after: float = attrs.field(default=attrs.Factory(_default_forget_after, takes_self=True))
+
+    @forget_after.validator
+    def _check_forget_after(self, _: attrs.Attribute[float], value: float) -> None:
+        if value <= self.max_delay:
+            raise ValueError(
+                f"forget_after ({value:g}s) must be longer than max_delay ({self.max_delay:g}s)"
+            )
 
     def window(self, failures: int) -> float:
         """Seconds of refusal after ``failures`` failures in a row."""
@@ -36,12 +54,28 @@ class BackoffPolicy:
 
 
 def remote_host(remote_address: str) -> str:
-    """The host of ``host:port``, ``[v6]:port`` or a bare host."""
-    if remote_address.startswith("["):
-        return remote_address[1:].partition("]")[0]
-    if remote_address.count(":") == 1:
-        return remote_address.rpartition(":")[0]
-    return remote_address
+    """The host of a remote address, without the port, so that every connection from one
+    host shares one failure count.
+
+    Accepts ``[v6]:port`` (as the transport writes IPv6 peers), ``v4:port``,
+    ``name:port`` and bare hosts (``v6`` unbracketed, ``v4``, a name). IP addresses come
+    back in canonical form (``2001:DB8:0::1`` is ``2001:db8::1``, and an IPv4-mapped IPv6
+    address is its IPv4 address), so spellings of one host do not count apart.
+    """
+    text = remote_address.strip()
+    if text.startswith("["):
+        host = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        host = text.partition(":")[0]
+    else:
+        host = text  # a bare IPv6 address (several colons) or a bare host
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
 
 
 @attrs.define
@@ -51,24 +85,29 @@ class _Record:
     refused_until: float
 
 
+@attrs.define
 class LoginGuard:
-    """Counts failed logins per host and says when a host must be refused."""
+    """Counts failed logins per host and says when a host must be refused.
 
-    def __init__(self, policy: BackoffPolicy, clock: Callable[[], float]) -> None:
-        self.policy = policy
-        self._clock = clock
-        self._hosts: OrderedDict[str, _Record] = OrderedDict()
+    At most ``policy.max_hosts`` hosts are remembered (the least recently failed is
+    forgotten first). Not thread-safe: the store calls it under its lock.
+    """
+
+    policy: BackoffPolicy
+    clock: Clock
+    _hosts: OrderedDict[str, _Record] = attrs.field(init=False, factory=OrderedDict)
 
     def __len__(self) -> int:
         return len(self._hosts)
 
     def failures(self, host: str) -> int:
+        """Failed logins in a row from ``host`` that are not yet forgiven."""
         record = self._current(host)
         return record.failures if record else 0
 
     def _current(self, host: str) -> _Record | None:
         record = self._hosts.get(host)
-        if record is not None and self._clock() - record.last_failure >= self.policy.max_delay:
+        if record is not None and self.clock() - record.last_failure >= self.policy.forget_after:
             del self._hosts[host]  # quiet long enough: forgiven
             return None
         return record
@@ -78,12 +117,12 @@ class LoginGuard:
         record = self._current(host)
         if record is None:
             return None
-        left = record.refused_until - self._clock()
+        left = record.refused_until - self.clock()
         return left if left > 0 else None
 
     def failed(self, host: str) -> float:
         """Count a failure; return the refusal window it starts (0 if none)."""
-        now = self._clock()
+        now = self.clock()
         record = self._current(host)
         if record is None:
             record = self._hosts[host] = _Record(0, now, now)
@@ -97,4 +136,5 @@ class LoginGuard:
         return window
 
     def succeeded(self, host: str) -> None:
+        """A login from ``host`` succeeded: its failures are forgiven at once."""
         self._hosts.pop(host, None)

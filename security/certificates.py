@@ -72,6 +72,7 @@ def normalize_dn(text: str) -> str:
 
 
 def certificate_dn(certificate: x509.Certificate) -> str:
+    """The subject DN of ``certificate``, spelled as :func:`normalize_dn` spells DNs."""
     return certificate.subject.rfc4514_string()
 
 
@@ -118,6 +119,8 @@ class CertificateUser:
 
 @attrs.frozen
 class CertificateMap:
+    """A parsed mapping file: users by normalized subject DN and by normalized SAN."""
+
     by_subject: Mapping[str, CertificateUser]
     by_san: Mapping[str, CertificateUser]
 
@@ -132,8 +135,16 @@ class CertificateMap:
                 return found
         return None
 
+    def knows(self, user: str) -> bool:
+        """Whether some certificate maps to ``user``."""
+        mapped = (*self.by_subject.values(), *self.by_san.values())
+        return any(entry.user == user for entry in mapped)
+
 
 def parse_certificate_map(data: Mapping[str, Any], source: str) -> CertificateMap:
+    """The mapping in a parsed mapping file; ConfigError names ``source`` and the key
+    (an entry with both or neither of subject and san, a bad DN or SAN, a DN or SAN
+    mapped twice, a missing or bad user)."""
     check_keys(data, {"certificate"}, source, "")
     by_subject: dict[str, CertificateUser] = {}
     by_san: dict[str, CertificateUser] = {}
@@ -176,6 +187,7 @@ def parse_certificate_map(data: Mapping[str, Any], source: str) -> CertificateMa
 
 
 def load_certificate_map(path: Path) -> CertificateMap:
+    """Read and check the certificate mapping file at ``path``."""
     return parse_certificate_map(read_toml(path, "certificate mapping file"), str(path))
 
 
@@ -197,7 +209,13 @@ class CertificateAuthenticator:
     def __init__(self, path: Path) -> None:
         self._file = WatchedFile(path, load_certificate_map, "certificate mapping file")
 
+    def knows(self, user: str) -> bool:
+        """Whether some certificate maps to ``user`` (for checking the configuration)."""
+        return self._file.value.knows(user)
+
     def authenticate(self, auth: ISecurityAuth) -> Identity | None:
+        """The mapped user of the leaf certificate, or None (no chain, unmapped, or the
+        client named another user)."""
         leaf = _leaf(auth.peer_certificates)
         if leaf is None:
             return None
@@ -212,4 +230,5 @@ class CertificateAuthenticator:
         )
 
     def reload(self) -> None:
+        """Read the mapping file now; ConfigError (and the old mapping kept) if wrong."""
         self._file.reload()

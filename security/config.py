@@ -17,6 +17,7 @@ counted from 0, as in ``security.setting[2].send``) and what was expected.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ SECURITY_KEYS = frozenset(
         "failed-login-delay",
         "failed-login-delay-multiplier",
         "failed-login-max-delay",
+        "failed-login-forget-after",
         "setting",
         "role-mapping",
     }
@@ -80,6 +82,7 @@ class SecuritySetting:
     grants: Mapping[Permission, frozenset[str]] = attrs.field(factory=dict)
 
     def roles_for(self, permission: Permission | str) -> frozenset[str]:
+        """The roles granted ``permission`` on what this setting matches."""
         return self.grants.get(Permission(permission), _EMPTY)
 
 
@@ -106,8 +109,21 @@ def _path(value: object, source: str, key: str, base: Path) -> Path:
     return path if path.is_absolute() else base / path
 
 
+def _check_permission_keys(entry: Mapping[str, Any], source: str, key: str) -> None:
+    for name in entry:
+        if name not in SETTING_KEYS:
+            close = difflib.get_close_matches(name, sorted(SETTING_KEYS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(
+                source,
+                key_path(key, name),
+                f"unknown permission {name!r}{hint} (known: {', '.join(sorted(PERMISSION_NAMES))}"
+                "; and match, the pattern)",
+            )
+
+
 def _setting(entry: Mapping[str, Any], source: str, key: str) -> SecuritySetting:
-    check_keys(entry, SETTING_KEYS, source, key)
+    _check_permission_keys(entry, source, key)
     if "match" not in entry:
         raise ConfigError(
             source, key_path(key, "match"), 'missing: a match pattern like "orders.#"'
@@ -157,12 +173,12 @@ def _role_mapping(value: object, source: str) -> tuple[RoleRule, ...]:
                 raise ConfigError(
                     source, key_path(item, name), "missing: a role mapping needs from and to"
                 )
-        rules.append(
-            RoleRule(
-                expect_str(entry["from"], source, key_path(item, "from")),
-                expect_str(entry["to"], source, key_path(item, "to")),
-            )
-        )
+        origin = expect_str(entry["from"], source, key_path(item, "from"))
+        role = expect_str(entry["to"], source, key_path(item, "to"))
+        try:
+            rules.append(RoleRule.parse(origin, role))
+        except ValueError as error:
+            raise ConfigError(source, key_path(item, "from"), f"{error}, got {origin!r}") from None
     return tuple(rules)
 
 
@@ -180,6 +196,13 @@ def _backoff(table: Mapping[str, Any], source: str) -> BackoffPolicy:
     delay = default.initial_delay
     if "failed-login-delay" in table:
         delay = expect_duration(table["failed-login-delay"], source, key("failed-login-delay"))
+        if delay <= 0:
+            raise ConfigError(
+                source,
+                key("failed-login-delay"),
+                "expected a duration longer than 0s: the brute-force slowdown cannot be turned "
+                "off; raise failed-login-threshold to allow more failed logins before it starts",
+            )
     max_delay = default.max_delay
     if "failed-login-max-delay" in table:
         max_delay = expect_duration(
@@ -199,7 +222,22 @@ def _backoff(table: Mapping[str, Any], source: str) -> BackoffPolicy:
             key("failed-login-max-delay"),
             f"expected at least failed-login-delay ({delay:g}s), got {max_delay:g}s",
         )
-    return BackoffPolicy(threshold, delay, multiplier, max_delay)
+    forget_after = 2 * max_delay
+    if "failed-login-forget-after" in table:
+        forget_after = expect_duration(
+            table["failed-login-forget-after"], source, key("failed-login-forget-after")
+        )
+        if forget_after <= max_delay:
+            raise ConfigError(
+                source,
+                key("failed-login-forget-after"),
+                f"expected longer than failed-login-max-delay ({max_delay:g}s), got "
+                f"{forget_after:g}s: a host forgiven when its longest refusal ends would start "
+                "over with free failures",
+            )
+    return BackoffPolicy(
+        threshold, delay, multiplier, max_delay, default.max_hosts, forget_after=forget_after
+    )
 
 
 def load_security(

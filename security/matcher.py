@@ -2,20 +2,23 @@
 
 A pattern is words separated by ``.``; the word ``#`` matches zero or more words and the
 word ``*`` exactly one. ``address::queue`` patterns (fully qualified queue names) match a
-queue on an address; each side may use wildcards.
+queue on an address; each side may use wildcards (an extension: Artemis matches fully
+qualified names literally).
 
-Most specific, precisely (docs/security.md has worked examples):
+Most specific, as Artemis's ``HierarchicalObjectRepository.MatchComparator`` orders
+security settings (docs/security.md has worked examples):
 
-1. Any matching ``address::queue`` pattern beats every address-only pattern.
-2. Patterns are compared word by word from the left: a literal word beats ``*``, ``*``
-   beats the end of the pattern, and the end of the pattern beats ``#``. The first
-   position where two patterns differ decides. So ``orders.eu`` beats ``orders.*``,
-   ``orders.*`` beats ``orders.#``, ``orders`` beats ``orders.#`` and ``#.eu`` beats
-   ``#``: at equal prefixes the longer pattern wins unless what it adds is ``#``.
-3. For ``address::queue`` patterns the address parts are compared first, then the queues.
-4. Two different patterns can still rank equal (``#.a.#`` and ``#.b.#`` both match
-   ``a.b``); the one first in alphabetical order wins, so the choice never depends on the
-   order in which settings were declared.
+1. A pattern without ``#`` beats one with ``#``.
+2. Between two patterns with ``#``, the longer text wins (nothing else is compared).
+3. Between two patterns without ``#``: one without ``*`` beats one with ``*``; between
+   two with ``*``, the words are compared from the left and at the first position where
+   one has ``*`` and the other a literal word, the literal wins.
+4. Ours, not Artemis's: any matching ``address::queue`` pattern beats every address-only
+   pattern; between two of them the address parts are compared by rules 1 to 3, then the
+   queue parts.
+5. Ours: where Artemis leaves two patterns equal (``#.a`` and ``a.#`` on ``a.a`` have the
+   same length, and Artemis's order then depends on a hash map), the text first in
+   code-point order wins, so the choice never depends on the order of declaration.
 
 The winner is used alone: it is not merged with broader matches.
 """
@@ -32,12 +35,6 @@ ANY_WORDS = "#"
 SINGLE_WORD = "*"
 FQQN_SEPARATOR = "::"
 
-# Ranks of one position of a pattern, higher is more specific.
-_LITERAL = 3
-_SINGLE = 2
-_END = 1
-_ANY = 0
-
 V = TypeVar("V")
 
 
@@ -45,40 +42,48 @@ class InvalidPattern(ValueError):
     """A match pattern that is not words separated by dots."""
 
 
-Rank = tuple[int, tuple[int, ...], tuple[int, ...]]
+# Smaller sorts first, that is more specific: (has '#', minus the length if it has '#',
+# has '*', whether each word is '*', the length). The lengths are of the text.
+PartKey = tuple[bool, int, bool, tuple[bool, ...], int]
+SpecificityKey = tuple[bool, PartKey, PartKey | None, str]
 
 
-def _word_rank(word: str) -> int:
-    if word == ANY_WORDS:
-        return _ANY
-    if word == SINGLE_WORD:
-        return _SINGLE
-    return _LITERAL
+def _java_length(text: str) -> int:
+    # Artemis compares String.length(), which counts UTF-16 code units.
+    return len(text.encode("utf-16-le")) // 2
 
 
-def _ranks(words: tuple[str, ...]) -> tuple[int, ...]:
-    # Every rank tuple ends with _END, which is below every literal and ``*`` and above
-    # ``#``: comparing two tuples then compares word by word, the end included.
-    return (*(_word_rank(word) for word in words), _END)
+def _part_key(words: tuple[str, ...]) -> PartKey:
+    """Artemis's order for one pattern (or one side of ``address::queue``)."""
+    length = _java_length(DELIMITER.join(words))
+    if ANY_WORDS in words:
+        return (True, -length, False, (), length)  # rules 1 and 2: longer first
+    stars = tuple(word == SINGLE_WORD for word in words)
+    return (False, 0, any(stars), stars, length)  # rule 3: a literal before '*'
+
+
+def specificity_key(
+    address: tuple[str, ...], queue: tuple[str, ...] | None, text: str
+) -> SpecificityKey:
+    """The sort key of a pattern: of two patterns matching one name, the one with the
+    smaller key is the more specific (the module documentation has the rules)."""
+    return (
+        queue is None,
+        _part_key(address),
+        _part_key(queue) if queue is not None else None,
+        text,
+    )
 
 
 @attrs.frozen
 class MatchPattern:
-    """A parsed pattern: address words, queue words (for ``address::queue``) and rank."""
+    """A parsed pattern: address words, queue words (for ``address::queue``) and the
+    key that orders patterns from the most specific."""
 
     text: str
     address: tuple[str, ...]
     queue: tuple[str, ...] | None
-    rank: Rank = attrs.field(eq=False, repr=False)
-
-    @property
-    def is_fully_qualified(self) -> bool:
-        return self.queue is not None
-
-    @property
-    def has_wildcards(self) -> bool:
-        words = self.address + (self.queue or ())
-        return any(word in (ANY_WORDS, SINGLE_WORD) for word in words)
+    key: SpecificityKey = attrs.field(eq=False, repr=False)
 
     def matches(self, address: str, queue: str | None = None) -> bool:
         """Whether this pattern covers ``address`` (and ``queue``)."""
@@ -90,6 +95,7 @@ class MatchPattern:
 
 
 def split_words(name: str) -> tuple[str, ...]:
+    """The words of an address, queue or pattern: its parts between dots."""
     return tuple(name.split(DELIMITER))
 
 
@@ -126,12 +132,7 @@ def parse_pattern(text: str) -> MatchPattern:
     else:
         address = _parse_words(text, "address")
         queue = None
-    rank: Rank = (
-        1 if queue is not None else 0,
-        _ranks(address),
-        _ranks(queue) if queue is not None else (),
-    )
-    return MatchPattern(text, address, queue, rank)
+    return MatchPattern(text, address, queue, specificity_key(address, queue, text))
 
 
 def words_match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
@@ -150,24 +151,8 @@ def words_match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
     return count in positions
 
 
-def most_specific(patterns: Iterable[MatchPattern]) -> MatchPattern | None:
-    """The most specific of ``patterns`` (see the module documentation), or None."""
-    best: MatchPattern | None = None
-    for pattern in patterns:
-        if (
-            best is None
-            or pattern.rank > best.rank
-            or (pattern.rank == best.rank and pattern.text < best.text)
-        ):
-            best = pattern
-    return best
-
-
-def by_specificity(patterns: Iterable[MatchPattern]) -> list[MatchPattern]:
-    """``patterns`` from the most specific to the least."""
-    ordered = sorted(patterns, key=lambda p: p.text)
-    ordered.sort(key=lambda p: p.rank, reverse=True)
-    return ordered
+def _specificity(entry: tuple[MatchPattern, object]) -> SpecificityKey:
+    return entry[0].key
 
 
 class _Node(Generic[V]):
@@ -245,6 +230,7 @@ class MatchTable(Generic[V]):
         return len(self._patterns)
 
     def add(self, pattern: MatchPattern, value: V) -> None:
+        """Add ``value`` under ``pattern``; InvalidPattern if the pattern is already in."""
         if pattern.text in self._patterns:
             raise InvalidPattern(f"{pattern.text!r} is already in the table")
         self._patterns[pattern.text] = pattern
@@ -260,8 +246,7 @@ class MatchTable(Generic[V]):
         found = _collect(self._addresses, words)
         if queue is not None and self._has_queues:
             found.extend(self._queue_matches(words, queue))
-        order = {p.text: n for n, p in enumerate(by_specificity(p for p, _ in found))}
-        found.sort(key=lambda entry: order[entry[0].text])
+        found.sort(key=_specificity)
         return found
 
     def _queue_matches(self, words: tuple[str, ...], queue: str) -> list[tuple[MatchPattern, V]]:
@@ -276,20 +261,8 @@ class MatchTable(Generic[V]):
         """The most specific entry matching ``address`` (and ``queue``), or None."""
         words = split_words(address)
         if queue is not None and self._has_queues:
-            found = self._best(self._queue_matches(words, queue))
-            if found is not None:
-                return found
-        return self._best(_collect(self._addresses, words))
-
-    @staticmethod
-    def _best(entries: Iterable[tuple[MatchPattern, V]]) -> tuple[MatchPattern, V] | None:
-        best: tuple[MatchPattern, V] | None = None
-        for entry in entries:
-            pattern = entry[0]
-            if best is None:
-                best = entry
-                continue
-            top = best[0]
-            if pattern.rank > top.rank or (pattern.rank == top.rank and pattern.text < top.text):
-                best = entry
-        return best
+            found = self._queue_matches(words, queue)
+            if found:
+                return min(found, key=_specificity)
+        found = _collect(self._addresses, words)
+        return min(found, key=_specificity) if found else None

@@ -22,10 +22,11 @@ DEFAULT_R = 8
 DEFAULT_P = 1
 SALT_BYTES = 16
 HASH_BYTES = 32
-# Bounds a hash from a file may ask for: beyond these one login could exhaust the node.
-MAX_N = 2**20
-MAX_R = 32
+# Bounds any hash may ask for, checked before hashing (when a hash is made or a users
+# file is loaded): beyond these one login could exhaust the node's memory or CPU.
+MAX_MEMORY = 256 * 2**20  # bytes scrypt needs, 128 * n * r: twice the default's
 MAX_P = 16
+MAX_WORK = 2**30  # 128 * n * r * p, proportional to the time: 8 times the default's
 MIN_SALT_BYTES = 8
 MIN_HASH_BYTES = 16
 
@@ -49,7 +50,41 @@ def _b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _mib(size: int) -> str:
+    return f"{size / 2**20:g} MiB"
+
+
+def cost_problem(n: int, r: int, p: int) -> str | None:
+    """Why scrypt parameters ``n``, ``r``, ``p`` are refused, or None if they are usable.
+
+    Checked before any hashing: scrypt needs ``128 * n * r`` bytes of memory at once
+    (at most 256 MiB here) and time in proportion to ``128 * n * r * p`` (at most 8 times
+    the default's); OpenSSL also requires ``n < 2 ** (16 * r)``.
+    """
+    if n < 2 or n & (n - 1):
+        return f"scrypt n must be a power of two of at least 2, got {n}"
+    if r < 1 or p < 1:
+        return f"scrypt r and p must be at least 1, got r={r}, p={p}"
+    if p > MAX_P:
+        return f"scrypt p must be at most {MAX_P}, got {p}"
+    memory = 128 * n * r
+    if memory > MAX_MEMORY:
+        return (
+            f"scrypt n={n}, r={r} needs {_mib(memory)} of memory per login "
+            f"(128 * n * r); the limit is {_mib(MAX_MEMORY)}"
+        )
+    if memory * p > MAX_WORK:
+        return (
+            f"scrypt n={n}, r={r}, p={p} costs 128 * n * r * p = {_mib(memory * p)} of work "
+            f"per login; the limit is {_mib(MAX_WORK)}"
+        )
+    if n.bit_length() - 1 >= 16 * r:
+        return f"scrypt n must be below 2**(16 * r) = {2 ** (16 * r)} for r={r}, got {n}"
+    return None
+
+
 def _kdf(salt: bytes, length: int, n: int, r: int, p: int) -> Scrypt:
+    # The one place a key is derived: tests spy on it to see which parameters were used.
     return Scrypt(salt=salt, length=length, n=n, r=r, p=p)
 
 
@@ -73,10 +108,9 @@ class PasswordHash:
         if found is None:
             raise InvalidHash(f'the parameters must read "n=<N>,r=<R>,p=<P>" in {HASH_HELP}')
         n, r, p = (int(value) for value in found.groups())
-        if n < 2 or n & (n - 1) or n > MAX_N:
-            raise InvalidHash(f"n must be a power of two from 2 to {MAX_N}")
-        if not 1 <= r <= MAX_R or not 1 <= p <= MAX_P:
-            raise InvalidHash(f"r must be 1 to {MAX_R} and p 1 to {MAX_P}")
+        problem = cost_problem(n, r, p)
+        if problem is not None:
+            raise InvalidHash(problem)
         salt = _b64decode(parts[2], "salt")
         digest = _b64decode(parts[3], "hash")
         if len(salt) < MIN_SALT_BYTES or len(digest) < MIN_HASH_BYTES:
@@ -87,6 +121,7 @@ class PasswordHash:
         return cls(n, r, p, salt, digest)
 
     def encode(self) -> str:
+        """The hash as the string a users file stores (parsed back by :meth:`parse`)."""
         return (
             f"{SCHEME}$n={self.n},r={self.r},p={self.p}"
             f"${_b64encode(self.salt)}${_b64encode(self.digest)}"
@@ -103,14 +138,19 @@ class PasswordHash:
 def hash_password(
     password: str, *, n: int = DEFAULT_N, r: int = DEFAULT_R, p: int = DEFAULT_P
 ) -> str:
-    """A new salted hash of ``password``, as a string for a users file."""
+    """A new salted hash of ``password``, as a string for a users file.
+
+    ValueError, before any hashing, for an empty password or parameters
+    :func:`cost_problem` refuses (a users file could not load them either).
+    """
     if not password:
         raise ValueError("a password must not be empty")
+    problem = cost_problem(n, r, p)
+    if problem is not None:
+        raise ValueError(problem)
     salt = os.urandom(SALT_BYTES)
     digest = _kdf(salt, HASH_BYTES, n, r, p).derive(password.encode("utf-8"))
-    encoded = PasswordHash(n, r, p, salt, digest).encode()
-    PasswordHash.parse(encoded)  # refuse parameters a users file could not load
-    return encoded
+    return PasswordHash(n, r, p, salt, digest).encode()
 
 
 def verify_password(password: str, encoded: str | PasswordHash) -> bool:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Sequence
 
+import attrs
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
@@ -15,45 +17,60 @@ from security.authenticators import ChainAuthenticator
 from security.bruteforce import LoginGuard, remote_host
 from security.cache import MISSING, ExpiringCache
 from security.certificates import CertificateAuthenticator
-from security.config import SecuritySetting, SecuritySettings
-from security.errors import AuthenticationFailed, PermissionDenied
+from security.clock import Clock
+from security.config import PREFIX, SecuritySetting, SecuritySettings
+from security.errors import AuthenticationFailed, ConfigError, PermissionDenied
 from security.interfaces import IAuthenticator, ISecurityAuth
 from security.matcher import MatchTable, parse_pattern
 from security.permissions import PERMISSION_NAMES, Permission
 from security.roles import RoleMapper
 from security.subject import AuthMethod, Identity, Subject
 from security.users_file import UsersFileAuthenticator
-
-Clock = Callable[[], float]
+from security.validate import key_path
 
 _AuthKey = tuple[str | None, bytes | None, bytes | None]
 _AuthzKey = tuple[frozenset[str], str, str, str | None]
 
 
-class _Failed:
-    """The cached outcome of a failed login."""
-
-    __slots__ = ()
-
-
-_FAILED = _Failed()
-
-
 def authenticator_for(settings: SecuritySettings) -> IAuthenticator:
     """The authenticators ``settings`` names, certificate first, chained.
 
-    Reads the files now: raises ConfigError if one is missing or wrong.
+    Reads the files now: raises ConfigError if one is missing or wrong, or if the
+    ``cluster-user`` is in neither of them.
     """
-    chain: list[IAuthenticator] = []
+    chain: list[CertificateAuthenticator | UsersFileAuthenticator] = []
     if settings.certificate_users_file is not None:
         chain.append(CertificateAuthenticator(settings.certificate_users_file))
     if settings.users_file is not None:
         chain.append(UsersFileAuthenticator(settings.users_file))
+    cluster_user = settings.cluster_user
+    if cluster_user is not None and not any(each.knows(cluster_user) for each in chain):
+        files = " or ".join(
+            str(path)
+            for path in (settings.users_file, settings.certificate_users_file)
+            if path is not None
+        )
+        raise ConfigError(
+            settings.source,
+            key_path(PREFIX, "cluster-user"),
+            f"{cluster_user!r} is not a user of {files or 'any users file'}: the cluster user "
+            "must exist in the users file (with a password hash) or the certificate mapping",
+        )
     return chain[0] if len(chain) == 1 else ChainAuthenticator(chain)
 
 
 def _table(settings: Sequence[SecuritySetting]) -> MatchTable[SecuritySetting]:
     return MatchTable((parse_pattern(setting.match), setting) for setting in settings)
+
+
+@attrs.frozen
+class _State:
+    """What a reload replaces as a whole: readers take one consistent snapshot."""
+
+    settings: SecuritySettings
+    table: MatchTable[SecuritySetting]
+    roles: RoleMapper
+    authenticator: IAuthenticator | None
 
 
 class SecurityStore:
@@ -63,6 +80,11 @@ class SecurityStore:
     ``time.monotonic``); it drives cache expiry and the brute-force back-off.
     ``authenticator`` defaults to the ones the settings name (:func:`authenticator_for`);
     then :meth:`reload` with new settings builds them afresh.
+
+    Thread-safe: a head runs :meth:`authenticate` in a worker thread (its password hash
+    takes a fraction of a second) while the reactor calls :meth:`check`. One lock guards
+    the caches, the brute-force counts and the swap of a reload; it is never held while
+    a password is hashed or a file is read.
     """
 
     def __init__(
@@ -75,39 +97,43 @@ class SecurityStore:
     ) -> None:
         self._clock = clock
         self._log = logger
-        self._owns_authenticator = authenticator is None
+        self._given = authenticator
         if authenticator is None and settings.enabled:
             authenticator = authenticator_for(settings)
-        self._authenticator = authenticator
         # Cache keys hold a keyed hash of the password, never the password itself.
         self._key_secret = os.urandom(32)
+        self._lock = threading.Lock()
         self._guard = LoginGuard(settings.backoff, clock)
-        self._apply(settings, _table(settings.settings))
+        self._generation = 0
+        self._install(settings, _table(settings.settings), authenticator)
 
-    def _apply(self, settings: SecuritySettings, table: MatchTable[SecuritySetting]) -> None:
-        self._settings = settings
-        self._table = table
-        self._roles = RoleMapper(settings.role_mapping)
+    def _install(
+        self,
+        settings: SecuritySettings,
+        table: MatchTable[SecuritySetting],
+        authenticator: IAuthenticator | None,
+    ) -> None:
+        # Called with the lock held, or from __init__.
+        self._state = _State(settings, table, RoleMapper(settings.role_mapping), authenticator)
         self._guard.policy = settings.backoff
         ttl = settings.invalidation_interval
-        self._authentications: ExpiringCache[_AuthKey, Identity | _Failed] = ExpiringCache(
+        self._authentications: ExpiringCache[_AuthKey, Identity | None] = ExpiringCache(
             settings.authentication_cache_size, ttl, self._clock
         )
         self._decisions: ExpiringCache[_AuthzKey, bool] = ExpiringCache(
             settings.authorization_cache_size, ttl, self._clock
         )
+        self._generation += 1
 
     @property
     def settings(self) -> SecuritySettings:
-        return self._settings
+        """The settings in force (those of the last successful reload)."""
+        return self._state.settings
 
     @property
     def enabled(self) -> bool:
-        return self._settings.enabled
-
-    @property
-    def authenticator(self) -> IAuthenticator | None:
-        return self._authenticator
+        """Whether security is on (``[security] enabled``)."""
+        return self._state.settings.enabled
 
     # -- reloading -----------------------------------------------------------------
 
@@ -115,25 +141,25 @@ class SecurityStore:
         """Read the users and certificate files again, take ``settings`` if given, and
         empty both caches.
 
-        Everything is checked before anything changes: on a ConfigError the store keeps
-        serving with what it had.
+        Everything is read and checked before anything changes (and without the lock):
+        on a ConfigError the store keeps serving with what it had.
         """
-        new = settings if settings is not None else self._settings
+        new = settings if settings is not None else self._state.settings
         table = _table(new.settings)
-        authenticator = self._authenticator
-        if self._owns_authenticator:
-            authenticator = authenticator_for(new) if new.enabled else None
-        elif authenticator is not None:
+        authenticator = self._given
+        if authenticator is not None:
             authenticator.reload()
         elif new.enabled:
-            raise ValueError("security is enabled but this store has no authenticator")
-        self._authenticator = authenticator
-        self._apply(new, table)
+            authenticator = authenticator_for(new)
+        with self._lock:
+            self._install(new, table, authenticator)
 
     def invalidate_caches(self) -> None:
         """Forget cached logins and decisions (the next ones are checked afresh)."""
-        self._authentications.clear()
-        self._decisions.clear()
+        with self._lock:
+            self._authentications.clear()
+            self._decisions.clear()
+            self._generation += 1
 
     # -- authentication ------------------------------------------------------------
 
@@ -149,14 +175,25 @@ class SecurityStore:
         return (auth.user, digest, fingerprint)
 
     def authenticate(self, auth: ISecurityAuth) -> Subject:
-        """The subject ``auth`` proves, or AuthenticationFailed (which never says why)."""
-        settings = self._settings
-        if not settings.enabled or self._authenticator is None:
+        """The subject ``auth`` proves, or AuthenticationFailed (which never says why).
+
+        A login the cache does not answer hashes a password (scrypt: a fraction of a
+        second and up to 256 MiB): protocol heads call this from a worker thread, for
+        example with ``twisted.internet.threads.deferToThreadPool``.
+        """
+        host = remote_host(auth.remote_address)
+        key = self._auth_key(auth)
+        with self._lock:
+            # One snapshot: the state, and the generation that says whether a reload
+            # (or an invalidation) came between this read and the cache write below.
+            state, generation = self._state, self._generation
+            authenticator = state.authenticator if state.settings.enabled else None
+            wait = self._guard.refusal(host) if authenticator is not None else None
+            cached = self._authentications.get(key) if wait is None else MISSING
+        if authenticator is None:
             return Subject(
                 auth.user or "", frozenset(), AuthMethod.NONE, auth.protocol, auth.remote_address
             )
-        host = remote_host(auth.remote_address)
-        wait = self._guard.refusal(host)
         if wait is not None:
             audit(
                 self._log,
@@ -169,18 +206,19 @@ class SecurityStore:
                 retry_after=round(wait, 3),
             )
             raise AuthenticationFailed()
-        key = self._auth_key(auth)
-        cached = self._authentications.get(key)
         if cached is MISSING:
-            identity = self._authenticator.authenticate(auth)
-            outcome: Identity | _Failed = (
-                self._roles.apply(identity) if identity is not None else _FAILED
-            )
-            self._authentications.put(key, outcome)
+            # The slow part, outside the lock: other logins and checks go on meanwhile.
+            identity = authenticator.authenticate(auth)
+            outcome = state.roles.apply(identity) if identity is not None else None
+            with self._lock:
+                if generation == self._generation:  # no reload since: still true
+                    self._authentications.put(key, outcome)
         else:
-            outcome = cached  # type: ignore[assignment]
-        if isinstance(outcome, _Failed):
-            window = self._guard.failed(host)
+            outcome = cached
+        if outcome is None:
+            with self._lock:
+                window = self._guard.failed(host)
+                failures = self._guard.failures(host)
             audit(
                 self._log,
                 logging.WARNING,
@@ -189,11 +227,12 @@ class SecurityStore:
                 protocol=auth.protocol,
                 remote=auth.remote_address,
                 certificate=self._leaf_dn(auth),
-                failures=self._guard.failures(host),
+                failures=failures,
                 refused_for=window,
             )
             raise AuthenticationFailed()
-        self._guard.succeeded(host)
+        with self._lock:
+            self._guard.succeeded(host)
         audit(
             self._log,
             logging.INFO,
@@ -204,13 +243,14 @@ class SecurityStore:
             protocol=auth.protocol,
             remote=auth.remote_address,
         )
+        cluster_user = state.settings.cluster_user
         return Subject(
             outcome.user,
             outcome.roles,
             outcome.method,
             auth.protocol,
             auth.remote_address,
-            internal=settings.cluster_user is not None and outcome.user == settings.cluster_user,
+            internal=cluster_user is not None and outcome.user == cluster_user,
         )
 
     @staticmethod
@@ -222,7 +262,7 @@ class SecurityStore:
 
     def setting_for(self, address: str, queue: str | None = None) -> SecuritySetting | None:
         """The setting that decides for ``address`` (and ``queue``): the most specific."""
-        found = self._table.lookup(address, queue)
+        found = self._state.table.lookup(address, queue)
         return found[1] if found is not None else None
 
     def check(
@@ -233,27 +273,33 @@ class SecurityStore:
         queue: str | None = None,
     ) -> None:
         """Return if ``subject`` may do ``permission`` on ``address`` (and ``queue``);
-        otherwise log the denial and raise PermissionDenied."""
-        if subject.internal or not self._settings.enabled:
+        otherwise log the denial and raise PermissionDenied.
+
+        Cheap (a cache hit, or a walk of the pattern trie): call it on the reactor.
+        """
+        if subject.internal:
             return
         key = (subject.roles, permission, address, queue)
-        allowed = self._decisions.get(key)
-        if allowed is True:
-            return
-        if allowed is MISSING:
-            if permission not in PERMISSION_NAMES:
-                raise ValueError(f"unknown permission {permission!r}")
-            setting = self.setting_for(address, queue)
-            allowed = setting is not None and not setting.roles_for(permission).isdisjoint(
-                subject.roles
-            )
-            self._decisions.put(key, allowed)
-            if allowed:
+        with self._lock:
+            state = self._state
+            if not state.settings.enabled:
                 return
-        self._deny(subject, address, str(permission), queue)
+            allowed = self._decisions.get(key)
+            if allowed is MISSING:
+                if permission not in PERMISSION_NAMES:
+                    raise ValueError(f"unknown permission {permission!r}")
+                found = state.table.lookup(address, queue)
+                allowed = found is not None and not found[1].roles_for(permission).isdisjoint(
+                    subject.roles
+                )
+                self._decisions.put(key, allowed)
+        if not allowed:
+            self._deny(state, subject, address, str(permission), queue)
 
-    def _deny(self, subject: Subject, address: str, permission: str, queue: str | None) -> None:
-        setting = self.setting_for(address, queue)
+    def _deny(
+        self, state: _State, subject: Subject, address: str, permission: str, queue: str | None
+    ) -> None:
+        found = state.table.lookup(address, queue)
         audit(
             self._log,
             logging.WARNING,
@@ -264,6 +310,6 @@ class SecurityStore:
             queue=queue,
             protocol=subject.protocol,
             remote=subject.remote_address,
-            match=setting.match if setting is not None else None,
+            match=found[0].text if found is not None else None,
         )
         raise PermissionDenied(subject.user, permission, address, queue)

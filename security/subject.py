@@ -36,8 +36,8 @@ class SecurityAuth:
 class Identity:
     """What an authenticator proved: a user, its roles and its other names.
 
-    ``principals`` are further names role mapping may match, such as the subject DN of
-    the certificate the user logged in with.
+    ``principals`` are the subject DNs (canonical RFC 4514) of the certificate the user
+    logged in with, which ``dn:`` role-mapping rules match.
     """
 
     user: str

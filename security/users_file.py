@@ -11,6 +11,7 @@ Plain-text passwords are refused at load; ``txbridge user`` writes the hashes.
 
 from __future__ import annotations
 
+import logging
 import os
 import unicodedata
 from collections.abc import Mapping
@@ -22,7 +23,16 @@ from zope.interface import implementer
 
 from security.errors import ConfigError
 from security.interfaces import IAuthenticator, ISecurityAuth
-from security.passwords import SCHEME, InvalidHash, PasswordHash
+from security.passwords import (
+    DEFAULT_N,
+    DEFAULT_P,
+    DEFAULT_R,
+    HASH_BYTES,
+    SALT_BYTES,
+    SCHEME,
+    InvalidHash,
+    PasswordHash,
+)
 from security.subject import AuthMethod, Identity
 from security.tomlfile import read_toml, write_toml_atomically
 from security.validate import (
@@ -33,6 +43,8 @@ from security.validate import (
     key_path,
 )
 from security.watched import WatchedFile
+
+log = logging.getLogger("txbridge.security")
 
 USER_KEYS = frozenset({"password", "roles"})
 HEADER = (
@@ -103,6 +115,7 @@ def load_users_file(path: Path) -> dict[str, UserRecord]:
 
 
 def dump_users(users: Mapping[str, UserRecord]) -> dict[str, Any]:
+    """``users`` as the table a users file holds, sorted by name."""
     return {
         "users": {
             name: {"password": record.password.encode(), "roles": list(record.roles)}
@@ -116,23 +129,62 @@ def save_users_file(path: Path, users: Mapping[str, UserRecord]) -> None:
     write_toml_atomically(path, dump_users(users), HEADER)
 
 
-def _decoy(users: Mapping[str, UserRecord]) -> PasswordHash:
-    # Verifying against a random hash with the usual parameters costs an unknown user as
-    # much time as a known one, so timing does not tell which names exist.
-    first = next(iter(users.values()), None)
-    n, r, p = (first.password.n, first.password.r, first.password.p) if first else (2**17, 8, 1)
-    return PasswordHash(n, r, p, os.urandom(16), os.urandom(32))
+def _cost(password: PasswordHash) -> tuple[int, int]:
+    # scrypt's time grows with n * r * p, its memory with n * r.
+    return (password.n * password.r * password.p, password.n * password.r)
+
+
+def _parameters(password: PasswordHash) -> str:
+    return f"n={password.n},r={password.r},p={password.p}"
+
+
+def decoy_for(users: Mapping[str, UserRecord]) -> PasswordHash:
+    """A random hash an unknown user's password is checked against, so that an unknown
+    name costs as much hashing as a known one and timing does not tell which names exist.
+
+    It has the parameters of the most expensive hash in ``users`` (the defaults if there
+    are none): never cheaper than any real user. With mixed parameters a cheaper user is
+    still answered faster than an unknown name; :func:`warn_mixed_parameters` says so.
+    """
+    if users:
+        costliest = max((record.password for record in users.values()), key=_cost)
+        n, r, p = costliest.n, costliest.r, costliest.p
+    else:
+        n, r, p = DEFAULT_N, DEFAULT_R, DEFAULT_P
+    return PasswordHash(n, r, p, os.urandom(SALT_BYTES), os.urandom(HASH_BYTES))
+
+
+def warn_mixed_parameters(users: Mapping[str, UserRecord], source: str) -> None:
+    """Log a warning if the users' hashes do not all have the same scrypt parameters."""
+    groups: dict[str, list[str]] = {}
+    for name, record in sorted(users.items()):
+        groups.setdefault(_parameters(record.password), []).append(name)
+    if len(groups) < 2:
+        return
+    listing = "; ".join(
+        f"{parameters} for {', '.join(names)}" for parameters, names in sorted(groups.items())
+    )
+    log.warning(
+        "%s: users have different scrypt parameters (%s). Unknown users are checked with "
+        "the most expensive ones, so a wrong password of a user with cheaper ones is "
+        "answered faster, and the timing tells that the name exists; give every user the "
+        "same parameters with `txbridge user passwd NAME --file %s`",
+        source,
+        listing,
+        source,
+    )
 
 
 @attrs.frozen
 class _Users:
-    users: dict[str, UserRecord]
+    users: Mapping[str, UserRecord]
     decoy: PasswordHash
 
 
 def _load(path: Path) -> _Users:
     users = load_users_file(path)
-    return _Users(users, _decoy(users))
+    warn_mixed_parameters(users, str(path))
+    return _Users(users, decoy_for(users))
 
 
 @implementer(IAuthenticator)
@@ -140,7 +192,8 @@ class UsersFileAuthenticator:
     """User name and password checked against the users file.
 
     The file is read again when it changes on disk (checked on logins the cache does not
-    answer); :meth:`reload` re-reads it at once.
+    answer); :meth:`reload` re-reads it at once. Safe to call from several threads: the
+    hash is checked without holding any lock.
     """
 
     name = "users-file"
@@ -148,15 +201,13 @@ class UsersFileAuthenticator:
     def __init__(self, path: Path) -> None:
         self._file = WatchedFile(path, _load, "users file")
 
-    @property
-    def path(self) -> Path:
-        return self._file.path
-
-    @property
-    def users(self) -> Mapping[str, UserRecord]:
-        return self._file.value.users
+    def knows(self, user: str) -> bool:
+        """Whether ``user`` is in the users file (for checking the configuration)."""
+        return user in self._file.value.users
 
     def authenticate(self, auth: ISecurityAuth) -> Identity | None:
+        """The user's identity if the password matches its hash; None otherwise (an
+        unknown user's password is checked against a decoy hash first)."""
         user, password = auth.user, auth.password
         if user is None or password is None:
             return None
@@ -170,4 +221,5 @@ class UsersFileAuthenticator:
         return Identity(user, frozenset(record.roles), AuthMethod.PASSWORD)
 
     def reload(self) -> None:
+        """Read the users file now; ConfigError (and the old users kept) if it is wrong."""
         self._file.reload()

@@ -56,6 +56,7 @@ def check_keys(
 
 
 def expect_table(value: object, source: str, key: str) -> Mapping[str, Any]:
+    """``value`` if it is a table, else ConfigError naming what it is."""
     if not isinstance(value, Mapping):
         raise ConfigError(source, key, f"expected a table, got {describe(value)}")
     return value
@@ -73,6 +74,7 @@ def expect_tables(value: object, source: str, key: str) -> list[Mapping[str, Any
 
 
 def expect_str(value: object, source: str, key: str, *, empty: bool = False) -> str:
+    """``value`` if it is a string (not blank, unless ``empty``), else ConfigError."""
     if not isinstance(value, str):
         raise ConfigError(source, key, f"expected a string, got {describe(value)}")
     if not empty and not value.strip():
@@ -81,12 +83,15 @@ def expect_str(value: object, source: str, key: str, *, empty: bool = False) -> 
 
 
 def expect_bool(value: object, source: str, key: str) -> bool:
+    """``value`` if it is true or false, else ConfigError."""
     if not isinstance(value, bool):
         raise ConfigError(source, key, f"expected true or false, got {describe(value)}")
     return value
 
 
 def expect_int(value: object, source: str, key: str, *, minimum: int = 0) -> int:
+    """``value`` if it is an integer (not a boolean) of at least ``minimum``, else
+    ConfigError."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(source, key, f"expected an integer, got {describe(value)}")
     if value < minimum:
@@ -95,6 +100,7 @@ def expect_int(value: object, source: str, key: str, *, minimum: int = 0) -> int
 
 
 def expect_number(value: object, source: str, key: str, *, minimum: float = 0.0) -> float:
+    """``value`` as a float if it is a number of at least ``minimum``, else ConfigError."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(source, key, f"expected a number, got {describe(value)}")
     if value < minimum:

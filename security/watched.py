@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -31,32 +32,42 @@ class WatchedFile(Generic[T]):
 
     A change that does not load (a half-written or wrong file) is logged once and the
     previous value stays; :meth:`reload` instead raises :class:`ConfigError`.
+
+    Safe to use from several threads: a lock makes one thread load a changed file while
+    the others wait for it (loading parses a file; it never hashes a password).
     """
 
     def __init__(self, path: Path, load: Callable[[Path], T], what: str) -> None:
         self.path = path
         self._load = load
         self._what = what
+        self._lock = threading.Lock()
         self._signature = _signature(path)
         self._value = load(path)
 
     @property
     def value(self) -> T:
+        """The loaded value, loaded again first if the file changed since."""
         signature = _signature(self.path)
-        if signature != self._signature:
-            self._signature = signature
-            try:
-                self._value = self._load(self.path)
-            except ConfigError as error:
-                log.error(
-                    "%s changed but cannot be used, keeping the previous one: %s", self._what, error
-                )
-            else:
-                log.info("%s %s changed on disk and was reloaded", self._what, self.path)
-        return self._value
+        with self._lock:
+            if signature != self._signature:
+                self._signature = signature
+                try:
+                    self._value = self._load(self.path)
+                except ConfigError as error:
+                    log.error(
+                        "%s changed but cannot be used, keeping the previous one: %s",
+                        self._what,
+                        error,
+                    )
+                else:
+                    log.info("%s %s changed on disk and was reloaded", self._what, self.path)
+            return self._value
 
     def reload(self) -> None:
-        signature = _signature(self.path)
-        value = self._load(self.path)
-        self._signature = signature
-        self._value = value
+        """Load the file now; on ConfigError the previous value stays."""
+        with self._lock:
+            signature = _signature(self.path)
+            value = self._load(self.path)
+            self._signature = signature
+            self._value = value

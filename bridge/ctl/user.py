@@ -16,7 +16,14 @@ from typing import Any, TextIO
 import attrs
 
 from security.errors import ConfigError
-from security.passwords import DEFAULT_N, DEFAULT_R, MAX_N, PasswordHash, hash_password
+from security.passwords import (
+    DEFAULT_N,
+    DEFAULT_P,
+    DEFAULT_R,
+    PasswordHash,
+    cost_problem,
+    hash_password,
+)
 from security.tomlfile import read_toml
 from security.users_file import (
     UserRecord,
@@ -59,9 +66,17 @@ def _read_password(args: argparse.Namespace) -> str:
     return password
 
 
+def _check_cost(args: argparse.Namespace) -> None:
+    """Refuse scrypt parameters before anything is asked, read or hashed."""
+    problem = cost_problem(args.scrypt_n, args.scrypt_r, DEFAULT_P)
+    if problem is not None:
+        raise UserCommandError(problem)
+
+
 def _new_hash(args: argparse.Namespace) -> PasswordHash:
     password = _read_password(args)
-    return PasswordHash.parse(hash_password(password, n=args.scrypt_n, r=args.scrypt_r, p=1))
+    encoded = hash_password(password, n=args.scrypt_n, r=args.scrypt_r, p=DEFAULT_P)
+    return PasswordHash.parse(encoded)
 
 
 def _load(path: Path, *, missing_ok: bool = False) -> dict[str, UserRecord]:
@@ -93,6 +108,7 @@ def _check_name(name: str) -> None:
 
 def _add(args: argparse.Namespace) -> str:
     _check_name(args.name)
+    _check_cost(args)
     users = _load(args.file, missing_ok=True)
     if args.name in users:
         raise UserCommandError(
@@ -116,6 +132,7 @@ def _load_replacing(path: Path, name: str) -> dict[str, UserRecord]:
 
 
 def _passwd(args: argparse.Namespace) -> str:
+    _check_cost(args)
     users = _load_replacing(args.file, args.name)
     record = _require(users, args.name, args.file)
     changes: dict[str, Any] = {"password": _new_hash(args)}
@@ -163,13 +180,24 @@ def _dispatch(args: argparse.Namespace) -> int:
     return handler(args)
 
 
-def _power_of_two(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 2 or value & (value - 1) or value > MAX_N:
-        raise argparse.ArgumentTypeError(f"expected a power of two from 2 to {MAX_N}")
+
+
+def _power_of_two(text: str) -> int:
+    value = _integer(text)
+    if value < 2 or value & (value - 1):
+        raise argparse.ArgumentTypeError(f"expected a power of two of at least 2, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 1, got {value}")
     return value
 
 
@@ -190,7 +218,11 @@ def _password_options(parser: argparse.ArgumentParser) -> None:
         help=f"scrypt CPU/memory cost, a power of two (default {DEFAULT_N})",
     )
     parser.add_argument(
-        "--scrypt-r", type=int, default=DEFAULT_R, help=f"scrypt block size (default {DEFAULT_R})"
+        "--scrypt-r",
+        type=_positive,
+        default=DEFAULT_R,
+        help=f"scrypt block size (default {DEFAULT_R}); memory per login is 128 * n * r bytes, "
+        "at most 256 MiB",
     )
 
 

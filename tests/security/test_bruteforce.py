@@ -31,10 +31,32 @@ def test_policy_windows_grow_and_stop_at_the_maximum() -> None:
 
 @pytest.mark.parametrize(
     ("remote", "host"),
-    [("10.0.0.1:5000", "10.0.0.1"), ("[::1]:5000", "::1"), ("::1", "::1"), ("host", "host")],
+    [
+        ("10.0.0.1:5000", "10.0.0.1"),  # v4:port
+        ("10.0.0.1", "10.0.0.1"),  # bare v4
+        ("[::1]:5000", "::1"),  # [v6]:port, as the transport writes IPv6 peers
+        ("[2001:db8::7]:41000", "2001:db8::7"),
+        ("[2001:db8::7]", "2001:db8::7"),  # bracketed, no port
+        ("::1", "::1"),  # bare v6, unbracketed: every colon is the address's
+        ("2001:db8::7", "2001:db8::7"),
+        ("fe80::1:5000", "fe80::1:5000"),  # unbracketed v6 never loses a group as a "port"
+        ("2001:DB8:0:0::7", "2001:db8::7"),  # one host, one spelling
+        ("[2001:DB8::7]:1", "2001:db8::7"),
+        ("[::ffff:10.0.0.1]:5000", "10.0.0.1"),  # IPv4-mapped: the IPv4 host
+        ("::ffff:10.0.0.1", "10.0.0.1"),
+        ("broker.example.com:5000", "broker.example.com"),
+        ("host", "host"),
+    ],
 )
 def test_remote_host(remote: str, host: str) -> None:
     assert remote_host(remote) == host
+
+
+def test_one_host_counts_once_whatever_the_spelling(clock: FakeClock) -> None:
+    guard = LoginGuard(BackoffPolicy(threshold=1, initial_delay=1, max_delay=60), clock)
+    for remote in ("[2001:db8::7]:1", "[2001:DB8::7]:2", "2001:db8:0::7"):
+        guard.failed(remote_host(remote))
+    assert guard.failures("2001:db8::7") == 3
 
 
 def test_guard_refuses_within_the_window_and_forgets(clock: FakeClock) -> None:
@@ -48,7 +70,35 @@ def test_guard_refuses_within_the_window_and_forgets(clock: FakeClock) -> None:
     assert guard.failed("h") == 2
     assert guard.refusal("other") is None
     clock.advance(60)
-    assert guard.failures("h") == 0  # quiet for max-delay: forgiven
+    assert guard.failures("h") == 3  # quiet for max-delay: not yet forgiven
+    clock.advance(60)
+    assert guard.failures("h") == 0  # quiet for twice max-delay: forgiven
+
+
+def test_escalation_does_not_restart_when_the_longest_refusal_ends(clock: FakeClock) -> None:
+    policy = BackoffPolicy(threshold=2, initial_delay=1, multiplier=2, max_delay=4)
+    assert policy.forget_after == 8
+    guard = LoginGuard(policy, clock)
+    windows = []
+    for _ in range(5):
+        windows.append(guard.failed("h"))
+        clock.advance(guard.refusal("h") or 0)  # the attacker waits out each refusal
+    assert windows == [0, 1, 2, 4, 4]
+    # The longest refusal just ended: the next failure is refused as long again, not
+    # forgiven and free.
+    assert guard.refusal("h") is None
+    assert guard.failed("h") == 4
+    clock.advance(7.999)
+    assert guard.failures("h") == 6
+    clock.advance(0.001)
+    assert guard.failures("h") == 0
+    assert guard.failed("h") == 0  # forgiven after forget_after: free again
+
+
+def test_forget_after_must_outlast_the_longest_refusal() -> None:
+    assert BackoffPolicy(max_delay=10, forget_after=10.5).forget_after == 10.5
+    with pytest.raises(ValueError, match="longer than max_delay"):
+        BackoffPolicy(max_delay=10, forget_after=10)
 
 
 def test_guard_is_bounded(clock: FakeClock) -> None:
@@ -136,8 +186,14 @@ def test_password_never_appears_in_any_log_record(
     clock.advance(100)
     attempt(store, SECRET)
     (tmp_path / "users.toml").write_text(f'[users.alice]\npassword = "{SECRET}"\n')
-    attempt(store, SECRET, remote="198.51.100.7:1")  # the watcher logs the bad file
-    assert caplog.records
+    # Past the invalidation interval the cache no longer answers, so the users file is
+    # consulted: the watcher sees the change and logs why the new file cannot be used.
+    clock.advance(10)
+    assert attempt(store, SECRET, remote="198.51.100.7:1")  # the old users still serve
+    [watcher] = [r for r in caplog.records if r.name == "txbridge.security"]
+    assert watcher.levelno == logging.ERROR
+    assert "users file changed but cannot be used" in watcher.getMessage()
+    assert "plain-text password is refused" in watcher.getMessage()
     for record in caplog.records:
         rendered = " ".join([record.getMessage(), repr(record.args), repr(vars(record))])
         assert SECRET not in rendered

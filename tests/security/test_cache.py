@@ -20,6 +20,7 @@ from security import (
 )
 from security.cache import MISSING, ExpiringCache
 from security.config import SecuritySettings
+from security.matcher import MatchTable
 from tests.security.helpers import FakeClock, write_users
 
 
@@ -146,33 +147,84 @@ def test_authentication_cache_size_bounds_it(tmp_path: Path, clock: FakeClock) -
     assert counting.calls == 3
 
 
-def test_explicit_reload_empties_both_caches(tmp_path: Path, clock: FakeClock) -> None:
+@pytest.fixture
+def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Addresses looked up in any store's pattern table: a check the cache did not answer."""
+    seen: list[str] = []
+    original = MatchTable.lookup
+
+    def counting_lookup(self: MatchTable[object], address: str, queue: str | None = None) -> object:
+        seen.append(address)
+        return original(self, address, queue)
+
+    monkeypatch.setattr(MatchTable, "lookup", counting_lookup)
+    return seen
+
+
+def test_explicit_reload_empties_both_caches(
+    tmp_path: Path, clock: FakeClock, lookups: list[str]
+) -> None:
     store, counting = counting_store(tmp_path, clock)
     who = store.authenticate(login("u", "pw"))
     store.check(who, "a.b", Permission.SEND)
+    store.check(who, "a.b", Permission.SEND)
+    assert lookups == ["a.b"]
     store.reload()
     assert counting.reloads == 1
     store.authenticate(login("u", "pw"))
     assert counting.calls == 2
+    store.check(who, "a.b", Permission.SEND)
+    assert lookups == ["a.b", "a.b"]
+
+
+def test_invalidate_caches_empties_both_caches(
+    tmp_path: Path, clock: FakeClock, lookups: list[str]
+) -> None:
+    store, counting = counting_store(tmp_path, clock)
+    who = store.authenticate(login("u", "pw"))
+    store.check(who, "a.b", Permission.SEND)
+    store.authenticate(login("u", "pw"))
+    store.check(who, "a.b", Permission.SEND)
+    assert (counting.calls, lookups) == (1, ["a.b"])
+    store.invalidate_caches()
+    assert counting.reloads == 0  # nothing is read again: only the caches are emptied
+    store.authenticate(login("u", "pw"))
+    store.check(who, "a.b", Permission.SEND)
+    assert (counting.calls, lookups) == (2, ["a.b", "a.b"])
 
 
 def test_authorization_decisions_are_cached_until_the_interval(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: FakeClock, lookups: list[str]
 ) -> None:
     store, _ = counting_store(tmp_path, clock)
     who = store.authenticate(login("u", "pw"))
-    lookups: list[str] = []
-    table = store._table
-    original = table.lookup
-
-    def counting_lookup(address: str, queue: str | None = None) -> object:
-        lookups.append(address)
-        return original(address, queue)
-
-    table.lookup = counting_lookup  # type: ignore[method-assign]
     for _ in range(3):
         store.check(who, "a.b", Permission.SEND)
     assert lookups == ["a.b"]
     clock.advance(10)
     store.check(who, "a.b", Permission.SEND)
     assert lookups == ["a.b", "a.b"]
+
+
+def test_authorization_cache_size_bounds_it(
+    tmp_path: Path, clock: FakeClock, lookups: list[str]
+) -> None:
+    store, _ = counting_store(tmp_path, clock, **{"authorization-cache-size": 2})
+    who = store.authenticate(login("u", "pw"))
+    for address in ("a.1", "a.2", "a.1", "a.2"):
+        store.check(who, address, Permission.SEND)
+    assert lookups == ["a.1", "a.2"]  # two decisions fit
+    store.check(who, "a.3", Permission.SEND)  # a third evicts the least recently used
+    store.check(who, "a.2", Permission.SEND)
+    store.check(who, "a.3", Permission.SEND)
+    assert lookups == ["a.1", "a.2", "a.3"]
+    store.check(who, "a.1", Permission.SEND)
+    assert lookups == ["a.1", "a.2", "a.3", "a.1"]
+
+
+def test_authorization_cache_off(tmp_path: Path, clock: FakeClock, lookups: list[str]) -> None:
+    store, _ = counting_store(tmp_path, clock, **{"authorization-cache-size": 0})
+    who = store.authenticate(login("u", "pw"))
+    for _ in range(3):
+        store.check(who, "a.b", Permission.SEND)
+    assert lookups == ["a.b"] * 3

@@ -122,10 +122,10 @@ def test_role_mapping_is_additive(tmp_path: Path, mapping: Path, app: Issued) ->
         "users-file": str(users),
         "certificate-users-file": str(mapping),
         "role-mapping": [
-            {"from": "cn=app,o=Example", "to": "auditors"},  # a DN
-            {"from": "ops", "to": "admins"},  # a group (role)
-            {"from": "carol", "to": "carols"},  # a user
-            {"from": "admins", "to": "not-transitive"},
+            {"from": "dn:cn=app,o=Example", "to": "auditors"},
+            {"from": "role:ops", "to": "admins"},
+            {"from": "user:carol", "to": "carols"},
+            {"from": "role:admins", "to": "not-transitive"},
         ],
     }
     store = SecurityStore(load_security(table, str(tmp_path / "node.toml")), FakeClock())
@@ -133,10 +133,30 @@ def test_role_mapping_is_additive(tmp_path: Path, mapping: Path, app: Issued) ->
     assert store.authenticate(auth(None, "carol", "pw")).roles == {"ops", "admins", "carols"}
 
 
+def test_role_mapping_kinds_do_not_mix(tmp_path: Path) -> None:
+    # A user called "ops" is not the group "ops", and a role named like a user is not
+    # that user: each rule says which it means.
+    users = write_users(
+        tmp_path / "users.toml",
+        {"ops": ("pw", []), "carol": ("pw", ["ops"]), "dave": ("pw", ["carol"])},
+    )
+    table = {
+        "users-file": str(users),
+        "role-mapping": [
+            {"from": "role:ops", "to": "admins"},
+            {"from": "user:carol", "to": "carols"},
+        ],
+    }
+    store = SecurityStore(load_security(table, str(tmp_path / "node.toml")), FakeClock())
+    assert store.authenticate(auth(None, "ops", "pw")).roles == frozenset()
+    assert store.authenticate(auth(None, "carol", "pw")).roles == {"ops", "admins", "carols"}
+    assert store.authenticate(auth(None, "dave", "pw")).roles == {"carol"}
+
+
 def test_role_mapper_without_rules_returns_the_same_identity() -> None:
     identity = Identity("u", frozenset({"a"}), AuthMethod.PASSWORD)
     assert RoleMapper().apply(identity) is identity
-    assert RoleMapper([RoleRule("a", "a")]).apply(identity) is identity
+    assert RoleMapper([RoleRule.parse("role:a", "a")]).apply(identity) is identity
 
 
 def test_mapping_file_reloaded(tmp_path: Path, mapping: Path, stranger: Issued) -> None:

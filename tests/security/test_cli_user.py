@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bridge.ctl.main import main
-from security import AuthenticationFailed, SecurityAuth, SecurityStore, load_security
+from security import AuthenticationFailed, SecurityAuth, SecurityStore, load_security, passwords
 from security.passwords import DEFAULT_N
 from security.users_file import load_users_file
 from tests.security.helpers import FakeClock
@@ -175,3 +175,48 @@ def test_passwd_repairs_a_plain_text_password(
     assert load_users_file(path)["alice"].roles == ("ops",)
     assert can_log_in(path, "alice", "now hashed")
     assert '"plain"' not in path.read_text()
+
+
+class Untouchable(io.StringIO):
+    """A stdin that must not be read: the command should have stopped before asking."""
+
+    def readline(self, size: int | None = -1) -> str:
+        raise AssertionError("the password was read")
+
+    def isatty(self) -> bool:
+        raise AssertionError("the terminal was consulted")
+
+
+@pytest.mark.parametrize("action", ["add", "passwd"])
+def test_costly_scrypt_parameters_refused_at_once(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    action: str,
+) -> None:
+    path = tmp_path / "users.toml"
+    assert (
+        run(monkeypatch, ["add", "alice", "--file", str(path), "--password-stdin", *FAST], "pw\n")
+        == 0
+    )
+    before = path.read_text()
+
+    def no_hashing(*args: object) -> object:
+        raise AssertionError("scrypt was called")
+
+    monkeypatch.setattr(passwords, "_kdf", no_hashing)
+    monkeypatch.setattr("sys.stdin", Untouchable())
+    argv = ["user", action, "alice", "--file", str(path), "--password-stdin", "--scrypt-r", "1000"]
+    assert main(argv) == 1
+    error = capsys.readouterr().err
+    assert f"txbridge user {action}: scrypt n=131072, r=1000 needs 16000 MiB of memory" in error
+    assert "the limit is 256 MiB" in error
+    assert path.read_text() == before
+
+
+def test_scrypt_r_must_be_positive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        run(monkeypatch, ["add", "eve", "--file", str(tmp_path / "u.toml"), "--scrypt-r", "0"])
+    assert "at least 1" in capsys.readouterr().err

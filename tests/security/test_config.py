@@ -11,7 +11,7 @@ import pytest
 from security import ConfigError, Permission, SecuritySetting, load_security
 from security.bruteforce import BackoffPolicy
 from security.durations import parse_duration
-from security.roles import RoleRule
+from security.roles import RoleRule, SourceKind
 
 SOURCE = "/etc/txbridge/node.toml"
 
@@ -57,8 +57,13 @@ def test_every_key() -> None:
         "failed-login-delay": "2s",
         "failed-login-delay-multiplier": 1.5,
         "failed-login-max-delay": "1m",
+        "failed-login-forget-after": "5m",
         "setting": [{"match": "#", **{p.value: ["admins"] for p in Permission}}],
-        "role-mapping": [{"from": "CN=app, O=Example", "to": "producers"}],
+        "role-mapping": [
+            {"from": "dn:CN=app, O=Example", "to": "producers"},
+            {"from": "role:ops", "to": "admins"},
+            {"from": "user:alice", "to": "auditors"},
+        ],
     }
     settings = load_security(table, SOURCE)
     assert settings.users_file == Path("/abs/users.toml")
@@ -66,9 +71,13 @@ def test_every_key() -> None:
     assert settings.invalidation_interval == 0.5
     assert (settings.authentication_cache_size, settings.authorization_cache_size) == (5, 0)
     assert settings.cluster_user == "node-link"
-    assert settings.backoff == BackoffPolicy(5, 2.0, 1.5, 60.0)
+    assert settings.backoff == BackoffPolicy(5, 2.0, 1.5, 60.0, forget_after=300.0)
     assert settings.settings[0].roles_for(Permission.MANAGE) == {"admins"}
-    assert settings.role_mapping == (RoleRule("CN=app,O=Example", "producers"),)
+    assert settings.role_mapping == (
+        RoleRule(SourceKind.DN, "CN=app,O=Example", "producers"),
+        RoleRule(SourceKind.ROLE, "ops", "admins"),
+        RoleRule(SourceKind.USER, "alice", "auditors"),
+    )
 
 
 def test_defaults_and_base_dir(tmp_path: Path) -> None:
@@ -78,6 +87,7 @@ def test_defaults_and_base_dir(tmp_path: Path) -> None:
     assert settings.authentication_cache_size == settings.authorization_cache_size == 1000
     assert settings.cluster_user is None
     assert settings.settings == ()
+    assert settings.backoff.forget_after == 2 * settings.backoff.max_delay == 600
 
 
 def test_disabled_needs_no_users() -> None:
@@ -148,7 +158,51 @@ BASE = {"users-file": "users.toml"}
         (
             {"setting": [{"match": "#"}, {"match": "a", "sned": ["x"]}]},
             "security.setting[1].sned",
-            "unknown key (did you mean 'send'?); expected one of: browse, consume, create-address",
+            "unknown permission 'sned' (did you mean 'send'?) (known: browse, consume, "
+            "create-address, create-durable-queue, create-non-durable-queue, delete-address, "
+            "delete-durable-queue, delete-non-durable-queue, manage, send; and match, the "
+            "pattern)",
+        ),
+        (
+            {"setting": [{"match": "#", "fly": ["x"]}]},
+            "security.setting[0].fly",
+            "unknown permission 'fly' (known: browse, consume,",
+        ),
+        (
+            {"failed-login-delay": "0s"},
+            "security.failed-login-delay",
+            "expected a duration longer than 0s: the brute-force slowdown cannot be turned off",
+        ),
+        (
+            {"failed-login-delay": "0ms", "failed-login-max-delay": "0s"},
+            "security.failed-login-delay",
+            "longer than 0s",
+        ),
+        (
+            {"failed-login-max-delay": "30s", "failed-login-forget-after": "30s"},
+            "security.failed-login-forget-after",
+            "expected longer than failed-login-max-delay (30s), got 30s",
+        ),
+        (
+            {"role-mapping": [{"from": "ops", "to": "admins"}]},
+            "security.role-mapping[0].from",
+            'expected "role:NAME", "user:NAME" or "dn:DN" (such as "dn:CN=app,O=Example"), '
+            "got 'ops'",
+        ),
+        (
+            {"role-mapping": [{"from": "group:ops", "to": "admins"}]},
+            "security.role-mapping[0].from",
+            'expected "role:NAME", "user:NAME" or "dn:DN"',
+        ),
+        (
+            {"role-mapping": [{"from": "role:", "to": "admins"}]},
+            "security.role-mapping[0].from",
+            'expected "role:NAME"',
+        ),
+        (
+            {"role-mapping": [{"from": "dn:not a dn", "to": "admins"}]},
+            "security.role-mapping[0].from",
+            "'not a dn' is not an RFC 4514 DN",
         ),
         (
             {"setting": [{"match": "#"}, {"match": "a"}, {"match": "b", "send": "producers"}]},

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from random import Random
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from security.matcher import InvalidPattern, MatchTable, most_specific, parse_pattern
+from security.matcher import InvalidPattern, MatchTable, parse_pattern
 
 # From Artemis's wildcard-syntax documentation: pattern, address, matches?
 ARTEMIS_EXAMPLES = [
@@ -39,17 +40,23 @@ def test_artemis_documented_examples(pattern: str, address: str, expected: bool)
     assert (table.lookup(address) is not None) is expected
 
 
-# Which of several patterns decides: the worked examples of docs/security.md.
+# Which of several patterns decides, as Artemis's MatchComparator orders them: the worked
+# examples of docs/security.md.
 SPECIFICITY_EXAMPLES = [
     (["#", "orders.#", "orders.*", "orders.eu"], "orders.eu", "orders.eu"),
-    (["#", "orders.#", "orders.*"], "orders.eu", "orders.*"),
-    (["#", "orders.#"], "orders.eu.retail", "orders.#"),
+    (["#", "orders.#", "orders.*"], "orders.eu", "orders.*"),  # no '#' beats '#'
+    (["#", "orders.#"], "orders.eu.retail", "orders.#"),  # both '#': the longer
     (["orders", "orders.#"], "orders", "orders"),
     (["#", "#.eu"], "orders.eu", "#.eu"),
-    (["*.eu", "orders.#"], "orders.eu", "orders.#"),  # literal first word beats '*'
-    (["orders.*.retail", "orders.eu.*"], "orders.eu.retail", "orders.eu.*"),
+    (["*.eu", "orders.#"], "orders.eu", "*.eu"),  # no '#' beats '#', whatever the words
+    (["*.*", "a.#"], "a.b", "*.*"),
+    (["#.b.c.d", "a.#"], "a.b.c.d", "#.b.c.d"),  # both '#': the longer
+    (["a.#.b.c", "a.b.#"], "a.b.b.c", "a.#.b.c"),  # both '#': the longer
+    (["orders.*.retail", "orders.eu.*"], "orders.eu.retail", "orders.eu.*"),  # literal first
+    (["*.eu.retail", "orders.*.*"], "orders.eu.retail", "orders.*.*"),
     (["a.#", "a.#.b"], "a.x.b", "a.#.b"),
-    (["#.a.#", "#.b.#"], "a.b", "#.a.#"),  # equal rank: alphabetical order decides
+    (["#.a.#", "#.b.#"], "a.b", "#.a.#"),  # equal length: code-point order decides (ours)
+    (["a.#", "#.a"], "a.a", "#.a"),  # equal length: code-point order decides (ours)
     (
         ["globalqueues.europe.#", "globalqueues.europe.orders.#"],
         "globalqueues.europe.orders.x",
@@ -172,9 +179,56 @@ def test_winner_is_at_least_as_specific_as_every_match(patterns: list[str], addr
         assert not matching
         return
     winner = found[0]
-    assert winner == most_specific(matching)
-    assert all(not other.rank > winner.rank for other in matching)
+    assert winner == min(matching, key=lambda p: p.key)
     assert matching[0] == winner
+    assert all(artemis_compare(winner.text, other.text) <= 0 for other in matching)
+
+
+def artemis_compare(o1: str, o2: str) -> int:
+    """Artemis's HierarchicalObjectRepository.MatchComparator.compare, line for line:
+    negative if ``o1`` is more specific (Java's String.length is UTF-16 units; the
+    patterns here are ASCII)."""
+    if "#" in o1 and "#" not in o2:
+        return +1
+    if "#" not in o1 and "#" in o2:
+        return -1
+    if "#" in o1 and "#" in o2:
+        return len(o2) - len(o1)
+    if "*" in o1 and "*" not in o2:
+        return +1
+    if "*" not in o1 and "*" in o2:
+        return -1
+    if "*" in o1 and "*" in o2:
+        left_splits, right_splits = o1.split("."), o2.split(".")
+        for i, left in enumerate(left_splits):
+            if i >= len(right_splits):
+                return -1
+            right = right_splits[i]
+            if left == "*" and right != "*":
+                return +1
+            if left != "*" and right == "*":
+                return -1
+    return len(o1) - len(o2)
+
+
+@given(st.lists(PATTERNS, min_size=2, max_size=8, unique=True), ADDRESSES)
+def test_order_agrees_with_artemis_comparator(patterns: list[str], address: str) -> None:
+    # Every pair of patterns matching one address is ordered as Artemis orders it; where
+    # Artemis says equal, code-point order decides.
+    matching = [
+        p for p, _ in MatchTable([(parse_pattern(p), p) for p in patterns]).matching(address)
+    ]
+    for earlier, later in itertools.pairwise(matching):
+        artemis = artemis_compare(earlier.text, later.text)
+        assert artemis < 0 or (artemis == 0 and earlier.text < later.text)
+
+
+def test_lengths_count_utf16_units_as_java_does() -> None:
+    # An astral character is one str character but two UTF-16 units: Artemis finds
+    # "#.\U0001f600\U0001f600" (6 units) longer than "#.#.#" (5), though len() says 4.
+    astral = "#.\U0001f600\U0001f600"
+    table = MatchTable([(parse_pattern(p), p) for p in ("#.#.#", astral)])
+    assert table.lookup("x.\U0001f600\U0001f600") == (parse_pattern(astral), astral)
 
 
 @given(st.lists(PATTERNS, max_size=6, unique=True), ADDRESSES)

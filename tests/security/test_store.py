@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from security import (
     AuthenticationFailed,
     AuthMethod,
+    ConfigError,
     Permission,
     PermissionDenied,
     SecurityAuth,
@@ -175,11 +177,62 @@ def test_cluster_user_may_do_everything(tmp_path: Path, clock: FakeClock) -> Non
         store.authenticate(SecurityAuth("link", "guess", (), "10.0.0.3:1", "bridge"))
 
 
-def test_no_cluster_user_unless_configured(settings: SecuritySettings, clock: FakeClock) -> None:
+# Names an attacker might try for a built-in node-to-node user (Artemis's default
+# cluster user among them) and passwords such a user might have been shipped with.
+CLUSTER_LIKE_NAMES = ["cluster", "cluster-user", "CLUSTER", "ACTIVEMQ.CLUSTER.ADMIN.USER", "link"]
+GUESSED_PASSWORDS = ["", "CHANGE ME!!", "cluster", "admin", "guest", None]
+
+
+def test_no_cluster_user_unless_configured(tmp_path: Path, clock: FakeClock) -> None:
+    # Even a user called "cluster" is a plain user until cluster-user names it.
+    users = write_users(tmp_path / "users.toml", {"cluster": ("cluster-pw", []), "u": ("pw", [])})
+    table = {"users-file": str(users), "setting": [], "failed-login-threshold": 1000}
+    settings = load_security(table, str(tmp_path / "node.toml"))
     assert settings.cluster_user is None
     store = SecurityStore(settings, clock)
-    with pytest.raises(AuthenticationFailed):
-        store.authenticate(SecurityAuth("cluster", "", (), "10.0.0.2:1", "bridge"))
+    for user, password in [("cluster", "cluster-pw"), ("u", "pw")]:
+        who = store.authenticate(SecurityAuth(user, password, (), "10.0.0.2:1", "bridge"))
+        assert not who.internal
+        for permission in Permission:
+            with pytest.raises(PermissionDenied):
+                store.check(who, "any.address", permission, queue="q")
+    for n, user in enumerate(CLUSTER_LIKE_NAMES):
+        for password in GUESSED_PASSWORDS:
+            with pytest.raises(AuthenticationFailed):
+                store.authenticate(SecurityAuth(user, password, (), f"10.0.1.{n}:1", "bridge"))
+
+
+def test_cluster_user_must_exist(tmp_path: Path, clock: FakeClock) -> None:
+    users = write_users(tmp_path / "users.toml", {"u": ("pw", [])})
+    table = {"users-file": str(users), "cluster-user": "link"}
+    settings = load_security(table, str(tmp_path / "node.toml"))
+    with pytest.raises(ConfigError) as error:
+        SecurityStore(settings, clock)
+    assert error.value.source == str(tmp_path / "node.toml")
+    assert error.value.key == "security.cluster-user"
+    assert error.value.expected.startswith(f"'link' is not a user of {users}: the cluster user")
+    # A reload to such settings is refused too, and the store keeps what it had.
+    store = SecurityStore(load_security({"users-file": str(users)}, settings.source), clock)
+    with pytest.raises(ConfigError, match=r"security\.cluster-user"):
+        store.reload(settings)
+    assert store.settings.cluster_user is None
+
+
+def test_cluster_user_may_be_a_mapped_certificate(tmp_path: Path, clock: FakeClock) -> None:
+    users = write_users(tmp_path / "users.toml", {"u": ("pw", [])})
+    mapping = tmp_path / "certificates.toml"
+    mapping.write_text('[[certificate]]\nsubject = "CN=node-b,O=Example"\nuser = "link"\n')
+    table = {
+        "users-file": str(users),
+        "certificate-users-file": str(mapping),
+        "cluster-user": "link",
+    }
+    store = SecurityStore(load_security(table, str(tmp_path / "node.toml")), clock)
+    assert store.settings.cluster_user == "link"
+    with pytest.raises(ConfigError, match=re.escape(f"not a user of {users} or {mapping}")):
+        SecurityStore(
+            load_security({**table, "cluster-user": "other"}, str(tmp_path / "n.toml")), clock
+        )
 
 
 def test_disabled_security_allows_everything(tmp_path: Path, clock: FakeClock) -> None:

@@ -15,8 +15,10 @@ from security import (
     SecurityStore,
     UsersFileAuthenticator,
     load_users_file,
+    passwords,
 )
 from security.config import SecuritySettings
+from security.passwords import DEFAULT_N, DEFAULT_P, DEFAULT_R, hash_password
 from security.users_file import UserRecord, save_users_file
 from tests.security.helpers import FakeClock, fast_hash, write_users
 
@@ -58,20 +60,88 @@ def test_wrong_password_and_unknown_user_look_the_same(
     assert str(wrong_password.value) == "authentication failed"
 
 
-def test_unknown_user_costs_a_hash_too(users_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    verified: list[int] = []
-    from security import passwords
+class FakeScrypt:
+    def derive(self, data: bytes) -> bytes:
+        return bytes(32)
 
-    original = passwords.PasswordHash.verify
 
-    def counting(self: passwords.PasswordHash, password: str) -> bool:
-        verified.append(self.n)
-        return original(self, password)
+@pytest.fixture
+def kdf_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """The (n, r, p) of every key derived; costly ones are recorded, not computed."""
+    calls: list[tuple[int, int, int]] = []
+    original = passwords._kdf
 
-    monkeypatch.setattr(passwords.PasswordHash, "verify", counting)
+    def spy(salt: bytes, length: int, n: int, r: int, p: int) -> object:
+        calls.append((n, r, p))
+        return original(salt, length, n, r, p) if n * r * p <= 1024 else FakeScrypt()
+
+    monkeypatch.setattr(passwords, "_kdf", spy)
+    return calls
+
+
+def test_unknown_user_costs_a_hash_too(
+    users_file: Path, kdf_calls: list[tuple[int, int, int]]
+) -> None:
     authenticator = UsersFileAuthenticator(users_file)
     assert authenticator.authenticate(login("mallory", "x")) is None
-    assert verified == [16]  # the decoy has the file's cost parameters
+    assert kdf_calls == [(16, 1, 1)]  # every user has n=16, r=1, p=1: so has the decoy
+
+
+def write_hashes(path: Path, hashes: dict[str, str]) -> Path:
+    lines = [f'[users.{name}]\npassword = "{encoded}"\n' for name, encoded in hashes.items()]
+    return write(path, "\n".join(lines))
+
+
+def test_unknown_user_costs_the_most_expensive_hash(
+    tmp_path: Path, kdf_calls: list[tuple[int, int, int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first user is the cheapest: the decoy must not copy it.
+    path = write_hashes(
+        tmp_path / "users.toml",
+        {
+            "cheap": hash_password("a", n=16, r=1, p=1),
+            "dear": hash_password("b", n=64, r=2, p=1),
+            "middle": hash_password("c", n=32, r=1, p=2),
+        },
+    )
+    kdf_calls.clear()
+    caplog.set_level(logging.WARNING, logger="txbridge.security")
+    authenticator = UsersFileAuthenticator(path)
+    assert authenticator.authenticate(login("mallory", "x")) is None
+    assert kdf_calls == [(64, 2, 1)]
+    [warning] = caplog.records
+    assert warning.levelno == logging.WARNING
+    message = warning.getMessage()
+    assert "users have different scrypt parameters" in message
+    assert "n=16,r=1,p=1 for cheap; n=32,r=1,p=2 for middle; n=64,r=2,p=1 for dear" in message
+    assert "txbridge user passwd" in message
+
+
+def test_no_warning_when_every_user_has_the_same_parameters(
+    users_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="txbridge.security")
+    UsersFileAuthenticator(users_file)
+    assert caplog.records == []
+
+
+def test_unknown_user_of_an_empty_file_costs_the_default_hash(
+    tmp_path: Path, kdf_calls: list[tuple[int, int, int]]
+) -> None:
+    authenticator = UsersFileAuthenticator(write(tmp_path / "users.toml", ""))
+    assert authenticator.authenticate(login("mallory", "x")) is None
+    assert kdf_calls == [(DEFAULT_N, DEFAULT_R, DEFAULT_P)]
+
+
+def test_costly_hash_in_the_file_refused_at_load(tmp_path: Path) -> None:
+    # Only its parameters are read: refused without hashing anything.
+    costly = "scrypt$n=1048576,r=8,p=1$AAAAAAAAAAAAAAAAAAAAAA==$" + "A" * 44
+    path = write_hashes(tmp_path / "users.toml", {"alice": costly})
+    with pytest.raises(ConfigError) as error:
+        load_users_file(path)
+    assert error.value.key == "users.alice.password"
+    assert "needs 1024 MiB of memory per login" in error.value.expected
+    assert "the limit is 256 MiB" in error.value.expected
 
 
 def write(path: Path, text: str) -> Path:

@@ -1,0 +1,8 @@
+"""The injected clock: time comes from the caller, so tests drive it (DESIGN rule 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Clock = Callable[[], float]
+"""Seconds since any fixed origin: ``reactor.seconds``, ``time.monotonic`` or a test clock."""
