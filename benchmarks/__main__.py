@@ -9,6 +9,7 @@ SCENARIOS = {
     "demo": "benchmarks.demo",
     "transport": "benchmarks.transport_throughput",
     "store": "benchmarks.store_throughput",
+    "security": "benchmarks.security_checks",
 }
 
 

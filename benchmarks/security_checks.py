@@ -13,6 +13,7 @@ prints the figures and writes them to benchmarks/results/security_checks.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import sys
@@ -144,7 +145,10 @@ def authentication(directory: Path) -> dict[str, float]:
     return {"cold_per_s": round(cold, 2), "cached_per_s": round(cached)}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="python -m benchmarks security", description="Authorization and login rates."
+    ).parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="txbridge-security-bench-") as name:
         directory = Path(name)
         auth = authentication(directory)

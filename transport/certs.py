@@ -31,23 +31,97 @@ class Issued:
     key: Path
 
 
-def _name(common_name: str) -> x509.Name:
+ORGANIZATION = "txbridge development"
+_KEY_USAGE_CA = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
+def _name(common_name: str, organization: str) -> x509.Name:
     return x509.Name(
         [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "txbridge development"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization),
             x509.NameAttribute(NameOID.COMMON_NAME, common_name),
         ]
     )
 
 
-def _san(entries: Iterable[str]) -> x509.SubjectAlternativeName:
+def general_names(entries: Iterable[str]) -> list[x509.GeneralName]:
+    """Subject alternative names: IP addresses, e-mail addresses (with ``@``), else DNS."""
     names: list[x509.GeneralName] = []
     for entry in entries:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(entry)))
         except ValueError:
-            names.append(x509.DNSName(entry))
-    return x509.SubjectAlternativeName(names)
+            names.append(x509.RFC822Name(entry) if "@" in entry else x509.DNSName(entry))
+    return names
+
+
+def make_ca_certificate(
+    common_name: str, *, organization: str = ORGANIZATION, days: int = CA_DAYS
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA certificate and its new EC P-256 key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    name = _name(common_name, organization)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_KEY_USAGE_CA, critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .sign(key, hashes.SHA256())
+    )
+    return certificate, key
+
+
+def make_leaf_certificate(
+    ca_certificate: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    common_name: str,
+    *,
+    server: bool,
+    sans: Iterable[str] = (),
+    organization: str = ORGANIZATION,
+    days: int = LEAF_DAYS,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A certificate issued by the CA: for clients, or (``server``) for servers and clients."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
+    if server:
+        usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name, organization))
+        .issuer_name(ca_certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+    )
+    names = general_names(sans)
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
@@ -90,34 +164,7 @@ class DevelopmentCA:
             if not isinstance(key, ec.EllipticCurvePrivateKey):
                 raise ValueError(f"{key_path}: not an EC private key made by txbridge certs")
             return cls(directory, certificate, key)
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        certificate = (
-            x509.CertificateBuilder()
-            .subject_name(_name(name))
-            .issuer_name(_name(name))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-            .sign(key, hashes.SHA256())
-        )
+        certificate, key = make_ca_certificate(name)
         _write_key(key_path, key)
         _write_cert(cert_path, certificate)
         return cls(directory, certificate, key)
@@ -125,29 +172,13 @@ class DevelopmentCA:
     def issue(self, name: str, *, server: bool, sans: Iterable[str] = ()) -> Issued:
         """Issue ``NAME.pem``/``NAME.key``: a node certificate (server and client use,
         with ``sans``, default localhost and loopback) or a client certificate (CN=name)."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
-        if server:
-            usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(_name(name))
-            .issuer_name(self.certificate.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
-            )
+        certificate, key = make_leaf_certificate(
+            self.certificate,
+            self.key,
+            name,
+            server=server,
+            sans=list(sans) or (list(DEFAULT_SANS) if server else []),
         )
-        san_entries = list(sans) or (list(DEFAULT_SANS) if server else [])
-        if san_entries:
-            builder = builder.add_extension(_san(san_entries), critical=False)
-        certificate = builder.sign(self.key, hashes.SHA256())
         issued = Issued(self.directory / f"{name}.pem", self.directory / f"{name}.key")
         _write_key(issued.key, key)
         _write_cert(issued.cert, certificate)
