@@ -1,0 +1,1 @@
+"""The broker node: addresses, queues, consumers, routing."""
