@@ -1,0 +1,175 @@
+"""A queue and its consumers: dispatch, credits, acks, nacks and redelivery, by example."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.message import Message
+from bridge.node.queue import UNLIMITED, Delivery, Queue, QueueError
+
+
+def message(n: int, body: bytes = b"x" * 100, **headers: str | int) -> Message:
+    return Message(id=n, address="orders", durable=True, headers=headers, body=body)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+
+    def __call__(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+
+    @property
+    def ids(self) -> list[int]:
+        return [d.message.id for d in self.deliveries]
+
+
+def test_messages_wait_until_a_consumer_comes_then_go_in_order():
+    queue = Queue("orders", "orders")
+    for n in range(1, 4):
+        queue.add(message(n))
+    assert (queue.waiting, queue.depth) == (3, 3)
+    sink = Sink()
+    queue.add_consumer(1, sink)
+    assert sink.ids == [1, 2, 3]
+    assert [d.delivery_id for d in sink.deliveries] == [1, 2, 3]
+    assert [d.delivery_count for d in sink.deliveries] == [1, 1, 1]
+    assert (queue.waiting, queue.in_flight, queue.depth) == (0, 3, 3)
+
+
+def test_consumers_take_turns():
+    queue = Queue("orders", "orders")
+    first, second = Sink(), Sink()
+    queue.add_consumer(1, first)
+    queue.add_consumer(2, second)
+    for n in range(1, 7):
+        queue.add(message(n))
+    assert first.ids == [1, 3, 5]
+    assert second.ids == [2, 4, 6]
+
+
+def test_delivery_goes_on_while_credits_are_above_zero_so_it_overshoots_by_one_at_most():
+    queue = Queue("orders", "orders")
+    sink = Sink()
+    size = message(1).size
+    queue.add_consumer(1, sink, credits=size * 2)
+    for n in range(1, 6):
+        queue.add(message(n))
+    assert sink.ids == [1, 2]  # credits now 0
+    queue.add_credits(1, size - 1)
+    assert sink.ids == [1, 2, 3]  # credits were positive: one more, now -1
+    queue.add_credits(1, 1)
+    assert sink.ids == [1, 2, 3]  # credits 0
+    queue.add_credits(1, 1)
+    assert sink.ids == [1, 2, 3, 4]
+
+
+def test_a_zero_window_delivers_nothing_until_credited():
+    queue = Queue("orders", "orders")
+    sink = Sink()
+    queue.add_consumer(1, sink, credits=0)
+    queue.add(message(1))
+    assert sink.ids == []
+    queue.add_credits(1, 1)
+    assert sink.ids == [1]
+
+
+def test_a_consumer_that_is_not_ready_gets_nothing_until_it_is():
+    queue = Queue("orders", "orders")
+    sink = Sink()
+    queue.add_consumer(1, sink)
+    queue.set_ready(1, False)
+    queue.add(message(1))
+    assert sink.ids == []
+    queue.set_ready(1, True)
+    assert sink.ids == [1]
+
+
+def test_individual_and_cumulative_acks():
+    queue = Queue("orders", "orders")
+    sink = Sink()
+    queue.add_consumer(1, sink)
+    for n in range(1, 6):
+        queue.add(message(n))
+    assert [e.message.id for e in queue.acknowledge(1, 2)] == [2]
+    assert [e.message.id for e in queue.acknowledge(1, 4, cumulative=True)] == [1, 3, 4]
+    assert queue.depth == 1
+    with pytest.raises(QueueError, match="has no delivery 4 in flight"):
+        queue.acknowledge(1, 4)
+
+
+def test_closing_a_consumer_returns_its_messages_in_order_for_redelivery():
+    queue = Queue("orders", "orders")
+    first = Sink()
+    queue.add_consumer(1, first, credits=message(1).size * 2)
+    for n in range(1, 5):
+        queue.add(message(n))
+    assert first.ids == [1, 2]
+    queue.acknowledge(1, 1)
+    returned = queue.remove_consumer(1)
+    assert [e.message.id for e in returned] == [2]
+    assert [e.message.id for e in queue.browse()] == [2, 3, 4]
+    second = Sink()
+    queue.add_consumer(2, second)
+    assert second.ids == [2, 3, 4]
+    assert [d.delivery_count for d in second.deliveries] == [2, 1, 1]
+
+
+def test_nack_requeues_at_its_place_or_drops():
+    queue = Queue("orders", "orders")
+    sink = Sink()
+    queue.add_consumer(1, sink, credits=message(1).size)
+    for n in range(1, 4):
+        queue.add(message(n))
+    assert sink.ids == [1]
+    queue.nack(1, 1, requeue=True)
+    assert sink.ids == [1]  # no credits left
+    queue.add_credits(1, message(1).size)
+    assert sink.ids == [1, 1]
+    assert sink.deliveries[-1].delivery_count == 2
+    dropped = queue.nack(1, 2, requeue=False)
+    assert dropped.message.id == 1
+    assert [e.message.id for e in queue.browse()] == [2, 3]
+
+
+def test_filters_skip_messages_others_take_and_order_holds():
+    queue = Queue("orders", "orders")
+    eu, anyone = Sink(), Sink()
+    queue.add_consumer(1, eu, filter=lambda headers: headers.get("region") == "eu")
+    for n, region in enumerate(["us", "eu", "us", "eu"], start=1):
+        queue.add(message(n, region=region))
+    assert eu.ids == [2, 4]
+    assert [e.message.id for e in queue.browse()] == [1, 3]
+    queue.add_consumer(2, anyone)
+    assert anyone.ids == [1, 3]
+
+
+def test_a_sink_may_ack_or_close_from_inside_a_delivery():
+    queue = Queue("orders", "orders")
+    seen: list[int] = []
+
+    def acking(delivery: Delivery) -> None:
+        seen.append(delivery.message.id)
+        queue.acknowledge(delivery.consumer_id, delivery.delivery_id)
+        if delivery.message.id == 2:
+            queue.remove_consumer(delivery.consumer_id)
+
+    queue.add_consumer(1, acking)
+    for n in range(1, 4):
+        queue.add(message(n))
+    assert seen == [1, 2]
+    assert [e.message.id for e in queue.browse()] == [3]
+
+
+def test_bad_calls_name_what_is_missing():
+    queue = Queue("orders", "orders")
+    with pytest.raises(QueueError, match="queue 'orders' has no consumer 9"):
+        queue.add_credits(9, 10)
+    queue.add_consumer(1, Sink())
+    with pytest.raises(QueueError, match="already has consumer 1"):
+        queue.add_consumer(1, Sink())
+    with pytest.raises(ValueError, match="credits must be -1"):
+        queue.add_consumer(2, Sink(), credits=-5)
+    with pytest.raises(QueueError, match="has no delivery 3"):
+        queue.nack(1, 3, requeue=True)
+    assert UNLIMITED == -1
