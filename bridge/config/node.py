@@ -21,6 +21,7 @@ import attrs
 from bridge.config.units import SIZE_HELP, parse_size
 from security import SecuritySettings, load_security
 from security.errors import ConfigError
+from security.matcher import InvalidPattern, MatchTable, parse_pattern
 from security.validate import (
     check_keys,
     describe,
@@ -68,8 +69,7 @@ class Acceptor:
 
 @attrs.frozen
 class AddressSettings:
-    """Settings an address gets from the most specific ``[[address-setting]]`` match, or
-    from its own ``[[address]]`` entry."""
+    """The settings an address works with (see ``NodeConfig.settings_for``)."""
 
     max_size_bytes: int = UNLIMITED
     address_full_policy: AddressFullPolicy = AddressFullPolicy.PAGE
@@ -79,16 +79,33 @@ class AddressSettings:
 
 
 @attrs.frozen
+class SettingsOverrides:
+    """The settings one ``[[address-setting]]`` or ``[[address]]`` entry sets; None: unset."""
+
+    max_size_bytes: int | None = None
+    address_full_policy: AddressFullPolicy | None = None
+    id_cache_size: int | None = None
+    auto_create_addresses: bool | None = None
+    default_routing: Routing | None = None
+
+    def apply(self, base: AddressSettings) -> AddressSettings:
+        changes = {k: v for k, v in attrs.asdict(self, recurse=False).items() if v is not None}
+        return attrs.evolve(base, **changes)
+
+
+@attrs.frozen
 class AddressSettingMatch:
     match: str
-    settings: AddressSettings
+    overrides: SettingsOverrides
 
 
 @attrs.frozen
 class Address:
+    """A declared address: its routing (None: the matched default) and its own settings."""
+
     name: str
-    routing: Routing
-    settings: AddressSettings
+    routing: Routing | None
+    overrides: SettingsOverrides
 
 
 @attrs.frozen
@@ -109,6 +126,30 @@ class NodeConfig:
     address_settings: tuple[AddressSettingMatch, ...]
     management: Management | None
     security: SecuritySettings
+    _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        table: MatchTable[SettingsOverrides] = MatchTable(
+            (parse_pattern(entry.match), entry.overrides) for entry in self.address_settings
+        )
+        object.__setattr__(self, "_matches", table)
+
+    def settings_for(self, address: str) -> AddressSettings:
+        """An address's settings, as Artemis merges them: the defaults, then every matching
+        ``[[address-setting]]`` from the broadest to the most specific (each setting only
+        what it names), then the address's own ``[[address]]`` keys."""
+        settings = AddressSettings()
+        for _, overrides in reversed(self._matches.matching(address)):
+            settings = overrides.apply(settings)
+        declared = next((a for a in self.addresses if a.name == address), None)
+        return declared.overrides.apply(settings) if declared is not None else settings
+
+    def routing_for(self, address: str) -> Routing:
+        """A declared address's routing, or the default routing its settings give."""
+        declared = next((a for a in self.addresses if a.name == address), None)
+        if declared is not None and declared.routing is not None:
+            return declared.routing
+        return self.settings_for(address).default_routing
 
 
 _TOP = ("node", "acceptor", "address", "address-setting", "management", "security")
@@ -161,9 +202,7 @@ def _choice(kind: type[_E], value: object, source: str, key: str) -> _E:
         raise ConfigError(source, key, f"expected one of {choices}, got {text!r}") from None
 
 
-def _settings(
-    table: Mapping[str, Any], source: str, prefix: str, base: AddressSettings
-) -> AddressSettings:
+def _overrides(table: Mapping[str, Any], source: str, prefix: str) -> SettingsOverrides:
     changes: dict[str, Any] = {}
     if "max-size-bytes" in table:
         key = key_path(prefix, "max-size-bytes")
@@ -182,7 +221,7 @@ def _settings(
     if "default-routing-type" in table:
         key = key_path(prefix, "default-routing-type")
         changes["default_routing"] = _choice(Routing, table["default-routing-type"], source, key)
-    return attrs.evolve(base, **changes)
+    return SettingsOverrides(**changes)
 
 
 def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
@@ -216,22 +255,25 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
     return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame)
 
 
-def _address(table: Mapping[str, Any], source: str, prefix: str, base: AddressSettings) -> Address:
+def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:
     check_keys(table, _ADDRESS, source, prefix)
     name = _name(_required(table, "name", source, prefix), source, key_path(prefix, "name"))
-    routing = _choice(
-        Routing,
-        table.get("routing", base.default_routing.value),
-        source,
-        key_path(prefix, "routing"),
+    routing = (
+        _choice(Routing, table["routing"], source, key_path(prefix, "routing"))
+        if "routing" in table
+        else None
     )
-    return Address(name, routing, _settings(table, source, prefix, base))
+    return Address(name, routing, _overrides(table, source, prefix))
 
 
 def _address_setting(table: Mapping[str, Any], source: str, prefix: str) -> AddressSettingMatch:
     check_keys(table, ("match", *_SETTING_KEYS), source, prefix)
     match = expect_str(_required(table, "match", source, prefix), source, key_path(prefix, "match"))
-    return AddressSettingMatch(match, _settings(table, source, prefix, AddressSettings()))
+    try:
+        parse_pattern(match)
+    except InvalidPattern as error:
+        raise ConfigError(source, key_path(prefix, "match"), str(error)) from None
+    return AddressSettingMatch(match, _overrides(table, source, prefix))
 
 
 def _management(table: Mapping[str, Any], source: str) -> Management:
@@ -283,7 +325,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     )
     addresses_table = expect_tables(document.get("address", []), source, "address")
     addresses = [
-        _address(entry, source, key_path("address", index), AddressSettings())
+        _address(entry, source, key_path("address", index))
         for index, entry in enumerate(addresses_table)
     ]
     _unique([a.name for a in addresses], source, "address")

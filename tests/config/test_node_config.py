@@ -58,15 +58,16 @@ def test_the_issue_example_loads_as_written(tmp_path):
     assert acceptor.connection_ttl == 60.0
     (address,) = config.addresses
     assert address.name == "orders"
-    assert address.routing is Routing.ANYCAST
-    assert address.settings.max_size_bytes == 64 * 1024**2
-    assert address.settings.address_full_policy is AddressFullPolicy.PAGE
+    assert config.routing_for("orders") is Routing.ANYCAST
+    settings = config.settings_for("orders")
+    assert settings.max_size_bytes == 64 * 1024**2
+    assert settings.address_full_policy is AddressFullPolicy.PAGE
     assert config.management is not None
     assert (config.management.host, config.management.port) == ("127.0.0.1", 8161)
     assert not config.security.enabled
 
 
-def test_address_settings_by_match_and_defaults(tmp_path):
+def test_address_settings_merge_from_broadest_to_most_specific_then_the_address(tmp_path):
     config = load_node_config(
         _write(
             tmp_path,
@@ -76,27 +77,60 @@ name = "b"
 data-dir = "/srv/b"
 
 [[address-setting]]
+match = "#"
+max-size-bytes = "10MiB"
+address-full-policy = "BLOCK"
+
+[[address-setting]]
 match = "metrics.#"
-max-size-bytes = -1
 address-full-policy = "DROP"
 id-cache-size = 500
 auto-create-addresses = false
 default-routing-type = "multicast"
+
+[[address-setting]]
+match = "metrics.cpu"
+max-size-bytes = -1
+
+[[address]]
+name = "metrics.cpu"
+id-cache-size = 7
 """,
-        )
+        ),
     )
     assert config.data_dir == Path("/srv/b")
-    (setting,) = config.address_settings
-    assert setting.match == "metrics.#"
-    assert setting.settings == AddressSettings(
-        max_size_bytes=-1,
+    assert config.settings_for("orders") == AddressSettings(
+        max_size_bytes=10 * 1024**2, address_full_policy=AddressFullPolicy.BLOCK
+    )
+    assert config.settings_for("metrics.disk") == AddressSettings(
+        max_size_bytes=10 * 1024**2,
         address_full_policy=AddressFullPolicy.DROP,
         id_cache_size=500,
         auto_create_addresses=False,
         default_routing=Routing.MULTICAST,
     )
+    assert config.settings_for("metrics.cpu") == AddressSettings(
+        max_size_bytes=-1,
+        address_full_policy=AddressFullPolicy.DROP,
+        id_cache_size=7,
+        auto_create_addresses=False,
+        default_routing=Routing.MULTICAST,
+    )
+    assert config.routing_for("metrics.cpu") is Routing.MULTICAST
+    assert config.routing_for("orders") is Routing.ANYCAST
     assert config.acceptors == ()
     assert config.management is None
+
+
+def test_declaration_order_of_settings_does_not_matter(tmp_path):
+    entries = [
+        '[[address-setting]]\nmatch = "a.#"\nid-cache-size = 1\n',
+        '[[address-setting]]\nmatch = "a.b"\nid-cache-size = 2\n',
+    ]
+    for order in (entries, entries[::-1]):
+        config = load_node_config(_write(tmp_path, GOOD_HEAD + "".join(order)))
+        assert config.settings_for("a.b").id_cache_size == 2
+        assert config.settings_for("a.c").id_cache_size == 1
 
 
 GOOD_HEAD = '[node]\nname = "a"\ndata-dir = "d"\n'
