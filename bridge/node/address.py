@@ -1,0 +1,83 @@
+"""An address and the queues bound to it: where each message goes.
+
+Anycast: each message goes to ONE of the address's queues whose filter it matches, the
+queues taking turns (usually there is one, named like the address). Multicast: each
+message goes to EVERY subscription queue whose filter it matches. A message no queue takes
+is dropped (there is nobody to keep it for), as in Artemis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import attrs
+
+from bridge.config.node import AddressSettings, Routing
+from bridge.message import Message
+from bridge.node.duplicates import DuplicateIdCache
+from bridge.node.queue import Filter, Queue
+
+
+class AddressError(Exception):
+    """A binding that cannot be made or undone, named."""
+
+
+@attrs.frozen
+class Binding:
+    """A queue bound to an address, with the filter messages must match to reach it."""
+
+    queue: Queue
+    filter: Filter | None
+    durable: bool
+
+    def takes(self, message: Message) -> bool:
+        return self.filter is None or self.filter(message.headers)
+
+
+class Address:
+    """An address's routing, its bindings and its duplicate-id cache."""
+
+    def __init__(
+        self,
+        name: str,
+        routing: Routing,
+        settings: AddressSettings,
+        recovered_ids: Iterable[bytes] = (),
+    ) -> None:
+        self.name = name
+        self.routing = routing
+        self.settings = settings
+        self.duplicates = DuplicateIdCache(settings.id_cache_size, recovered_ids)
+        self._bindings: dict[str, Binding] = {}
+        self._turn = 0
+
+    @property
+    def bindings(self) -> tuple[Binding, ...]:
+        return tuple(self._bindings.values())
+
+    def bind(self, queue: Queue, filter: Filter | None = None, durable: bool = True) -> None:
+        """Bind a queue (for multicast, a subscription) to this address."""
+        if queue.address != self.name:
+            raise AddressError(f"queue {queue.name!r} belongs to address {queue.address!r}")
+        if queue.name in self._bindings:
+            raise AddressError(f"address {self.name!r} already has queue {queue.name!r}")
+        self._bindings[queue.name] = Binding(queue, filter, durable)
+
+    def unbind(self, queue_name: str) -> Binding:
+        try:
+            return self._bindings.pop(queue_name)
+        except KeyError:
+            raise AddressError(f"address {self.name!r} has no queue {queue_name!r}") from None
+
+    def is_duplicate(self, message: Message) -> bool:
+        """Whether the message's duplicate id was seen (a repeat to acknowledge and drop)."""
+        return message.duplicate_id is not None and message.duplicate_id in self.duplicates
+
+    def route(self, message: Message) -> list[Binding]:
+        """The bindings the message goes to (none: it is dropped)."""
+        takers = [binding for binding in self._bindings.values() if binding.takes(message)]
+        if self.routing is Routing.MULTICAST or len(takers) <= 1:
+            return takers
+        chosen = takers[self._turn % len(takers)]
+        self._turn += 1
+        return [chosen]
