@@ -1,0 +1,462 @@
+"""The core protocol's packets, as plain immutable events (h11-style).
+
+Each packet is a frozen attrs class; ``codec.py`` turns it into a frame type and payload and
+back. A packet class knows its frame type (``TYPE``) but nothing of bytes, sockets or
+sessions: the node's and the client's protocol state machines consume and produce these
+events, and the Twisted protocols only move frames. docs/protocol.md is the reference for
+what each packet means and how it is encoded.
+
+Integer fields hold unsigned 64-bit values unless their docstring says otherwise; the
+codec refuses a value that does not fit its wire width rather than truncating it.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import ClassVar
+
+import attrs
+
+from bridge.message import Message
+
+PROTOCOL_VERSION = 1
+"""The core protocol version this codec speaks (CONNECT/CONNECTED ``protocol_version``)."""
+
+UNLIMITED = -1
+"""A window size meaning "no flow control" (CREATE_CONSUMER, CONNECTED)."""
+
+
+class PacketType(IntEnum):
+    """Frame types of the core protocol, grouped by area in blocks of 16.
+
+    These numbers are the wire format: never renumber one, only add. Types below 16 belong
+    to the transport (``transport.frames.ControlType``).
+    """
+
+    # Connection (16-31)
+    CONNECT = 16
+    CONNECTED = 17
+    # Replies to requests (32-47)
+    OK = 32
+    FAILED = 33
+    # Queues (48-63)
+    CREATE_QUEUE = 48
+    DELETE_QUEUE = 49
+    # Producing (64-79)
+    SEND = 64
+    SEND_CONFIRMED = 65
+    SEND_FAILED = 66
+    PRODUCER_CREDITS = 67
+    SEND_LARGE_BEGIN = 68
+    SEND_LARGE_CHUNK = 69
+    # Consuming (80-95)
+    CREATE_CONSUMER = 80
+    CLOSE_CONSUMER = 81
+    DELIVER = 82
+    CONSUMER_CREDITS = 83
+    ACK = 84
+    NACK = 85
+    DELIVER_LARGE_BEGIN = 86
+    DELIVER_LARGE_CHUNK = 87
+    # Transactions (96-111)
+    TX_BEGIN = 96
+    TX_COMMIT = 97
+    TX_ROLLBACK = 98
+
+
+PACKET_TYPES: frozenset[int] = frozenset(PacketType)
+"""Every frame type of the core protocol: the transport decoder's ``accepted_types``."""
+
+
+class ErrorCode(IntEnum):
+    """Why a request (FAILED) or a send (SEND_FAILED) failed. Wire values are stable."""
+
+    AUTHENTICATION = 1
+    """The CONNECT credentials or certificate were refused."""
+    PERMISSION_DENIED = 2
+    """The user lacks the permission for this operation on this address or queue."""
+    NOT_FOUND = 3
+    """The named queue, address, consumer or transaction does not exist."""
+    ALREADY_EXISTS = 4
+    """A queue, consumer id or transaction id of that name or number is in use."""
+    INVALID = 5
+    """The request is well-formed but makes no sense (a bad filter, a wrong total size)."""
+    ADDRESS_FULL = 6
+    """The address is full and its address-full policy is FAIL."""
+    UNSUPPORTED_VERSION = 7
+    """The node does not speak the CONNECT's protocol version."""
+    INTERNAL = 8
+    """The node failed (the store could not write, say); the request may be retried."""
+
+
+class Routing(IntEnum):
+    """How an address routes to its queues (Artemis's routing types)."""
+
+    ANYCAST = 1
+    """Each message goes to one queue: the queue of the address's name."""
+    MULTICAST = 2
+    """Each message goes to every queue (subscription) of the address."""
+
+
+# Connection
+
+
+@attrs.frozen
+class Connect:
+    """client -> node, the first packet of a connection: who the client is.
+
+    ``confirmation_window_size`` is the client's, in bytes (u32): how many bytes of sends
+    it may have unconfirmed before it stops sending.
+    """
+
+    TYPE: ClassVar[PacketType] = PacketType.CONNECT
+
+    protocol_version: int
+    client_id: str
+    user: str | None
+    password: str | None
+    confirmation_window_size: int
+
+
+@attrs.frozen
+class Connected:
+    """node -> client: the connection is accepted (a refusal is FAILED, request id 0).
+
+    ``producer_window_size`` (i32 bytes) is the producer credit every address starts with
+    on this connection; -1 (``UNLIMITED``) means producers are not flow-controlled.
+    """
+
+    TYPE: ClassVar[PacketType] = PacketType.CONNECTED
+
+    node_name: str
+    node_id: str
+    protocol_version: int
+    producer_window_size: int
+
+
+# Replies
+
+
+@attrs.frozen
+class Ok:
+    """node -> client: the request ``request_id`` succeeded (and is durable if it writes)."""
+
+    TYPE: ClassVar[PacketType] = PacketType.OK
+
+    request_id: int
+
+
+@attrs.frozen
+class Failed:
+    """node -> client: the request ``request_id`` failed, why (``code``) and in words."""
+
+    TYPE: ClassVar[PacketType] = PacketType.FAILED
+
+    request_id: int
+    code: ErrorCode
+    message: str
+
+
+# Queues
+
+
+@attrs.frozen
+class CreateQueue:
+    """client -> node: create queue ``name`` bound to ``address``; answered OK/FAILED."""
+
+    TYPE: ClassVar[PacketType] = PacketType.CREATE_QUEUE
+
+    request_id: int
+    name: str
+    address: str
+    routing: Routing
+    durable: bool
+    filter: str | None
+
+
+@attrs.frozen
+class DeleteQueue:
+    """client -> node: delete queue ``name`` and its messages; answered OK/FAILED."""
+
+    TYPE: ClassVar[PacketType] = PacketType.DELETE_QUEUE
+
+    request_id: int
+    name: str
+
+
+# Producing
+
+
+@attrs.frozen
+class Send:
+    """client -> node: route ``message`` to its address (hot path).
+
+    ``sequence`` increases per connection; the node confirms ranges of sequences with
+    SEND_CONFIRMED or reports one with SEND_FAILED. ``tx_id`` joins a transaction. The
+    message's id is ignored: the node assigns its own.
+    """
+
+    TYPE: ClassVar[PacketType] = PacketType.SEND
+
+    sequence: int
+    tx_id: int | None
+    message: Message
+
+
+@attrs.frozen
+class SendConfirmed:
+    """node -> client: every send with sequence <= ``up_to_sequence`` that was not
+    reported by SEND_FAILED is durable (routed, if not durable). Hot path."""
+
+    TYPE: ClassVar[PacketType] = PacketType.SEND_CONFIRMED
+
+    up_to_sequence: int
+
+
+@attrs.frozen
+class SendFailed:
+    """node -> client: the send ``sequence`` was not accepted, why and in words."""
+
+    TYPE: ClassVar[PacketType] = PacketType.SEND_FAILED
+
+    sequence: int
+    code: ErrorCode
+    message: str
+
+
+@attrs.frozen
+class ProducerCredits:
+    """node -> client: ``credits`` (u32) more bytes may be sent to ``address``."""
+
+    TYPE: ClassVar[PacketType] = PacketType.PRODUCER_CREDITS
+
+    address: str
+    credits: int
+
+
+@attrs.frozen
+class SendLargeBegin:
+    """client -> node: a large send starts; ``message`` has the headers and an empty body,
+    whose ``total_size`` bytes follow in SEND_LARGE_CHUNKs of the same ``sequence``."""
+
+    TYPE: ClassVar[PacketType] = PacketType.SEND_LARGE_BEGIN
+
+    sequence: int
+    tx_id: int | None
+    message: Message
+    total_size: int
+
+
+@attrs.frozen
+class SendLargeChunk:
+    """client -> node: the next ``data`` of the large send ``sequence``; ``last`` ends it."""
+
+    TYPE: ClassVar[PacketType] = PacketType.SEND_LARGE_CHUNK
+
+    sequence: int
+    data: bytes
+    last: bool
+
+
+# Consuming
+
+
+@attrs.frozen
+class CreateConsumer:
+    """client -> node: consume from ``queue``; answered OK/FAILED.
+
+    ``consumer_id`` (u32) is the client's choice, unique among its open consumers.
+    ``window_size`` (i32 bytes) is the initial credit: -1 (``UNLIMITED``) for no flow
+    control, 0 for no deliveries until CONSUMER_CREDITS.
+    """
+
+    TYPE: ClassVar[PacketType] = PacketType.CREATE_CONSUMER
+
+    request_id: int
+    consumer_id: int
+    queue: str
+    filter: str | None
+    browse_only: bool
+    window_size: int
+
+
+@attrs.frozen
+class CloseConsumer:
+    """client -> node: stop consumer ``consumer_id`` (u32); its unacknowledged deliveries
+    go back to the queue. Answered OK/FAILED; no DELIVER for it follows the OK."""
+
+    TYPE: ClassVar[PacketType] = PacketType.CLOSE_CONSUMER
+
+    request_id: int
+    consumer_id: int
+
+
+@attrs.frozen
+class Deliver:
+    """node -> client: ``message`` (with its node-assigned id) for consumer ``consumer_id``
+    (u32). ``delivery_id`` increases per consumer; ``delivery_count`` (u32) is 1 on the
+    first delivery and counts redeliveries. Hot path."""
+
+    TYPE: ClassVar[PacketType] = PacketType.DELIVER
+
+    consumer_id: int
+    delivery_id: int
+    delivery_count: int
+    message: Message
+
+
+@attrs.frozen
+class ConsumerCredits:
+    """client -> node: consumer ``consumer_id`` (u32) may receive ``credits`` (u32) more
+    bytes. Hot path."""
+
+    TYPE: ClassVar[PacketType] = PacketType.CONSUMER_CREDITS
+
+    consumer_id: int
+    credits: int
+
+
+@attrs.frozen
+class Ack:
+    """client -> node: acknowledge ``delivery_id`` of consumer ``consumer_id`` (u32), or with
+    ``cumulative`` every delivery of that consumer up to it. Hot path.
+
+    ``tx_id`` makes the acknowledgement part of a transaction; with ``request_id`` the node
+    answers OK/FAILED once the acknowledgement is durable.
+    """
+
+    TYPE: ClassVar[PacketType] = PacketType.ACK
+
+    consumer_id: int
+    delivery_id: int
+    cumulative: bool
+    tx_id: int | None
+    request_id: int | None
+
+
+@attrs.frozen
+class Nack:
+    """client -> node: refuse ``delivery_id`` of consumer ``consumer_id`` (u32): back on the
+    queue for redelivery with ``requeue``, otherwise dropped."""
+
+    TYPE: ClassVar[PacketType] = PacketType.NACK
+
+    consumer_id: int
+    delivery_id: int
+    requeue: bool
+
+
+@attrs.frozen
+class DeliverLargeBegin:
+    """node -> client: a large delivery starts, as DELIVER but with an empty body whose
+    ``total_size`` bytes follow in DELIVER_LARGE_CHUNKs of the same consumer and delivery."""
+
+    TYPE: ClassVar[PacketType] = PacketType.DELIVER_LARGE_BEGIN
+
+    consumer_id: int
+    delivery_id: int
+    delivery_count: int
+    message: Message
+    total_size: int
+
+
+@attrs.frozen
+class DeliverLargeChunk:
+    """node -> client: the next ``data`` of a large delivery; ``last`` ends it."""
+
+    TYPE: ClassVar[PacketType] = PacketType.DELIVER_LARGE_CHUNK
+
+    consumer_id: int
+    delivery_id: int
+    data: bytes
+    last: bool
+
+
+# Transactions
+
+
+@attrs.frozen
+class TxBegin:
+    """client -> node: open transaction ``tx_id`` (the client's choice); answered OK/FAILED."""
+
+    TYPE: ClassVar[PacketType] = PacketType.TX_BEGIN
+
+    request_id: int
+    tx_id: int
+
+
+@attrs.frozen
+class TxCommit:
+    """client -> node: make the transaction's sends and acks effective at once; OK when
+    durable."""
+
+    TYPE: ClassVar[PacketType] = PacketType.TX_COMMIT
+
+    request_id: int
+    tx_id: int
+
+
+@attrs.frozen
+class TxRollback:
+    """client -> node: discard the transaction's sends; its acknowledged messages are
+    redelivered. Answered OK/FAILED."""
+
+    TYPE: ClassVar[PacketType] = PacketType.TX_ROLLBACK
+
+    request_id: int
+    tx_id: int
+
+
+Packet = (
+    Connect
+    | Connected
+    | Ok
+    | Failed
+    | CreateQueue
+    | DeleteQueue
+    | Send
+    | SendConfirmed
+    | SendFailed
+    | ProducerCredits
+    | SendLargeBegin
+    | SendLargeChunk
+    | CreateConsumer
+    | CloseConsumer
+    | Deliver
+    | ConsumerCredits
+    | Ack
+    | Nack
+    | DeliverLargeBegin
+    | DeliverLargeChunk
+    | TxBegin
+    | TxCommit
+    | TxRollback
+)
+"""Any core protocol packet."""
+
+PACKET_CLASSES: tuple[type[Packet], ...] = (
+    Connect,
+    Connected,
+    Ok,
+    Failed,
+    CreateQueue,
+    DeleteQueue,
+    Send,
+    SendConfirmed,
+    SendFailed,
+    ProducerCredits,
+    SendLargeBegin,
+    SendLargeChunk,
+    CreateConsumer,
+    CloseConsumer,
+    Deliver,
+    ConsumerCredits,
+    Ack,
+    Nack,
+    DeliverLargeBegin,
+    DeliverLargeChunk,
+    TxBegin,
+    TxCommit,
+    TxRollback,
+)
+"""Every packet class, in frame-type order."""

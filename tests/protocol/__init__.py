@@ -1,0 +1,1 @@
+"""Tests of the core protocol packets and their codec."""
