@@ -31,7 +31,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from transport.errors import ConnectionTTLExpired, PeerError, ProtocolError
+from transport.errors import ConnectionClosed, ConnectionTTLExpired, PeerError, ProtocolError
 from transport.frames import HEADER_SIZE, ControlType, Frame, FrameDecoder, encode
 from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityListener
 from transport.outbound import OutboundQueue
@@ -52,10 +52,6 @@ class _Wire(typing.Protocol):
     def pauseProducing(self) -> None: ...
     def resumeProducing(self) -> None: ...
     def getPeer(self) -> IAddress: ...
-
-
-class ConnectionClosed(Exception):
-    """A frame was sent on a connection that is closing or closed."""
 
 
 @implementer(IFrameConnection, IPushProducer)
@@ -81,7 +77,7 @@ class FrameConnection(Protocol):
         self._lost_waiters: list[Deferred[BaseException]] = []
         self._held: deque[Frame] = deque()
         self._turn_call: IDelayedCall | None = None
-        self._heartbeat: LoopingCall | None = None
+        self._timers: list[LoopingCall] = []
         self._flushing = False
         self._delivering = False
         self._reading_paused = False
@@ -89,9 +85,9 @@ class FrameConnection(Protocol):
         self._lost: BaseException | None = None
         self._close_reason: BaseException | None = None
         self._last_received = 0.0
-        self._last_sent = 0.0
         self.peer = "?"
         self._wire: _Wire | None = None
+        self._registered = False
 
     # -- writability -------------------------------------------------------------------
 
@@ -113,11 +109,18 @@ class FrameConnection(Protocol):
     def when_writable(self) -> Deferred[None]:
         if self._lost is not None:
             return fail(self._lost)
+        if self._closing:
+            return fail(ConnectionClosed(f"connection to {self.peer} is closing"))
         if self._out.writable:
             return succeed(None)
-        waiter: Deferred[None] = Deferred(self._writable_waiters.remove)
+        waiter: Deferred[None] = Deferred(self._cancel_waiter)
         self._writable_waiters.append(waiter)
         return waiter
+
+    def _cancel_waiter(self, waiter: Deferred[None]) -> None:
+        # It may already be on its way out (being fired by _announce).
+        if waiter in self._writable_waiters:
+            self._writable_waiters.remove(waiter)
 
     # -- sending -----------------------------------------------------------------------
 
@@ -157,7 +160,6 @@ class FrameConnection(Protocol):
                 self._wire.writeSequence(parts)
         finally:
             self._flushing = False
-        self._last_sent = self._clock.seconds()
         if out.queued and not out.transport_paused and self._turn_call is None:
             self._turn_call = self._clock.callLater(0, self._end_of_turn)
 
@@ -171,7 +173,8 @@ class FrameConnection(Protocol):
         if self._writable_waiters and self._out.writable:
             waiters, self._writable_waiters = self._writable_waiters, []
             for waiter in waiters:
-                waiter.callback(None)
+                if not waiter.called:  # one waiter's callback may have cancelled another
+                    waiter.callback(None)
 
     # -- IPushProducer: Twisted's signals about its own buffer -------------------------
 
@@ -206,9 +209,9 @@ class FrameConnection(Protocol):
             self._wire.resumeProducing()
 
     def dataReceived(self, data: bytes) -> None:
-        self._last_received = self._clock.seconds()
         if self._closing:
-            return
+            return  # the TTL keeps counting: a closing peer must finish, not keep us open
+        self._last_received = self._clock.seconds()
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as error:
@@ -254,40 +257,57 @@ class FrameConnection(Protocol):
 
     # -- heartbeats and TTL ------------------------------------------------------------
 
-    def _tick(self) -> None:
-        now = self._clock.seconds()
-        ttl = self.settings.ttl
-        if self._reading_paused:
-            self._last_received = now
-        elif ttl is not None and now - self._last_received > ttl:
-            silent = now - self._last_received
-            log.warn(
-                "nothing from {peer} for {silent:.1f}s (connection-ttl {ttl}s); dropping it",
-                peer=self.peer,
-                silent=silent,
-                ttl=ttl,
-            )
-            self._close_reason = ConnectionTTLExpired(
-                f"nothing received from {self.peer} for {silent:.1f}s (connection-ttl {ttl}s)"
-            )
-            self._stop_heartbeat()
-            if self._wire is not None:
-                self._wire.unregisterProducer()
-                self._wire.abortConnection()
-            return
-        interval = self.settings.heartbeat_interval
-        if (
-            interval is not None
-            and not self._closing
-            and not self._out.queued
-            and now - self._last_sent >= interval
-        ):
+    def _ping(self) -> None:
+        """Every heartbeat interval: a ping, unless bytes are already waiting to leave."""
+        if not self._closing and not self._out.queued:
             self._queue(ControlType.PING, b"")
 
-    def _stop_heartbeat(self) -> None:
-        if self._heartbeat is not None and self._heartbeat.running:
-            self._heartbeat.stop()
-        self._heartbeat = None
+    def _check_ttl(self) -> None:
+        now = self._clock.seconds()
+        ttl = self.settings.ttl
+        if self._reading_paused and not self._closing:
+            self._last_received = now  # this side chose not to listen: not the peer's silence
+            return
+        if ttl is None or now - self._last_received <= ttl:
+            return
+        silent = now - self._last_received
+        log.warn(
+            "nothing from {peer} for {silent:.1f}s (connection-ttl {ttl}s); dropping it",
+            peer=self.peer,
+            silent=silent,
+            ttl=ttl,
+        )
+        self._close_reason = ConnectionTTLExpired(
+            f"nothing received from {self.peer} for {silent:.1f}s (connection-ttl {ttl}s)"
+        )
+        self._closing = True
+        self._stop_timers()
+        if self._wire is not None:
+            self._unregister()
+            self._wire.abortConnection()
+
+    def _unregister(self) -> None:
+        """Stop being the transport's producer (once: a closing connection may expire)."""
+        if self._registered and self._wire is not None:
+            self._registered = False
+            self._wire.unregisterProducer()
+
+    def _start_timers(self) -> None:
+        for period, tick in (
+            (self.settings.heartbeat_interval, self._ping),
+            (self.settings.ttl_check, self._check_ttl),
+        ):
+            if period is not None:
+                timer = LoopingCall(tick)
+                timer.clock = self._clock
+                timer.start(period, now=False)
+                self._timers.append(timer)
+
+    def _stop_timers(self) -> None:
+        timers, self._timers = self._timers, []
+        for timer in timers:
+            if timer.running:
+                timer.stop()
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -299,14 +319,11 @@ class FrameConnection(Protocol):
             self.peer = str(peer)
         else:
             self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self._last_received = self._last_sent = self._clock.seconds()
+        self._last_received = self._clock.seconds()
         self._tune_socket_io()
         wire.registerProducer(self, True)
-        tick = self.settings.tick
-        if tick is not None:
-            self._heartbeat = LoopingCall(self._tick)
-            self._heartbeat.clock = self._clock
-            self._heartbeat.start(tick, now=False)
+        self._registered = True
+        self._start_timers()
         self._receiver.connection_made(self)
 
     def _tune_socket_io(self) -> None:
@@ -325,12 +342,16 @@ class FrameConnection(Protocol):
         if self._closing or self._wire is None:
             return
         if error is not None:
-            self._queue(ControlType.ERROR, error.encode("utf-8"))
+            self._queue(ControlType.ERROR, error.encode("utf-8")[: self.settings.max_frame_size])
         self._closing = True
+        if self._reading_paused:
+            # Closing needs the peer's end (TLS close_notify, TCP FIN): listen again.
+            # Nothing more is delivered once closing.
+            self._wire.resumeProducing()
         if self._turn_call is not None:
             self._turn_call.cancel()
             self._turn_call = None
-        self._wire.unregisterProducer()
+        self._unregister()
         parts = self._out.take_all()
         if parts:
             self._wire.writeSequence(parts)
@@ -338,7 +359,7 @@ class FrameConnection(Protocol):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
-        self._stop_heartbeat()
+        self._stop_timers()
         if self._turn_call is not None:
             self._turn_call.cancel()
             self._turn_call = None

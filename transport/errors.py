@@ -21,6 +21,10 @@ class ProtocolError(Exception):
         self.frames = tuple(frames)
 
 
+class ConnectionClosed(Exception):
+    """A frame was sent, or writability awaited, on a connection that is closing or closed."""
+
+
 class PeerError(Exception):
     """The peer sent an error frame and closed: its message says why."""
 

@@ -77,7 +77,14 @@ class FrameDecoder:
     ) -> None:
         if not 0 < max_frame_size <= LENGTH_LIMIT:
             raise ValueError(f"max_frame_size must be 1..{LENGTH_LIMIT}, got {max_frame_size}")
-        self._types: Collection[int] = frozenset(accepted_types) | set(ControlType)
+        types = frozenset(accepted_types)
+        reserved = sorted(t for t in types if not FIRST_APPLICATION_TYPE <= t <= 255)
+        if reserved:
+            raise ValueError(
+                f"frame types {reserved} are not application types "
+                f"({FIRST_APPLICATION_TYPE}..255; lower ones belong to the transport)"
+            )
+        self._types: Collection[int] = types | set(ControlType)
         self._max = max_frame_size
         self._chunks: deque[memoryview] = deque()
         self._size = 0

@@ -25,13 +25,18 @@ class IFrameConnection(Interface):
     """
 
     is_writable: bool = Attribute("True while pending bytes are below the high water mark.")
-    peer: str = Attribute("The peer's address, as host:port.")
+    pending_bytes: int = Attribute("Bytes counted against the water marks now.")
+    peer: str = Attribute("The peer's address, as host:port ([v6]:port).")
+    lost_reason: BaseException | None = Attribute("Why the connection is gone, or None.")
 
     def send(frame_type: int, payload: bytes) -> None:
         """Queue one frame; it leaves at the end of this reactor turn at the latest."""
 
     def add_writability_listener(listener: WritabilityListener) -> None:
-        """Call ``listener(is_writable)`` after every change, in registration order."""
+        """Call ``listener(is_writable)`` after every change, in registration order.
+
+        Listeners are not called when the connection closes or is lost: the receiver's
+        ``connection_lost`` says so, and ``when_writable()`` waiters fail."""
 
     def remove_writability_listener(listener: WritabilityListener) -> None:
         """Stop calling ``listener``."""

@@ -22,12 +22,14 @@ DEFAULT_HIGH_WATER = 128 * 1024
 DEFAULT_LOW_WATER = 32 * 1024
 
 
+def check_water_marks(high: int, low: int) -> None:
+    """Refuse marks that leave no room between them."""
+    if not 0 <= low < high:
+        raise ValueError(f"water marks must satisfy 0 <= low < high, got low={low} high={high}")
+
+
 def _check_marks(instance: OutboundQueue, attribute: attrs.Attribute[int], value: int) -> None:
-    if not 0 <= instance.low_water < instance.high_water:
-        raise ValueError(
-            f"water marks must satisfy 0 <= low < high, got low={instance.low_water} "
-            f"high={instance.high_water}"
-        )
+    check_water_marks(instance.high_water, instance.low_water)
 
 
 @attrs.define

@@ -70,7 +70,8 @@ class ReconnectPolicy:
 
     @property
     def fail_after(self) -> int | None:
-        """Failures after which to give up: the first attempt plus every retry allowed."""
+        """Failures of a first connection after which to give up: the first attempt plus
+        every retry allowed. After a drop, ``reconnect_attempts`` failures end it."""
         return None if self.reconnect_attempts < 0 else self.reconnect_attempts + 1
 
 
@@ -94,13 +95,16 @@ class Reconnector:
             endpoint, factory, retryPolicy=policy.delay(), clock=clock, prepareConnection=prepare
         )
         self._watch: Deferred[IProtocol] | None = None
+        self._stopped = False
         self.exhausted: ReconnectAttemptsExhausted | None = None
 
     def start(self) -> None:
+        self._stopped = False
         self.service.startService()
-        self._watch_attempts()
+        self._watch_attempts(self.policy.fail_after)
 
     def stop(self) -> Deferred[None]:
+        self._stopped = True
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
@@ -110,8 +114,9 @@ class Reconnector:
         """The connected protocol, now or once a connection succeeds.
 
         It fires on the turn after, outside ClientService's state machine, so its callbacks
-        may stop the service; a connection already lost by then is skipped for the next."""
-        return self.service.whenConnected().addCallback(self._later)
+        may stop the service; a connection already lost by then is skipped for the next.
+        Fails with ReconnectAttemptsExhausted once the attempts ran out."""
+        return self.service.whenConnected().addCallbacks(self._later, self._why_not)
 
     def _later(self, protocol: IProtocol) -> Deferred[IProtocol]:
         return deferLater(self._clock, 0, lambda: None).addCallback(self._alive, protocol)
@@ -121,32 +126,54 @@ class Reconnector:
             return self.when_connected()
         return protocol
 
-    def _watch_attempts(self) -> None:
-        if self.policy.fail_after is None or not self.service.running:
+    def _why_not(self, failure: Failure) -> Failure:
+        if failure.check(CancelledError) and self.exhausted is not None:
+            return Failure(self.exhausted)
+        return failure
+
+    def _watch_attempts(self, fail_after: int | None) -> None:
+        if fail_after is None or self._stopped or not self.service.running:
             return
         if self._watch is not None and not self._watch.called:
             return
-        watch = self._watch = self.service.whenConnected(failAfterFailures=self.policy.fail_after)
+        watch = self._watch = self.service.whenConnected(failAfterFailures=fail_after)
         watch.addCallbacks(self._connected, self._gave_up)
 
     def _connected(self, protocol: IProtocol) -> None:
         self._watch = None
         if isinstance(protocol, FrameConnection):
-            # After a drop, ClientService retries; count that round of attempts afresh.
-            protocol.when_lost().addCallback(lambda _: self._watch_attempts())
+            # The connection hears of its loss before ClientService does: look on the next
+            # turn, when the service is already waiting to retry.
+            protocol.when_lost().addCallback(lambda _: self._clock.callLater(0, self._dropped))
+
+    def _dropped(self) -> None:
+        """A connection dropped; ClientService retries. Allow reconnect-attempts more."""
+        attempts = self.policy.reconnect_attempts
+        if self._stopped or not self.service.running or attempts < 0:
+            return
+        if attempts == 0:
+            self._exhaust("the connection dropped and reconnect-attempts is 0")
+        else:
+            self._watch_attempts(attempts)
 
     def _gave_up(self, failure: Failure) -> None:
         self._watch = None
         if failure.check(CancelledError):
             return
         attempts = self.policy.reconnect_attempts
-        exhausted = self.exhausted = ReconnectAttemptsExhausted(
+        self._exhaust(
             f"gave up after {attempts} reconnect attempt{'s' * (attempts != 1)}: "
             f"{failure.getErrorMessage()}"
         )
-        # Still inside ClientService's transition: stop it on the next turn.
-        self._clock.callLater(0, self._give_up, exhausted)
+
+    def _exhaust(self, reason: str) -> None:
+        self.exhausted = ReconnectAttemptsExhausted(reason)
+        # Possibly still inside ClientService's transition: stop it on the next turn.
+        self._clock.callLater(0, self._give_up, self.exhausted)
 
     def _give_up(self, exhausted: ReconnectAttemptsExhausted) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         self.service.stopService()
         self._on_exhausted(exhausted)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import attrs
 
 from transport.frames import DEFAULT_MAX_FRAME_SIZE, LENGTH_LIMIT
-from transport.outbound import DEFAULT_HIGH_WATER, DEFAULT_LOW_WATER
+from transport.outbound import DEFAULT_HIGH_WATER, DEFAULT_LOW_WATER, check_water_marks
 
 
 @attrs.frozen
 class ConnectionSettings:
     """How one framed connection behaves.
 
-    ``heartbeat_interval``: send a ping when nothing else left for this long.
+    ``heartbeat_interval``: send a ping this often (unless bytes are already waiting to
+    leave), so a peer hears from this side at least once an interval.
     ``ttl``: disconnect a peer from which nothing arrived for this long (Artemis's
-    connection-ttl); time with reading paused by this side does not count.
+    connection-ttl); time with reading paused by this side does not count. It must be at
+    least twice the peer's heartbeat interval, so one late ping is not a death sentence.
     ``io_size``: bytes read or sent per socket call (Twisted's transport buffer size, which
     is also where Twisted pauses a connection handing it bytes); None keeps Twisted's own.
     ``flush_budget``: the most bytes handed to the transport in one pass, so the transport
@@ -41,26 +43,21 @@ class ConnectionSettings:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive or None, got {value}")
-        if not 0 <= self.low_water < self.high_water:
-            raise ValueError(
-                f"water marks must satisfy 0 <= low < high, got low={self.low_water} "
-                f"high={self.high_water}"
-            )
+        check_water_marks(self.high_water, self.low_water)
         if (
             self.ttl is not None
             and self.heartbeat_interval is not None
-            and self.heartbeat_interval >= self.ttl
+            and self.heartbeat_interval * 2 > self.ttl
         ):
             raise ValueError(
-                f"heartbeat_interval ({self.heartbeat_interval}s) must be shorter than the "
+                f"heartbeat_interval ({self.heartbeat_interval}s) must be at most half the "
                 f"ttl ({self.ttl}s), or a quiet peer is dropped between its pings"
             )
 
     @property
-    def tick(self) -> float | None:
-        """How often the heartbeat and TTL are checked."""
-        periods = [p for p in (self.heartbeat_interval, self.ttl and self.ttl / 2) if p]
-        return min(periods) if periods else None
+    def ttl_check(self) -> float | None:
+        """How often the TTL is checked: a peer is dropped within 1.25 TTLs of silence."""
+        return self.ttl / 4 if self.ttl is not None else None
 
     @property
     def budget(self) -> int:

@@ -68,8 +68,8 @@ class Wired:
         self.clock.advance(0)
 
 
-def wired(**settings: object) -> Wired:
-    clock = Clock()
+def wired(clock: Clock | None = None, **settings: object) -> Wired:
+    clock = clock or Clock()
     receiver = Recorder()
     connection = FrameConnection(
         receiver,
@@ -80,3 +80,40 @@ def wired(**settings: object) -> Wired:
     transport = CountingTransport()
     connection.makeConnection(transport)
     return Wired(connection, transport, receiver, clock)
+
+
+@attrs.define
+class Pair:
+    """Two connections joined in memory on one clock: what one writes, the other reads."""
+
+    a: Wired
+    b: Wired
+    clock: Clock
+
+    def pump(self) -> None:
+        """End the turn, then carry bytes both ways until nothing is left to carry."""
+        moved = True
+        while moved:
+            self.clock.advance(0)
+            moved = False
+            for source, target in ((self.a, self.b), (self.b, self.a)):
+                data = source.transport.value()
+                if data:
+                    source.transport.clear()
+                    target.connection.dataReceived(data)
+                    moved = True
+
+    def run_for(self, seconds: float, step: float) -> None:
+        """Let time pass in steps, pumping after each."""
+        elapsed = 0.0
+        while elapsed < seconds:
+            self.clock.advance(step)
+            self.pump()
+            elapsed += step
+
+
+def pair(a_settings: dict[str, object], b_settings: dict[str, object]) -> Pair:
+    clock = Clock()
+    a = wired(clock=clock, **a_settings)
+    b = wired(clock=clock, **b_settings)
+    return Pair(a, b, clock)

@@ -6,7 +6,7 @@ import pytest
 from twisted.internet.defer import CancelledError
 
 from tests.transport.memory import APP, wired
-from transport.connection import ConnectionClosed
+from transport.errors import ConnectionClosed
 from transport.frames import Frame
 
 
@@ -186,3 +186,25 @@ def test_a_writer_that_saw_unwritable_hears_writable_again_even_within_one_turn(
     w.turn()  # the transport takes everything in this turn's pass
     assert w.connection.is_writable
     assert changes == [False, True]
+
+
+def test_when_writable_fails_while_closing():
+    w = wired()
+    w.connection.close()
+    failures: list[object] = []
+    w.connection.when_writable().addErrback(failures.append)
+    assert failures
+    assert failures[0].check(ConnectionClosed)  # type: ignore[attr-defined]
+
+
+def test_a_waiter_cancelled_while_waiters_are_being_fired_is_harmless():
+    w = wired(high_water=100, low_water=10)
+    w.connection.pauseProducing()
+    w.connection.send(APP, b"x" * 200)
+    first = w.connection.when_writable()
+    second = w.connection.when_writable()
+    second.addErrback(lambda failure: None)
+    first.addCallback(lambda _: second.cancel())
+    w.connection.resumeProducing()
+    w.turn()
+    assert first.called and second.called

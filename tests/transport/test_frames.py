@@ -95,3 +95,8 @@ def test_truncated_stream_is_reported_at_the_end(tail, message):
 def test_invalid_maximum_is_refused():
     with pytest.raises(ValueError, match="max_frame_size"):
         FrameDecoder(max_frame_size=0)
+
+
+def test_application_types_must_not_collide_with_the_transports():
+    with pytest.raises(ValueError, match=r"frame types \[2, 300\] are not application types"):
+        FrameDecoder([2, 16, 300])

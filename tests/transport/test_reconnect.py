@@ -51,6 +51,7 @@ class CountingEndpoint:
 
     def __init__(self, inner: IStreamClientEndpoint) -> None:
         self.inner = inner
+        self.failures = 0
         self._failure_waiters: list[Deferred[None]] = []
 
     def next_failure(self) -> Deferred[None]:
@@ -60,6 +61,7 @@ class CountingEndpoint:
 
     def connect(self, factory):  # type: ignore[no-untyped-def]
         def failed(failure):  # type: ignore[no-untyped-def]
+            self.failures += 1
             waiters, self._failure_waiters = self._failure_waiters, []
             for waiter in waiters:
                 reactor.callLater(0, waiter.callback, None)
@@ -145,3 +147,41 @@ async def test_connects_once_the_target_comes_up_then_reconnects_after_a_drop():
         await receivers[1].connection.when_lost()
     finally:
         await port.stopListening()
+
+
+@pytest.mark.parametrize("attempts", [0, 2])
+@pytest_twisted.ensureDeferred
+async def test_after_a_drop_exactly_the_configured_reconnect_attempts_are_made(attempts):
+    # Real time, short intervals: the target goes away and drops us.
+    accepted: Deferred[Recorder] = Deferred()
+
+    def make() -> Recorder:
+        receiver = Recorder()
+        if not accepted.called:
+            reactor.callLater(0, accepted.callback, receiver)
+        return receiver
+
+    port = await listen(reactor, "tcp://127.0.0.1:0", make, accepted_types=[APP])
+    endpoint = CountingEndpoint(client_endpoint(reactor, f"tcp://127.0.0.1:{port.getHost().port}"))
+    exhausted: Deferred[ReconnectAttemptsExhausted] = Deferred()
+    reconnector = Reconnector(
+        endpoint,
+        FrameFactory(Recorder, reactor, accepted_types=[APP], is_client=True),
+        ReconnectPolicy(retry_interval=0.02, max_retry_interval=0.02, reconnect_attempts=attempts),
+        reactor,
+        on_exhausted=exhausted.callback,
+    )
+    reconnector.start()
+    connection = await reconnector.when_connected()
+    server_side = await accepted
+    await port.stopListening()
+    assert server_side.connection is not None
+    server_side.connection.close()
+    await connection.when_lost()
+    reason = await exhausted
+    assert endpoint.failures == attempts
+    expected = "reconnect-attempts is 0" if attempts == 0 else "gave up after 2 reconnect attempts"
+    assert expected in str(reason)
+    assert not reconnector.service.running
+    with pytest.raises(ReconnectAttemptsExhausted):
+        await reconnector.when_connected()
