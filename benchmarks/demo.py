@@ -1,13 +1,18 @@
 """The demo: two processes exchange framed messages over mutual TLS through a reader that
 stalls and resumes; the writer stops and goes on with it, in bounded memory.
 
-    python -m benchmarks demo [--bytes 512MiB-in-bytes] [--frame-size BYTES]
+    python -m benchmarks demo [--bytes 512MiB-in-bytes] [--frame-size BYTES] [--timeout S]
+
+If either peer fails or exits early, or the whole run takes longer than ``--timeout``, the
+demo says so and exits non-zero; both peers are stopped whichever way it ends (SIGTERM
+included).
 """
 
 from __future__ import annotations
 
 import argparse
 import queue
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,8 +27,42 @@ def _mib(n: float) -> str:
     return f"{n / MIB:,.1f} MiB"
 
 
+FAILED = "peer-failed"
+
+
 def _follow(peer: Peer, name: str, until: str, out: queue.Queue[tuple[str, Event]]) -> None:
-    peer.until(until, on_event=lambda event: out.put((name, event)))
+    """Pass each of ``peer``'s events to ``out`` until the one called ``until``; if the peer
+    fails or exits first, pass a ``peer-failed`` event saying why instead."""
+    try:
+        peer.until(until, on_event=lambda event: out.put((name, event)))
+    except Exception as error:
+        out.put((name, {"event": FAILED, "t": time.monotonic(), "message": str(error)}))
+
+
+def _start_follower(
+    peer: Peer, name: str, until: str, out: queue.Queue[tuple[str, Event]]
+) -> threading.Thread:
+    # A daemon: a follower blocked on a peer that will not talk must not keep the demo up.
+    thread = threading.Thread(
+        target=_follow, args=(peer, name, until, out), name=f"follow-{name}", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+class DemoFailed(Exception):
+    """A peer failed, or the run took too long."""
+
+
+def _next(events: queue.Queue[tuple[str, Event]], deadline: float) -> tuple[str, Event]:
+    """The next event of either peer; a peer's failure or the deadline raise DemoFailed."""
+    try:
+        who, event = events.get(timeout=max(0.0, deadline - time.monotonic()))
+    except queue.Empty:
+        raise DemoFailed("the demo did not finish in time (see --timeout)") from None
+    if event["event"] == FAILED:
+        raise DemoFailed(f"the {who} failed: {event['message']}")
+    return who, event
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stall-every", type=int, default=100 * MIB)
     parser.add_argument("--stall-for", type=float, default=1.0)
     parser.add_argument("--dir", type=Path, default=ROOT / "var" / "demo")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds the whole run may take"
+    )
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except DemoFailed as failure:
+        print(f"\ndemo failed: {failure}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    deadline = time.monotonic() + args.timeout
 
     certs = args.dir / "certs"
     ca = DevelopmentCA.open_or_create(certs)
@@ -43,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         f"txbridge demo: {_mib(args.bytes)} in {args.frame_size // 1024} KiB frames over mutual TLS"
     )
     print(f"  certificates from the development CA in {certs}")
-    print(f"  the reader stalls for {args.stall_for:.1f}s after every {_mib(args.stall_every)}\n")
+    print(f"  the reader stalls for {args.stall_for:.1f}s after every {_mib(args.stall_every)}")
 
     events: queue.Queue[tuple[str, Event]] = queue.Queue()
+    threads: list[threading.Thread] = []
     with peers() as start:
         reader = start(
             [
@@ -69,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.stall_for),
             ]
         )
-        listening = reader.until("listening")
+        threads.append(_start_follower(reader, "reader", "received", events))
+        who, listening = _next(events, deadline)
+        while listening["event"] != "listening":
+            who, listening = _next(events, deadline)
+        print(f"  the reader listens on port {listening['port']}\n", flush=True)
         writer = start(
             [
                 "writer",
@@ -90,18 +146,13 @@ def main(argv: list[str] | None = None) -> int:
                 "0.2",
             ]
         )
-        threads = [
-            threading.Thread(target=_follow, args=(reader, "reader", "received", events)),
-            threading.Thread(target=_follow, args=(writer, "writer", "done", events)),
-        ]
-        for thread in threads:
-            thread.start()
+        threads.append(_start_follower(writer, "writer", "done", events))
         started = time.monotonic()
         results: dict[str, Event] = {}
         idle_rss = 0
         stalled = False
         while len(results) < 2:
-            who, event = events.get()
+            who, event = _next(events, deadline)
             kind = event["event"]
             at = f"{event['t'] - started:6.2f}s"
             if who == "writer" and kind == "started":
@@ -121,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{at}  writer resumes      writable again")
             elif kind in ("done", "received"):
                 results[who] = event
-        for thread in threads:
-            thread.join()
+    # The peers are stopped (their output closed), so the followers are ending.
+    for thread in threads:
+        thread.join(timeout=10)
 
     sent, got = results["writer"], results["reader"]
     intact = (

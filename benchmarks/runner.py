@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import twisted
@@ -61,18 +64,48 @@ class Peer:
 
 @contextmanager
 def peers() -> Iterator[Callable[[Sequence[str]], Peer]]:
-    """Start peers with the yielded function; all are stopped on the way out."""
+    """Start peers with the yielded function; all are stopped on the way out, however it is
+    taken: an error, Ctrl-C (KeyboardInterrupt), or SIGTERM (which would otherwise end
+    this process at once and leave them running; here it becomes ``SystemExit(143)``)."""
     started: list[Peer] = []
+    starting = False
+    pending: int | None = None
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        # Python runs this in the main thread between two bytecodes, wherever it is. Not
+        # inside Popen, though: raising there would leave a child started but untracked.
+        nonlocal pending
+        if starting:
+            pending = signum
+            return
+        raise SystemExit(128 + signum)
 
     def start(args: Sequence[str]) -> Peer:
-        started.append(Peer(args))
+        nonlocal starting
+        starting = True
+        try:
+            started.append(Peer(args))
+        finally:
+            starting = False
+        if pending is not None:
+            raise SystemExit(128 + pending)
         return started[-1]
 
+    # Signal handlers can only be set from the main thread.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if in_main else None
     try:
         yield start
     finally:
-        for peer in started:
-            peer.stop()
+        if in_main:
+            # A second SIGTERM must not cut the clean-up short.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            for peer in started:
+                peer.stop()
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def machine() -> dict[str, Any]:

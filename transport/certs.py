@@ -66,26 +66,40 @@ def general_names(entries: Iterable[str]) -> list[x509.GeneralName]:
 
 
 def make_ca_certificate(
-    common_name: str, *, organization: str = ORGANIZATION, days: int = CA_DAYS
+    common_name: str,
+    *,
+    organization: str = ORGANIZATION,
+    days: int = CA_DAYS,
+    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None = None,
+    path_length: int | None = 0,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A self-signed CA certificate and its new EC P-256 key."""
+    """A CA certificate and its new EC P-256 key: self-signed (a root), or, with ``issuer``
+    (that CA's certificate and key), an intermediate CA signed by it.
+
+    ``path_length``: how many intermediate CAs may follow this one below it; the default 0
+    lets it issue leaf certificates only, so a root that issues an intermediate needs 1.
+    """
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     name = _name(common_name, organization)
-    certificate = (
+    issuer_name, signing_key = (issuer[0].subject, issuer[1]) if issuer is not None else (name, key)
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
-        .issuer_name(name)
+        .issuer_name(issuer_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
         .add_extension(_KEY_USAGE_CA, critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-        .sign(key, hashes.SHA256())
     )
-    return certificate, key
+    if issuer is not None:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(signing_key.public_key()), False
+        )
+    return builder.sign(signing_key, hashes.SHA256()), key
 
 
 def make_leaf_certificate(
@@ -97,10 +111,18 @@ def make_leaf_certificate(
     sans: Iterable[str] = (),
     organization: str = ORGANIZATION,
     days: int = LEAF_DAYS,
+    not_before: datetime.datetime | None = None,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    """A certificate issued by the CA: for clients, or (``server``) for servers and clients."""
+    """A certificate issued by the CA: for clients, or (``server``) for servers and clients.
+
+    It is valid for ``days`` from now (from five minutes ago, to allow for clocks a little
+    apart), or from ``not_before`` when given: one far enough in the past makes an expired
+    certificate.
+    """
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
+    start = not_before if not_before is not None else now - datetime.timedelta(minutes=5)
+    end = (not_before if not_before is not None else now) + datetime.timedelta(days=days)
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
     if server:
         usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
@@ -110,8 +132,8 @@ def make_leaf_certificate(
         .issuer_name(ca_certificate.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_before(start)
+        .not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(

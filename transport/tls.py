@@ -9,6 +9,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from OpenSSL import SSL, crypto
+from service_identity import VerificationError
 from twisted.internet import ssl
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 
@@ -57,6 +58,47 @@ def _x509(certificate: x509.Certificate) -> crypto.X509:
     return crypto.X509.from_cryptography(certificate)
 
 
+# OpenSSL's X509_V_ERR_* codes (stable across versions) a peer's certificate most often
+# fails with, in OpenSSL's own words.
+_VERIFY_ERRORS = {
+    2: "unable to get issuer certificate",
+    7: "certificate signature failure",
+    9: "certificate is not yet valid",
+    10: "certificate has expired",
+    18: "self-signed certificate",
+    19: "self-signed certificate in certificate chain",
+    20: "unable to get local issuer certificate",
+    21: "unable to verify the first certificate",
+    23: "certificate revoked",
+    24: "invalid CA certificate",
+    25: "path length constraint exceeded",
+    26: "unsupported certificate purpose",
+    27: "certificate not trusted",
+    28: "certificate rejected",
+}
+
+
+class PeerCertificateRefused(SSL.Error):
+    """A peer's certificate failed verification, with OpenSSL's reason (which the error
+    OpenSSL raises from the handshake, "certificate verify failed", leaves out)."""
+
+    def __init__(self, code: int, subject: str) -> None:
+        reason = _VERIFY_ERRORS.get(code, f"verify error {code}")
+        super().__init__(
+            [("x509 certificate routines", "", f"certificate verify failed: {reason} ({subject})")]
+        )
+
+
+def _refuse_with_reason(
+    connection: SSL.Connection, certificate: crypto.X509, code: int, depth: int, ok: int
+) -> bool:
+    """The verify callback of an acceptor: raising here makes pyOpenSSL fail the handshake
+    (OpenSSL still sends the peer the matching alert) and re-raise this from it."""
+    if ok:
+        return True
+    raise PeerCertificateRefused(code, certificate.to_cryptography().subject.rfc4514_string())
+
+
 @attrs.frozen
 class TLSConfig:
     """The files and choices of one TLS endpoint.
@@ -83,7 +125,7 @@ class TLSConfig:
             raise TLSConfigError("verify-client needs a ca file to verify client certificates")
         leaf, *chain = load_certificates(self.cert)
         ca_certs = [_x509(c) for c in load_certificates(self.ca, "ca")] if self.ca else None
-        return ssl.CertificateOptions(
+        options = ssl.CertificateOptions(
             privateKey=_load_key(self.key),
             certificate=_x509(leaf),
             extraCertChain=[_x509(c) for c in chain],
@@ -92,6 +134,12 @@ class TLSConfig:
             requireCertificate=self.verify_client,
             raiseMinimumTo=MINIMUM_VERSION,
         )
+        if self.verify_client:
+            # The context is made once and shared by every connection of this acceptor;
+            # only a callback set on the context (not a connection) has its error raised.
+            context = options.getContext()
+            context.set_verify(context.get_verify_mode(), _refuse_with_reason)
+        return options
 
     def client_options(self, host: str) -> IOpenSSLClientConnectionCreator:
         if (self.cert is None) != (self.key is None):
@@ -104,31 +152,66 @@ class TLSConfig:
             else ssl.platformTrust()
         )
         client_certificate = None
+        options: dict[str, object] = {"raiseMinimumTo": MINIMUM_VERSION}
         if self.cert is not None and self.key is not None:
-            leaf = load_certificates(self.cert)[0]
+            leaf, *chain = load_certificates(self.cert)
             client_certificate = ssl.PrivateCertificate.fromCertificateAndKeyPair(
                 ssl.Certificate(_x509(leaf)), ssl.KeyPair(_load_key(self.key))
             )
+            # The intermediates after the leaf go too, so a server trusting only the root
+            # can build the path to it.
+            options["extraCertChain"] = [_x509(c) for c in chain]
         return ssl.optionsForClientTLS(
             self.server_name or host,
             trustRoot=trust,
             clientCertificate=client_certificate,
-            extraCertificateOptions={"raiseMinimumTo": MINIMUM_VERSION},
+            extraCertificateOptions=options,
         )
 
 
+# (needles, sentence), most specific first: the first whose needle is in OpenSSL's reasons
+# describes the failure. "alert ..." reasons are what the peer told us; the rest are
+# this side's own findings.
 _CLIENT_SIDE = (
     (
-        ("certificate required", "handshake failure"),
+        ("certificate required",),
         "the server at {peer} requires a client certificate and none was presented",
     ),
     (
-        ("unknown ca", "bad certificate", "certificate unknown", "decrypt error"),
+        ("alert certificate expired",),
+        "the server at {peer} refused this client's certificate: it has expired",
+    ),
+    (
+        ("alert certificate revoked",),
+        "the server at {peer} refused this client's certificate: it has been revoked",
+    ),
+    (
+        (
+            "unknown ca",
+            "bad certificate",
+            "certificate unknown",
+            "unsupported certificate",
+            "decrypt error",
+        ),
         "the server at {peer} does not trust this client's certificate",
     ),
     (
+        ("alert protocol version", "unsupported protocol", "no protocols available"),
+        "the server at {peer} shares no TLS version with this client",
+    ),
+    (
+        ("handshake failure",),
+        "the server at {peer} refused the TLS handshake: it may require a client "
+        "certificate, or share no TLS version or cipher with this client",
+    ),
+    (
         ("certificate verify failed",),
-        "the certificate of the server at {peer} is not trusted by the configured ca",
+        "the certificate of the server at {peer} could not be verified against the "
+        "configured ca: unknown issuer, expired or not yet valid",
+    ),
+    (
+        ("wrong version number", "packet length too long", "record layer failure"),
+        "the server at {peer} did not answer in TLS",
     ),
 )
 _SERVER_SIDE = (
@@ -137,8 +220,41 @@ _SERVER_SIDE = (
         "the TLS client at {peer} presented no certificate; this acceptor requires one",
     ),
     (
-        ("certificate verify failed", "unknown ca"),
+        ("certificate has expired",),
+        "the TLS client at {peer} presented a certificate that has expired",
+    ),
+    (
+        ("certificate is not yet valid",),
+        "the TLS client at {peer} presented a certificate that is not valid yet",
+    ),
+    (
+        (
+            "unable to get local issuer",
+            "unable to get issuer",
+            "unable to verify the first certificate",
+            "self-signed certificate",
+        ),
         "the TLS client at {peer} presented a certificate not issued by the trusted ca",
+    ),
+    (
+        ("certificate verify failed",),
+        "the TLS client at {peer} presented a certificate that could not be verified "
+        "against the trusted ca: unknown issuer, expired or not yet valid",
+    ),
+    (
+        (
+            "alert unknown ca",
+            "alert bad certificate",
+            "alert certificate unknown",
+            "alert certificate expired",
+            "alert certificate revoked",
+            "alert decrypt error",
+        ),
+        "the TLS client at {peer} does not trust this acceptor's certificate",
+    ),
+    (
+        ("no shared cipher", "unsupported protocol", "alert protocol version", "version too low"),
+        "the TLS client at {peer} shares no TLS version or cipher with this acceptor",
     ),
     (
         ("wrong version number", "http request", "unexpected message", "record layer failure"),
@@ -154,8 +270,35 @@ def _reasons(error: BaseException) -> list[str]:
     return [str(queue)]
 
 
+def _mismatched_names(error: VerificationError) -> list[str]:
+    """The names a server's certificate failed to match, from service_identity's
+    mismatch objects (``DNS_ID.hostname``, ``IPAddress_ID.ip``, or a URI/SRV ID's
+    ``dns_id``)."""
+    names: list[str] = []
+    for mismatch in error.errors:
+        identity = getattr(mismatch, "mismatched_id", None)
+        identity = getattr(identity, "dns_id", identity)
+        hostname = getattr(identity, "hostname", None)
+        ip = getattr(identity, "ip", None)
+        if isinstance(hostname, bytes):
+            name = hostname.decode("ascii", errors="replace")
+        elif ip is not None:
+            name = str(ip)
+        else:
+            name = str(identity)
+        if name not in names:
+            names.append(name)
+    return names
+
+
 def describe_tls_failure(error: BaseException, peer: str, is_client: bool) -> TLSHandshakeError:
-    """Turn an OpenSSL error into a sentence naming who refused what."""
+    """Turn an OpenSSL (or hostname verification) error into a sentence naming who refused
+    what."""
+    if isinstance(error, VerificationError):
+        names = " or ".join(_mismatched_names(error)) or "requested"
+        return TLSHandshakeError(
+            f"the certificate of the server at {peer} is not valid for the name {names}"
+        )
     reasons = _reasons(error) if isinstance(error, SSL.Error) else [str(error)]
     text = "; ".join(reasons) or type(error).__name__
     lowered = text.casefold()
