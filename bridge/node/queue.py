@@ -108,6 +108,10 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self._consumers)
 
+    @property
+    def consumer_ids(self) -> tuple[int, ...]:
+        return tuple(self._consumers)
+
     def browse(self) -> Iterator[Entry]:
         """The waiting messages, oldest first, without taking them."""
         return iter(tuple(self._waiting))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from pathlib import Path
+from threading import Thread
+from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred, fail
@@ -61,6 +63,20 @@ class _Transaction:
     waiters: list[Deferred[None]] = attrs.field(factory=list)
 
 
+class _DaemonThread(Thread):
+    """The writer's thread, as a daemon: a process that ends without closing the store must
+    still end. SQLite's journal keeps the file whole; what was not confirmed may be lost,
+    which is what a confirmation means."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.daemon = True
+
+
+class _WriterPool(ThreadPool):
+    threadFactory = _DaemonThread
+
+
 @implementer(IMessageStore)
 class SQLiteMessageStore:
     """``IMessageStore`` on ``data_dir/messages.sqlite``.
@@ -80,7 +96,7 @@ class SQLiteMessageStore:
     ) -> None:
         self.path = Path(data_dir) / filename
         self._threads = IReactorFromThreads(reactor)
-        self._pool = ThreadPool(1, 1, name=f"txbridge-store-writer {self.path}")
+        self._pool = _WriterPool(1, 1, name=f"txbridge-store-writer {self.path}")
         self._writer = Writer(self.path, busy_timeout)
         self._batches: GroupCommit[Operation] = GroupCommit(reactor, self._run_batch)
         self._state = _State.NEW

@@ -1,0 +1,283 @@
+"""The node's core: addresses and queues over the message store, without a wire.
+
+Protocol heads (core, STOMP) and bridges call this. It keeps the rule that nothing
+acknowledged is lost: a durable message reaches its queues, and its send is confirmed,
+only once the store holds it; an acknowledgement is confirmed once the store has dropped
+the message. A non-durable message is never written: it is routed and confirmed at once,
+and it is gone after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+from twisted.internet.defer import Deferred, DeferredList, FirstError, succeed
+from twisted.python.failure import Failure
+
+from bridge.config.node import NodeConfig, Routing
+from bridge.message import HeaderValue, Message
+from bridge.node.address import Address, Binding
+from bridge.node.queue import UNLIMITED, Entry, Filter, Queue, Sink
+from bridge.node.selector import compile_selector
+from bridge.store.interfaces import IMessageStore
+from bridge.store.records import QueueRecord, Recovered
+
+
+class NodeError(Exception):
+    """An operation the node refuses, with the reason in words."""
+
+
+class AddressNotFound(NodeError):
+    """The address does not exist and may not be created on first use."""
+
+
+class QueueNotFound(NodeError):
+    """No queue of that name."""
+
+
+def _filter(text: str | None) -> Filter | None:
+    return compile_selector(text).matches if text else None
+
+
+@attrs.frozen
+class Routed:
+    """Where a send went: the queues it reached, or that it was a duplicate and dropped."""
+
+    queues: tuple[str, ...]
+    duplicate: bool = False
+
+
+class Broker:
+    """Addresses, queues and durable state, for one node."""
+
+    def __init__(self, config: NodeConfig, store: IMessageStore) -> None:
+        self.config = config
+        self.store = store
+        self._addresses: dict[str, Address] = {}
+        self._queues: dict[str, Queue] = {}
+        self._durable: set[str] = set()
+        self._next_id = 1
+
+    # -- start ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Recover queues, messages and duplicate ids; declare configured addresses."""
+        recovered = await self.store.open()
+        self._next_id = recovered.highest_message_id + 1
+        self._recover(recovered)
+        for declared in self.config.addresses:
+            address = self._address(declared.name, create=True)
+            if address.routing is Routing.ANYCAST and declared.name not in self._queues:
+                await self.create_queue(declared.name, declared.name, durable=True)
+
+    def _recover(self, recovered: Recovered) -> None:
+        for record in recovered.queues:
+            address = self._addresses.get(record.address)
+            if address is None:
+                address = self._new_address(
+                    record.address,
+                    Routing(record.routing),
+                    recovered.duplicate_ids.get(record.address, ()),
+                )
+            queue = Queue(record.name, record.address)
+            address.bind(queue, _filter(record.filter), durable=True)
+            self._queues[record.name] = queue
+            self._durable.add(record.name)
+            for stored in recovered.messages.get(record.name, ()):
+                queue.add(stored.message, stored.delivery_count)
+
+    # -- addresses and queues -------------------------------------------------------------
+
+    def _new_address(self, name: str, routing: Routing, ids: Iterable[bytes] = ()) -> Address:
+        address = Address(name, routing, self.config.settings_for(name), ids)
+        self._addresses[name] = address
+        return address
+
+    def _address(self, name: str, *, create: bool) -> Address:
+        address = self._addresses.get(name)
+        if address is not None:
+            return address
+        if not create and not self.config.settings_for(name).auto_create_addresses:
+            raise AddressNotFound(
+                f"address {name!r} does not exist and auto-create-addresses is off for it"
+            )
+        return self._new_address(name, self.config.routing_for(name))
+
+    def queue(self, name: str) -> Queue:
+        try:
+            return self._queues[name]
+        except KeyError:
+            raise QueueNotFound(f"no queue {name!r}") from None
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        return self._queues
+
+    @property
+    def addresses(self) -> Mapping[str, Address]:
+        return self._addresses
+
+    async def create_queue(
+        self, name: str, address_name: str, *, durable: bool, filter: str | None = None
+    ) -> Queue:
+        """Create a queue bound to an address (created too if settings allow); durable
+        queues are stored before they exist."""
+        if name in self._queues:
+            raise NodeError(f"queue {name!r} already exists")
+        address = self._address(address_name, create=False)
+        compiled = _filter(filter)
+        if durable:
+            await self.store.create_queue(
+                QueueRecord(name, address_name, address.routing.value, filter)
+            )
+            self._durable.add(name)
+        queue = Queue(name, address_name)
+        address.bind(queue, compiled, durable)
+        self._queues[name] = queue
+        return queue
+
+    async def delete_queue(self, name: str) -> None:
+        queue = self.queue(name)
+        if name in self._durable:
+            await self.store.delete_queue(name)
+            self._durable.discard(name)
+        self._addresses[queue.address].unbind(name)
+        del self._queues[name]
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send(
+        self,
+        address_name: str,
+        body: bytes,
+        headers: Mapping[str, HeaderValue] | None = None,
+        *,
+        durable: bool,
+        duplicate_id: bytes | None = None,
+        timestamp_ns: int = 0,
+    ) -> Deferred[Routed]:
+        """Route a message; the Deferred fires once it is safe to confirm to the producer."""
+        address = self._address(address_name, create=False)
+        message = Message(
+            id=self._next_id,
+            address=address_name,
+            durable=durable,
+            headers=dict(headers or {}),
+            body=body,
+            duplicate_id=duplicate_id,
+            timestamp_ns=timestamp_ns,
+        )
+        self._next_id += 1
+        if address.is_duplicate(message):
+            return succeed(Routed((), duplicate=True))
+        if duplicate_id is not None:
+            address.duplicates.add(duplicate_id)
+        bindings = address.route(message)
+        stored = [b.queue.name for b in bindings if durable and b.queue.name in self._durable]
+        if not stored:
+            self._enqueue(message, bindings)
+            return succeed(Routed(tuple(b.queue.name for b in bindings)))
+        writes = [self.store.add(message, stored)]
+        if duplicate_id is not None:
+            writes.append(
+                self.store.store_duplicate_id(
+                    address_name, duplicate_id, address.settings.id_cache_size
+                )
+            )
+        return _all(writes).addCallback(lambda _: self._after_store(message, bindings))
+
+    def _after_store(self, message: Message, bindings: list[Binding]) -> Routed:
+        self._enqueue(message, bindings)
+        return Routed(tuple(b.queue.name for b in bindings))
+
+    @staticmethod
+    def _enqueue(message: Message, bindings: list[Binding]) -> None:
+        for binding in bindings:
+            binding.queue.add(message)
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def consume(
+        self,
+        queue_name: str,
+        consumer_id: int,
+        sink: Sink,
+        *,
+        credits: int = UNLIMITED,
+        filter: str | None = None,
+    ) -> None:
+        self.queue(queue_name).add_consumer(consumer_id, sink, credits, _filter(filter))
+
+    def acknowledge(
+        self, queue_name: str, consumer_id: int, delivery_id: int, *, cumulative: bool = False
+    ) -> Deferred[None]:
+        """Take acknowledged messages off the queue; fires when the store has dropped them."""
+        queue = self.queue(queue_name)
+        entries = queue.acknowledge(consumer_id, delivery_id, cumulative)
+        return self._forget(queue_name, entries)
+
+    def nack(
+        self, queue_name: str, consumer_id: int, delivery_id: int, *, requeue: bool
+    ) -> Deferred[None]:
+        """Give a delivery back for redelivery, or drop it (then it is gone for good)."""
+        entry = self.queue(queue_name).nack(consumer_id, delivery_id, requeue)
+        if requeue:
+            return self._count_deliveries(queue_name, [entry])
+        return self._forget(queue_name, [entry])
+
+    def close_consumer(self, queue_name: str, consumer_id: int) -> Deferred[None]:
+        """Stop a consumer; its unacknowledged messages return to the queue, and their
+        delivery counts are stored so a restart still knows them as redeliveries."""
+        returned = self.queue(queue_name).remove_consumer(consumer_id)
+        return self._count_deliveries(queue_name, returned)
+
+    def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
+        if queue_name not in self._durable:
+            return succeed(None)
+        writes = [
+            self.store.acknowledge(queue_name, entry.message.id)
+            for entry in entries
+            if entry.message.durable
+        ]
+        return _all(writes)
+
+    def _count_deliveries(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
+        if queue_name not in self._durable:
+            return succeed(None)
+        writes = [
+            self.store.update_delivery_count(queue_name, entry.message.id, entry.delivery_count)
+            for entry in entries
+            if entry.message.durable
+        ]
+        return _all(writes)
+
+    async def close(self) -> None:
+        """Shut down gracefully: every consumer's unacknowledged messages return to their
+        queues with their delivery counts stored, then the store finishes and closes."""
+        returns = [
+            self.close_consumer(name, consumer_id)
+            for name, queue in self._queues.items()
+            for consumer_id in queue.consumer_ids
+        ]
+        await _all(returns)
+        await self.store.close()
+
+
+def _all(writes: list[Deferred[None]]) -> Deferred[None]:
+    """One Deferred for several store writes: fires when all are durable, fails on the
+    first failure with that failure."""
+    if not writes:
+        return succeed(None)
+    if len(writes) == 1:
+        return writes[0]
+    done: Deferred[None] = DeferredList(
+        writes, fireOnOneErrback=True, consumeErrors=True
+    ).addCallback(lambda _: None)
+    return done.addErrback(_first_failure)
+
+
+def _first_failure(failure: Failure) -> Failure:
+    """A DeferredList's FirstError, unwrapped to the store's own error."""
+    error = failure.value
+    return error.subFailure if isinstance(error, FirstError) else failure
