@@ -20,8 +20,9 @@ from bridge.message import HeaderValue, Message
 from bridge.node.address import Address, Binding
 from bridge.node.queue import UNLIMITED, Entry, Filter, Queue, Sink
 from bridge.node.selector import compile_selector
+from bridge.store.errors import TransactionRolledBack
 from bridge.store.interfaces import IMessageStore
-from bridge.store.records import QueueRecord, Recovered
+from bridge.store.records import QueueRecord, Recovered, TxId
 
 
 class NodeError(Exception):
@@ -38,6 +39,17 @@ class QueueNotFound(NodeError):
 
 def _filter(text: str | None) -> Filter | None:
     return compile_selector(text).matches if text else None
+
+
+@attrs.define(eq=False)
+class Transaction:
+    """A local transaction: its sends reach their queues, and its acknowledgements take
+    effect, together at commit, or never."""
+
+    store_tx: TxId
+    sends: list[tuple[Message, list[Binding]]] = attrs.Factory(list)
+    acknowledged: list[tuple[str, Entry]] = attrs.Factory(list)
+    writes: list[Deferred[None]] = attrs.Factory(list)
 
 
 @attrs.frozen
@@ -156,8 +168,11 @@ class Broker:
         durable: bool,
         duplicate_id: bytes | None = None,
         timestamp_ns: int = 0,
+        tx: Transaction | None = None,
     ) -> Deferred[Routed]:
-        """Route a message; the Deferred fires once it is safe to confirm to the producer."""
+        """Route a message; the Deferred fires once it is safe to confirm to the producer.
+
+        In a transaction the send is accepted at once and takes effect at commit."""
         address = self._address(address_name, create=False)
         message = Message(
             id=self._next_id,
@@ -174,17 +189,22 @@ class Broker:
         if duplicate_id is not None:
             address.duplicates.add(duplicate_id)
         bindings = address.route(message)
+        routed = Routed(tuple(b.queue.name for b in bindings))
         stored = [b.queue.name for b in bindings if durable and b.queue.name in self._durable]
-        if not stored:
-            self._enqueue(message, bindings)
-            return succeed(Routed(tuple(b.queue.name for b in bindings)))
-        writes = [self.store.add(message, stored)]
-        if duplicate_id is not None:
+        store_tx = tx.store_tx if tx is not None else None
+        writes = [self.store.add(message, stored, tx=store_tx)] if stored else []
+        if stored and duplicate_id is not None:
+            keep = address.settings.id_cache_size
             writes.append(
-                self.store.store_duplicate_id(
-                    address_name, duplicate_id, address.settings.id_cache_size
-                )
+                self.store.store_duplicate_id(address_name, duplicate_id, keep, tx=store_tx)
             )
+        if tx is not None:
+            tx.sends.append((message, bindings))
+            tx.writes.extend(writes)
+            return succeed(routed)
+        if not writes:
+            self._enqueue(message, bindings)
+            return succeed(routed)
         return _all(writes).addCallback(lambda _: self._after_store(message, bindings))
 
     def _after_store(self, message: Message, bindings: list[Binding]) -> Routed:
@@ -210,12 +230,59 @@ class Broker:
         self.queue(queue_name).add_consumer(consumer_id, sink, credits, _filter(filter))
 
     def acknowledge(
-        self, queue_name: str, consumer_id: int, delivery_id: int, *, cumulative: bool = False
+        self,
+        queue_name: str,
+        consumer_id: int,
+        delivery_id: int,
+        *,
+        cumulative: bool = False,
+        tx: Transaction | None = None,
     ) -> Deferred[None]:
-        """Take acknowledged messages off the queue; fires when the store has dropped them."""
+        """Take acknowledged messages off the queue; fires when the store has dropped them.
+
+        In a transaction they leave the consumer now and the queue at commit; a rollback
+        gives them back for redelivery."""
         queue = self.queue(queue_name)
         entries = queue.acknowledge(consumer_id, delivery_id, cumulative)
-        return self._forget(queue_name, entries)
+        if tx is None:
+            return self._forget(queue_name, entries)
+        tx.acknowledged.extend((queue_name, entry) for entry in entries)
+        if queue_name in self._durable:
+            tx.writes.extend(
+                self.store.acknowledge(queue_name, entry.message.id, tx=tx.store_tx)
+                for entry in entries
+                if entry.message.durable
+            )
+        return succeed(None)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def begin(self) -> Transaction:
+        return Transaction(self.store.begin())
+
+    async def commit(self, tx: Transaction) -> None:
+        """Make the transaction's work durable, then visible: its sends reach their queues."""
+        await _all([self.store.commit(tx.store_tx), *tx.writes])
+        for message, bindings in tx.sends:
+            self._enqueue(message, bindings)
+
+    async def rollback(self, tx: Transaction) -> None:
+        """Forget the transaction's sends; its acknowledged messages wait again, counted."""
+        self.store.rollback(tx.store_tx)
+        for write in tx.writes:
+            write.addErrback(lambda failure: failure.trap(TransactionRolledBack))
+        for message, _ in tx.sends:
+            if message.duplicate_id is not None:
+                self._addresses[message.address].duplicates.discard(message.duplicate_id)
+        by_queue: dict[str, list[Entry]] = {}
+        for queue_name, entry in tx.acknowledged:
+            by_queue.setdefault(queue_name, []).append(entry)
+        counted = []
+        for queue_name, entries in by_queue.items():
+            if queue_name in self._queues:
+                self._queues[queue_name].give_back(entries)
+                counted.append(self._count_deliveries(queue_name, entries))
+        await _all(counted)
 
     def nack(
         self, queue_name: str, consumer_id: int, delivery_id: int, *, requeue: bool

@@ -29,6 +29,10 @@ class DuplicateIdCache:
     def __len__(self) -> int:
         return len(self._ids)
 
+    def discard(self, duplicate_id: bytes) -> None:
+        """Forget an id (its send was rolled back, so a resend must get through)."""
+        self._ids.pop(duplicate_id, None)
+
     def add(self, duplicate_id: bytes) -> None:
         """Remember an id as the newest, evicting the oldest beyond the size."""
         if not self.size:

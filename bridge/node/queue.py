@@ -203,6 +203,12 @@ class Queue:
             self.dispatch()
         return entry
 
+    def give_back(self, entries: list[Entry]) -> None:
+        """Entries acknowledged in a transaction that rolled back: they wait again, in their
+        places, for redelivery."""
+        self._return(entries)
+        self.dispatch()
+
     # -- dispatch -----------------------------------------------------------------------
 
     def dispatch(self) -> None:
