@@ -127,12 +127,14 @@ class NodeConfig:
     management: Management | None
     security: SecuritySettings
     _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
+    _declared: Mapping[str, Address] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         table: MatchTable[SettingsOverrides] = MatchTable(
             (parse_pattern(entry.match), entry.overrides) for entry in self.address_settings
         )
         object.__setattr__(self, "_matches", table)
+        object.__setattr__(self, "_declared", {a.name: a for a in self.addresses})
 
     def settings_for(self, address: str) -> AddressSettings:
         """An address's settings, as Artemis merges them: the defaults, then every matching
@@ -141,12 +143,12 @@ class NodeConfig:
         settings = AddressSettings()
         for _, overrides in reversed(self._matches.matching(address)):
             settings = overrides.apply(settings)
-        declared = next((a for a in self.addresses if a.name == address), None)
+        declared = self._declared.get(address)
         return declared.overrides.apply(settings) if declared is not None else settings
 
     def routing_for(self, address: str) -> Routing:
         """A declared address's routing, or the default routing its settings give."""
-        declared = next((a for a in self.addresses if a.name == address), None)
+        declared = self._declared.get(address)
         if declared is not None and declared.routing is not None:
             return declared.routing
         return self.settings_for(address).default_routing

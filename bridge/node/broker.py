@@ -126,10 +126,6 @@ class Broker:
     def queues(self) -> Mapping[str, Queue]:
         return self._queues
 
-    @property
-    def addresses(self) -> Mapping[str, Address]:
-        return self._addresses
-
     async def create_queue(
         self, name: str, address_name: str, *, durable: bool, filter: str | None = None
     ) -> Queue:

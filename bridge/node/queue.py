@@ -105,10 +105,6 @@ class Queue:
         return self.waiting + self.in_flight
 
     @property
-    def consumer_count(self) -> int:
-        return len(self._consumers)
-
-    @property
     def consumer_ids(self) -> tuple[int, ...]:
         return tuple(self._consumers)
 
