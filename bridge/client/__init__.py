@@ -1,0 +1,1 @@
+"""The Python client of the core protocol: a Twisted API and a blocking facade."""
