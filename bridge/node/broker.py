@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredList, FirstError, succeed
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.config.node import NodeConfig, Routing
@@ -23,6 +24,9 @@ from bridge.node.selector import compile_selector
 from bridge.store.errors import TransactionRolledBack
 from bridge.store.interfaces import IMessageStore
 from bridge.store.records import QueueRecord, Recovered, TxId
+
+
+log = Logger()
 
 
 class NodeError(Exception):
@@ -70,6 +74,7 @@ class Broker:
         self._queues: dict[str, Queue] = {}
         self._durable: set[str] = set()
         self._next_id = 1
+        self._consumer_ids = 0
 
     # -- start ----------------------------------------------------------------------------
 
@@ -106,15 +111,59 @@ class Broker:
         self._addresses[name] = address
         return address
 
-    def _address(self, name: str, *, create: bool) -> Address:
+    def _address(self, name: str, *, create: bool, routing: Routing | None = None) -> Address:
         address = self._addresses.get(name)
         if address is not None:
             return address
-        if not create and not self.config.settings_for(name).auto_create_addresses:
+        if not create and not self.may_create_address(name):
             raise AddressNotFound(
                 f"address {name!r} does not exist and auto-create-addresses is off for it"
             )
-        return self._new_address(name, self.config.routing_for(name))
+        return self._new_address(name, routing or self.config.routing_for(name))
+
+    def _auto_queue(self, address: Address) -> None:
+        """An anycast address created on first use gets its queue of the same name, as
+        Artemis's auto-create-queues does; it is stored in the same group commit as the
+        send that created it, ahead of it."""
+        if address.routing is not Routing.ANYCAST or address.name in self._queues:
+            return
+        queue = Queue(address.name, address.name)
+        address.bind(queue, None, durable=True)
+        self._queues[address.name] = queue
+        self._durable.add(address.name)
+        self.store.create_queue(
+            QueueRecord(address.name, address.name, address.routing.value, None)
+        ).addErrback(self._auto_queue_failed, address.name)
+
+    def _auto_queue_failed(self, failure: Failure, name: str) -> None:
+        log.failure("auto-created queue {name!r} could not be stored", failure, name=name)
+
+    def auto_create(self, address_name: str) -> Address:
+        """The address, created on first use if settings allow (an anycast one with its
+        queue); AddressNotFound if they do not."""
+        address = self._address(address_name, create=False)
+        self._auto_queue(address)
+        return address
+
+    def has_address(self, name: str) -> bool:
+        return name in self._addresses
+
+    def may_create_address(self, name: str) -> bool:
+        """Whether a missing address of this name is created on first use."""
+        return self.config.settings_for(name).auto_create_addresses
+
+    @property
+    def addresses(self) -> Mapping[str, Address]:
+        return self._addresses
+
+    def is_durable(self, queue_name: str) -> bool:
+        return queue_name in self._durable
+
+    def next_consumer_id(self) -> int:
+        """A consumer id no other consumer of this node has (heads map their clients'
+        per-connection ids onto these)."""
+        self._consumer_ids += 1
+        return self._consumer_ids
 
     def queue(self, name: str) -> Queue:
         try:
@@ -127,14 +176,25 @@ class Broker:
         return self._queues
 
     async def create_queue(
-        self, name: str, address_name: str, *, durable: bool, filter: str | None = None
+        self,
+        name: str,
+        address_name: str,
+        *,
+        durable: bool,
+        filter: str | None = None,
+        routing: Routing | None = None,
     ) -> Queue:
-        """Create a queue bound to an address (created too if settings allow); durable
-        queues are stored before they exist."""
+        """Create a queue bound to an address (created too if settings allow, with
+        ``routing`` or the configured default); durable queues are stored before they
+        exist. A ``routing`` that differs from an existing address's is refused."""
         if name in self._queues:
             raise NodeError(f"queue {name!r} already exists")
-        address = self._address(address_name, create=False)
         compiled = _filter(filter)
+        address = self._address(address_name, create=False, routing=routing)
+        if routing is not None and address.routing is not routing:
+            raise NodeError(
+                f"address {address_name!r} is {address.routing.value}, not {routing.value}"
+            )
         if durable:
             await self.store.create_queue(
                 QueueRecord(name, address_name, address.routing.value, filter)
@@ -146,7 +206,10 @@ class Broker:
         return queue
 
     async def delete_queue(self, name: str) -> None:
+        """Delete a queue and its messages; refused while it has consumers."""
         queue = self.queue(name)
+        if queue.consumer_ids:
+            raise NodeError(f"queue {name!r} has {len(queue.consumer_ids)} consumer(s)")
         if name in self._durable:
             await self.store.delete_queue(name)
             self._durable.discard(name)
@@ -169,7 +232,7 @@ class Broker:
         """Route a message; the Deferred fires once it is safe to confirm to the producer.
 
         In a transaction the send is accepted at once and takes effect at commit."""
-        address = self._address(address_name, create=False)
+        address = self.auto_create(address_name)
         message = Message(
             id=self._next_id,
             address=address_name,

@@ -169,11 +169,32 @@ async def test_refusals_name_what_is_wrong(brokers):
         await broker.create_queue("orders", "orders", durable=True)
     with pytest.raises(QueueNotFound, match="no queue 'missing'"):
         broker.consume("missing", 1, print)
+    deliveries = take(broker, "orders")
+    with pytest.raises(NodeError, match="queue 'orders' has 1 consumer"):
+        await broker.delete_queue("orders")
+    await broker.close_consumer("orders", 1)
+    assert deliveries == []
     await broker.delete_queue("orders")
-    routed = await broker.send("orders", b"nobody", durable=True)
-    assert routed.queues == ()  # nobody to keep it for
+    await brokers.close(broker)
+
+
+@pytest_twisted.ensureDeferred
+async def test_anycast_addresses_get_their_queue_on_first_use(brokers):
+    broker = await brokers()
+    routed = await broker.send("invoices", b"first", durable=True)
+    assert routed.queues == ("invoices",)
+    assert broker.is_durable("invoices")
+    await broker.delete_queue("orders")
+    routed = await broker.send("orders", b"again", durable=True)
+    assert routed.queues == ("orders",)  # recreated, as Artemis's auto-create-queues does
+    broker.auto_create("refunds")
+    assert broker.queue("refunds").depth == 0
     broker = await brokers.restart(broker)
-    assert broker.queue("orders").depth == 0  # recreated for the declared address, empty
+    assert [e.message.body for e in broker.queue("invoices").browse()] == [b"first"]
+    assert [e.message.body for e in broker.queue("orders").browse()] == [b"again"]
+    assert "refunds" in broker.queues
+    with pytest.raises(AddressNotFound):
+        broker.auto_create("private.y")
     await brokers.close(broker)
 
 
