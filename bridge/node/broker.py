@@ -25,7 +25,6 @@ from bridge.store.errors import TransactionRolledBack
 from bridge.store.interfaces import IMessageStore
 from bridge.store.records import QueueRecord, Recovered, TxId
 
-
 log = Logger()
 
 

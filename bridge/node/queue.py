@@ -87,6 +87,11 @@ class Queue:
     _turn: int = 0
     _dispatching: bool = False
     _added: int = 0
+    acknowledged_total: int = attrs.field(default=0, init=False)
+    """Messages acknowledged, counted when the consumer acknowledges (a transaction that
+    then rolls back does not uncount them: a counter only grows)."""
+    dropped_total: int = attrs.field(default=0, init=False)
+    """Messages a consumer refused without requeue (gone for good)."""
 
     # -- state --------------------------------------------------------------------------
 
@@ -103,6 +108,11 @@ class Queue:
     def depth(self) -> int:
         """Messages in the queue: waiting or in flight."""
         return self.waiting + self.in_flight
+
+    @property
+    def added_total(self) -> int:
+        """Messages added since the node started, those recovered from the store included."""
+        return self._added
 
     @property
     def consumer_ids(self) -> tuple[int, ...]:
@@ -175,6 +185,7 @@ class Queue:
                 "in flight"
             )
         if not cumulative:
+            self.acknowledged_total += 1
             return [consumer.in_flight.pop(delivery_id)]
         acked = []
         while consumer.in_flight:
@@ -182,6 +193,7 @@ class Queue:
             if first > delivery_id:
                 break
             acked.append(consumer.in_flight.pop(first))
+        self.acknowledged_total += len(acked)
         return acked
 
     def nack(self, consumer_id: int, delivery_id: int, requeue: bool) -> Entry:
@@ -197,6 +209,8 @@ class Queue:
         if requeue:
             self._return([entry])
             self.dispatch()
+        else:
+            self.dropped_total += 1
         return entry
 
     def give_back(self, entries: list[Entry]) -> None:
