@@ -1,0 +1,188 @@
+"""The core head's Twisted glue: frames in, packets to the session, packets out as frames.
+
+A frame that does not decode, or a packet that breaks a session rule, ends that connection
+with a transport ERROR frame naming the fault; every other connection goes on. Logins run
+in the reactor's thread pool (a password hash takes a fraction of a second) unless
+security is off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IListeningPort
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from bridge.heads.core.session import CoreSession, SessionError
+from bridge.node.broker import Broker
+from bridge.protocol import PACKET_TYPES, PacketFormatError, decode_packet, encode_packet
+from bridge.protocol import packets as p
+from security import SecurityStore
+from security.subject import SecurityAuth, Subject
+from transport.endpoints import listen
+from transport.frames import Frame
+from transport.interfaces import IFrameConnection, IFrameReceiver
+from transport.settings import ConnectionSettings
+from transport.tls import TLSConfig
+from transport.urls import URL
+
+log = Logger()
+
+
+class CoreHead:
+    """The core protocol on one node: builds a receiver per connection and knows the
+    live ones, so the node can count them and close them at shutdown."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        security: SecurityStore,
+        *,
+        node_name: str,
+        node_id: str,
+        reactor: Any,
+    ) -> None:
+        self.broker = broker
+        self.security = security
+        self.node_name = node_name
+        self.node_id = node_id
+        self.reactor = reactor
+        self._live: set[CoreReceiver] = set()
+        self._cleanups: set[Deferred[None]] = set()
+
+    @property
+    def connections(self) -> int:
+        return len(self._live)
+
+    def receiver(self) -> CoreReceiver:
+        return CoreReceiver(self)
+
+    def listen(
+        self,
+        url: str | URL,
+        *,
+        settings: ConnectionSettings | None = None,
+        tls: TLSConfig | None = None,
+    ) -> Deferred[IListeningPort]:
+        """Accept core-protocol connections at ``url``."""
+        return listen(
+            self.reactor,
+            url,
+            self.receiver,
+            settings=settings,
+            accepted_types=PACKET_TYPES,
+            tls=tls,
+        )
+
+    def authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
+        if not self.security.enabled:
+            return succeed(self.security.authenticate(auth))
+        pool = self.reactor.getThreadPool()
+        result: Deferred[Subject] = deferToThreadPool(
+            self.reactor, pool, self.security.authenticate, auth
+        )
+        return result
+
+    def opened(self, receiver: CoreReceiver) -> None:
+        self._live.add(receiver)
+
+    def closed(self, receiver: CoreReceiver, cleanup: Deferred[None]) -> None:
+        self._live.discard(receiver)
+        self._cleanups.add(cleanup)
+        cleanup.addBoth(lambda _: self._cleanups.discard(cleanup))
+
+    async def close_connections(self, reason: str) -> None:
+        """End every connection with ``reason``; returns once their sessions gave back
+        what they held (deliveries to their queues, open transactions rolled back)."""
+        lost = [receiver.close(reason) for receiver in list(self._live)]
+        for deferred in lost:
+            await deferred
+        for cleanup in list(self._cleanups):
+            await cleanup
+
+
+@implementer(IFrameReceiver)
+class CoreReceiver:
+    """One connection of the core head."""
+
+    def __init__(self, head: CoreHead) -> None:
+        self._head = head
+        self._connection: IFrameConnection | None = None
+        self._session: CoreSession | None = None
+
+    def connection_made(self, connection: IFrameConnection) -> None:
+        head = self._head
+        self._connection = connection
+        self._session = CoreSession(
+            head.broker,
+            head.security,
+            node_name=head.node_name,
+            node_id=head.node_id,
+            clock=head.reactor,
+            emit=self._emit,
+            abort=self._abort,
+            authenticate=self._authenticate,
+        )
+        connection.add_writability_listener(self._session.writability_changed)
+        head.opened(self)
+
+    def frame_received(self, frame: Frame) -> None:
+        assert self._connection is not None and self._session is not None
+        try:
+            packet = decode_packet(frame.type, frame.payload)
+            self._session.packet_received(packet)
+        except (PacketFormatError, SessionError) as error:
+            log.info(
+                "closing core connection from {peer}: {error}",
+                peer=self._connection.peer,
+                error=error,
+            )
+            self._connection.close(str(error))
+
+    def connection_lost(self, reason: BaseException) -> None:
+        assert self._session is not None
+        self._head.closed(self, self._session.connection_lost())
+
+    def close(self, reason: str) -> Deferred[BaseException]:
+        assert self._connection is not None
+        lost = self._connection.when_lost()
+        self._connection.close(reason)
+        return lost
+
+    def _emit(self, packet: p.Packet) -> None:
+        assert self._connection is not None
+        self._connection.send(*encode_packet(packet))
+
+    def _abort(self, reason: str) -> None:
+        assert self._connection is not None
+        self._connection.close(reason or None)
+
+    def _authenticate(self, connect: p.Connect) -> Deferred[Subject]:
+        assert self._connection is not None
+        auth = SecurityAuth(
+            user=connect.user,
+            password=connect.password,
+            peer_certificates=tuple(self._connection.peer_certificates()),
+            remote_address=self._connection.peer,
+            protocol="core",
+        )
+        return self._head.authenticate(auth)
+
+
+def listen_core(
+    reactor: Any,
+    url: str | URL,
+    broker: Broker,
+    security: SecurityStore,
+    *,
+    node_name: str,
+    node_id: str,
+    settings: ConnectionSettings | None = None,
+    tls: TLSConfig | None = None,
+) -> Deferred[IListeningPort]:
+    """Accept core-protocol connections at ``url`` for ``broker``."""
+    head = CoreHead(broker, security, node_name=node_name, node_id=node_id, reactor=reactor)
+    return head.listen(url, settings=settings, tls=tls)

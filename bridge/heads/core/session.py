@@ -1,0 +1,708 @@
+"""One core-protocol connection's session on the node: packets in, broker calls and
+packets out.
+
+The session knows no sockets: it is fed decoded packets and writability changes, and it
+answers through two callables, ``emit`` (queue a packet) and ``abort`` (a session rule was
+broken: end the connection with that reason). docs/protocol.md's session rules are
+enforced here; a packet that breaks one raises :class:`SessionError`, and the receiver
+closes that connection only.
+
+Security: the subject from CONNECT is checked for every operation's permission (send,
+consume, browse, create/delete of queues and addresses); a denial is a FAILED or
+SEND_FAILED naming the permission and address, and the session goes on.
+
+Confirmations are batched: the sends of one reactor turn that are done (durable ones once
+their group commit fired) are confirmed by one SEND_CONFIRMED at the end of the turn.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from enum import Enum, auto
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from bridge.config.node import Routing as ConfigRouting
+from bridge.message import HeaderValue, Message
+from bridge.node.broker import AddressNotFound, Broker, NodeError, QueueNotFound, Transaction
+from bridge.node.queue import Delivery, Entry, Queue, QueueError
+from bridge.node.selector import SelectorError, compile_selector
+from bridge.protocol import packets as p
+from security import SecurityStore
+from security.errors import AuthenticationFailed, PermissionDenied
+from security.permissions import Permission
+from security.subject import Subject
+
+log = Logger()
+
+DUPLICATE_ID_HEADER = "_TXB_DUP_ID"
+"""The header a producer may set instead of the message's duplicate id (Artemis's
+``_AMQ_DUPL_ID``)."""
+
+LARGE_CHUNK_SIZE = 64 * 1024
+"""Bytes of body per DELIVER_LARGE_CHUNK."""
+
+
+class SessionError(Exception):
+    """The peer broke a session rule: the connection ends with this message."""
+
+
+class Refused(Exception):
+    """A request the node declines: answered FAILED/SEND_FAILED, the session goes on."""
+
+    def __init__(self, code: p.ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class State(Enum):
+    AWAITING_CONNECT = auto()
+    AUTHENTICATING = auto()
+    OPEN = auto()
+    CLOSED = auto()
+
+
+Emit = Callable[[p.Packet], None]
+Authenticate = Callable[[p.Connect], "Deferred[Subject]"]
+
+
+@attrs.define(eq=False)
+class _Consumer:
+    """A consumer of this connection: the client's id, the node's, and its queue."""
+
+    client_id: int
+    node_id: int
+    queue: str
+    browse: Iterator[Entry] | None = None
+    """The snapshot a browse-only consumer still has to deliver."""
+    credits: int | None = None
+    """A browse-only consumer's credit (a consuming one's lives in its queue)."""
+    next_delivery_id: int = 1
+
+
+@attrs.define(eq=False)
+class _LargeSend:
+    """A large send between its SEND_LARGE_BEGIN and its last chunk."""
+
+    sequence: int
+    tx_id: int | None
+    message: Message
+    total_size: int
+    chunks: list[bytes] = attrs.Factory(list)
+    received: int = 0
+
+
+@attrs.define(eq=False)
+class _Pending:
+    """A send waiting for its durable write before it can be confirmed."""
+
+    sequence: int
+    done: bool = False
+
+
+class CoreSession:
+    """The node's side of one core-protocol connection."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        security: SecurityStore,
+        *,
+        node_name: str,
+        node_id: str,
+        clock: IReactorTime,
+        emit: Emit,
+        abort: Callable[[str], None],
+        authenticate: Authenticate,
+        min_large_message_size: int = 100 * 1024,
+    ) -> None:
+        self._broker = broker
+        self._security = security
+        self._node_name = node_name
+        self._node_id = node_id
+        self._clock = clock
+        self._emit = emit
+        self._abort = abort
+        self._authenticate = authenticate
+        self._large_threshold = min_large_message_size
+        self.state = State.AWAITING_CONNECT
+        self.subject: Subject | None = None
+        self.client_id = ""
+        self._writable = True
+        self._last_sequence = 0
+        self._pending: deque[_Pending] = deque()
+        self._confirmable = 0
+        self._confirmed = 0
+        self._confirm_call: IDelayedCall | None = None
+        self._large: _LargeSend | None = None
+        self._consumers: dict[int, _Consumer] = {}
+        self._transactions: dict[int, Transaction] = {}
+        self._temporary: set[str] = set()
+        self._handlers: dict[type, Callable[[p.Packet], None]] = {
+            p.CreateQueue: self._create_queue,  # type: ignore[dict-item]
+            p.DeleteQueue: self._delete_queue,  # type: ignore[dict-item]
+            p.Send: self._send,  # type: ignore[dict-item]
+            p.SendLargeBegin: self._send_large_begin,  # type: ignore[dict-item]
+            p.SendLargeChunk: self._send_large_chunk,  # type: ignore[dict-item]
+            p.CreateConsumer: self._create_consumer,  # type: ignore[dict-item]
+            p.CloseConsumer: self._close_consumer,  # type: ignore[dict-item]
+            p.ConsumerCredits: self._consumer_credits,  # type: ignore[dict-item]
+            p.Ack: self._ack,  # type: ignore[dict-item]
+            p.Nack: self._nack,  # type: ignore[dict-item]
+            p.TxBegin: self._tx_begin,  # type: ignore[dict-item]
+            p.TxCommit: self._tx_commit,  # type: ignore[dict-item]
+            p.TxRollback: self._tx_rollback,  # type: ignore[dict-item]
+        }
+
+    # -- input ----------------------------------------------------------------------------
+
+    def packet_received(self, packet: p.Packet) -> None:
+        """Act on one packet; SessionError if it breaks a session rule."""
+        if self.state is State.OPEN:
+            handler = self._handlers.get(type(packet))
+            if handler is None:
+                raise SessionError(f"{packet.TYPE.name} is not sent by a client")
+            handler(packet)
+        elif self.state is State.AWAITING_CONNECT:
+            if not isinstance(packet, p.Connect):
+                raise SessionError(f"{packet.TYPE.name} before CONNECT: connect first")
+            self._connect(packet)
+        elif self.state is State.AUTHENTICATING:
+            raise SessionError(f"{packet.TYPE.name} before CONNECTED: wait for the answer")
+
+    def writability_changed(self, writable: bool) -> None:
+        """The connection can take more (True) or should not be given more."""
+        self._writable = writable
+        for consumer in list(self._consumers.values()):
+            if consumer.browse is None:
+                self._broker.queue(consumer.queue).set_ready(consumer.node_id, writable)
+            elif writable:
+                self._browse(consumer)
+
+    def connection_lost(self) -> Deferred[None]:
+        """Give back what the connection held: unsettled deliveries return to their queues,
+        open transactions roll back, its non-durable queues go. Fires when stored."""
+        self.state = State.CLOSED
+        if self._confirm_call is not None and self._confirm_call.active():
+            self._confirm_call.cancel()
+        self._large = None
+        work: list[Deferred[None]] = []
+        for consumer in self._consumers.values():
+            if consumer.browse is None:
+                work.append(self._broker.close_consumer(consumer.queue, consumer.node_id))
+        self._consumers.clear()
+        for tx in self._transactions.values():
+            work.append(Deferred.fromCoroutine(self._broker.rollback(tx)))
+        self._transactions.clear()
+        for name in sorted(self._temporary):
+            if name in self._broker.queues and not self._broker.queue(name).consumer_ids:
+                work.append(Deferred.fromCoroutine(self._broker.delete_queue(name)))
+        self._temporary.clear()
+        for deferred in work:
+            deferred.addErrback(self._cleanup_failed)
+        return Deferred.fromCoroutine(_gather(work))
+
+    @staticmethod
+    def _cleanup_failed(failure: Failure) -> None:
+        log.failure("cleaning up a closed core session failed", failure)
+
+    # -- connecting -----------------------------------------------------------------------
+
+    def _connect(self, packet: p.Connect) -> None:
+        if packet.protocol_version != p.PROTOCOL_VERSION:
+            self._emit(
+                p.Failed(
+                    0,
+                    p.ErrorCode.UNSUPPORTED_VERSION,
+                    f"protocol version {packet.protocol_version} is not supported; "
+                    f"this node speaks {p.PROTOCOL_VERSION}",
+                )
+            )
+            self._abort("")
+            return
+        self.client_id = packet.client_id
+        self.state = State.AUTHENTICATING
+        self._authenticate(packet).addCallbacks(self._authenticated, self._refused)
+
+    def _authenticated(self, subject: Subject) -> None:
+        if self.state is not State.AUTHENTICATING:
+            return
+        self.subject = subject
+        self.state = State.OPEN
+        self._emit(p.Connected(self._node_name, self._node_id, p.PROTOCOL_VERSION, p.UNLIMITED))
+
+    def _refused(self, failure: Failure) -> None:
+        if self.state is not State.AUTHENTICATING:
+            return
+        if not failure.check(AuthenticationFailed):
+            log.failure("authentication failed unexpectedly", failure)
+        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, "authentication failed"))
+        self._abort("")
+
+    # -- permissions ----------------------------------------------------------------------
+
+    def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
+        """Refused(PERMISSION_DENIED) unless the subject may do ``permission``."""
+        assert self.subject is not None
+        try:
+            self._security.check(self.subject, address, permission, queue)
+        except PermissionDenied as denied:
+            raise Refused(p.ErrorCode.PERMISSION_DENIED, str(denied)) from None
+
+    def _check_address(self, address: str) -> None:
+        """Sending to or binding on a missing address creates it: that needs
+        create-address, and the address's settings must allow it."""
+        if self._broker.has_address(address):
+            return
+        self._check(address, Permission.CREATE_ADDRESS)
+        if not self._broker.may_create_address(address):
+            raise Refused(
+                p.ErrorCode.NOT_FOUND,
+                f"address {address!r} does not exist and auto-create-addresses is off for it",
+            )
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _answer(self, request_id: int, work: Callable[[], Deferred[Any] | None]) -> None:
+        """Run a request: OK when it (and its store writes) succeeded, FAILED otherwise."""
+        try:
+            result = work()
+        except Refused as refused:
+            self._emit(p.Failed(request_id, refused.code, str(refused)))
+            return
+        if result is None:
+            self._emit(p.Ok(request_id))
+            return
+        result.addCallbacks(
+            lambda _: self._reply(p.Ok(request_id)),
+            lambda failure: self._reply(_failed(request_id, failure)),
+        )
+
+    def _reply(self, packet: p.Packet) -> None:
+        if self.state is State.OPEN:
+            self._emit(packet)
+
+    def _create_queue(self, packet: p.CreateQueue) -> None:
+        def work() -> Deferred[Any]:
+            name, address = packet.name, packet.address
+            permission = (
+                Permission.CREATE_DURABLE_QUEUE
+                if packet.durable
+                else Permission.CREATE_NON_DURABLE_QUEUE
+            )
+            self._check_address(address)
+            self._check(address, permission, name)
+            if name in self._broker.queues:
+                raise Refused(p.ErrorCode.ALREADY_EXISTS, f"queue {name!r} already exists")
+            _compile(packet.filter)
+            routing = ConfigRouting(packet.routing.name.lower())
+            created = Deferred.fromCoroutine(
+                self._broker.create_queue(
+                    name, address, durable=packet.durable, filter=packet.filter, routing=routing
+                )
+            )
+            if not packet.durable:
+                self._temporary.add(name)
+            return created
+
+        self._answer(packet.request_id, work)
+
+    def _delete_queue(self, packet: p.DeleteQueue) -> None:
+        def work() -> Deferred[Any]:
+            queue = self._queue(packet.name)
+            durable = self._broker.is_durable(packet.name)
+            permission = (
+                Permission.DELETE_DURABLE_QUEUE if durable else Permission.DELETE_NON_DURABLE_QUEUE
+            )
+            self._check(queue.address, permission, packet.name)
+            if queue.consumer_ids:
+                raise Refused(
+                    p.ErrorCode.INVALID,
+                    f"queue {packet.name!r} has {len(queue.consumer_ids)} consumer(s)",
+                )
+            self._temporary.discard(packet.name)
+            return Deferred.fromCoroutine(self._broker.delete_queue(packet.name))
+
+        self._answer(packet.request_id, work)
+
+    def _queue(self, name: str) -> Queue:
+        try:
+            return self._broker.queue(name)
+        except QueueNotFound as missing:
+            raise Refused(p.ErrorCode.NOT_FOUND, str(missing)) from None
+
+    # -- sending --------------------------------------------------------------------------
+
+    def _sequence(self, sequence: int) -> None:
+        if self._large is not None:
+            raise SessionError(
+                f"send {sequence} while the large send {self._large.sequence} is unfinished"
+            )
+        if sequence <= self._last_sequence:
+            raise SessionError(
+                f"send sequence {sequence} does not follow {self._last_sequence}: "
+                "sequences increase"
+            )
+        self._last_sequence = sequence
+
+    def _send(self, packet: p.Send) -> None:
+        self._sequence(packet.sequence)
+        self._route(packet.sequence, packet.tx_id, packet.message)
+
+    def _route(self, sequence: int, tx_id: int | None, message: Message) -> None:
+        try:
+            tx = self._transaction(tx_id)
+            self._check_address(message.address)
+            self._check(message.address, Permission.SEND)
+            routed = self._broker.send(
+                message.address,
+                message.body,
+                message.headers,
+                durable=message.durable,
+                duplicate_id=_duplicate_id(message),
+                timestamp_ns=message.timestamp_ns,
+                tx=tx,
+            )
+        except Refused as refused:
+            self._refuse(sequence, refused.code, str(refused))
+            return
+        except AddressNotFound as missing:
+            self._refuse(sequence, p.ErrorCode.NOT_FOUND, str(missing))
+            return
+        if routed.called and not self._pending:
+            # Already done (not durable, or a duplicate): nothing to track beyond the
+            # turn's confirmation. A failure shows in the errback at once.
+            failed: list[Failure] = []
+            routed.addErrback(failed.append)
+            if failed:
+                self._emit(_send_failed(sequence, failed[0]))
+            self._done(sequence)
+            return
+        pending = _Pending(sequence)
+        self._pending.append(pending)
+        routed.addCallbacks(
+            lambda _: self._written(pending),
+            lambda failure: self._written(pending, failure),
+        )
+
+    def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
+        """SEND_FAILED now; the confirmation range passes over it in its turn."""
+        self._emit(p.SendFailed(sequence, code, message))
+        if self._pending:
+            self._pending.append(_Pending(sequence, done=True))
+        else:
+            self._done(sequence)
+
+    def _written(self, pending: _Pending, failure: Failure | None = None) -> None:
+        if self.state is State.CLOSED:
+            return
+        if failure is not None:
+            self._emit(_send_failed(pending.sequence, failure))
+        pending.done = True
+        last = None
+        while self._pending and self._pending[0].done:
+            last = self._pending.popleft().sequence
+        if last is not None:
+            self._done(last)
+
+    def _done(self, sequence: int) -> None:
+        """Every send up to ``sequence`` is done: confirm them at the end of this turn."""
+        self._confirmable = sequence
+        if self._confirm_call is None:
+            self._confirm_call = self._clock.callLater(0, self._confirm)
+
+    def _confirm(self) -> None:
+        self._confirm_call = None
+        if self._confirmable > self._confirmed and self.state is State.OPEN:
+            self._confirmed = self._confirmable
+            self._emit(p.SendConfirmed(self._confirmed))
+
+    def _send_large_begin(self, packet: p.SendLargeBegin) -> None:
+        self._sequence(packet.sequence)
+        self._large = _LargeSend(packet.sequence, packet.tx_id, packet.message, packet.total_size)
+
+    def _send_large_chunk(self, packet: p.SendLargeChunk) -> None:
+        large = self._large
+        if large is None or packet.sequence != large.sequence:
+            raise SessionError(f"SEND_LARGE_CHUNK of send {packet.sequence}, which is not open")
+        large.received += len(packet.data)
+        if large.received <= large.total_size:
+            large.chunks.append(packet.data)
+        if not packet.last:
+            return
+        self._large = None
+        if large.received != large.total_size:
+            self._refuse(
+                large.sequence,
+                p.ErrorCode.INVALID,
+                f"large send {large.sequence} declared {large.total_size} bytes "
+                f"but its chunks held {large.received}",
+            )
+            return
+        message = attrs.evolve(large.message, body=b"".join(large.chunks))
+        self._route(large.sequence, large.tx_id, message)
+
+    def _transaction(self, tx_id: int | None) -> Transaction | None:
+        if tx_id is None:
+            return None
+        try:
+            return self._transactions[tx_id]
+        except KeyError:
+            raise Refused(p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}") from None
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def _create_consumer(self, packet: p.CreateConsumer) -> None:
+        try:
+            self._open_consumer(packet)
+        except Refused as refused:
+            self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
+
+    def _open_consumer(self, packet: p.CreateConsumer) -> None:
+        if packet.consumer_id in self._consumers:
+            raise Refused(p.ErrorCode.ALREADY_EXISTS, f"consumer id {packet.consumer_id} is in use")
+        name = packet.queue
+        if name not in self._broker.queues:
+            self._auto_create_queue(name)
+        queue = self._queue(name)
+        permission = Permission.BROWSE if packet.browse_only else Permission.CONSUME
+        self._check(queue.address, permission, name)
+        matches = _compile(packet.filter)
+        consumer = _Consumer(packet.consumer_id, self._broker.next_consumer_id(), name)
+        self._consumers[packet.consumer_id] = consumer
+        self._emit(p.Ok(packet.request_id))
+        window = packet.window_size
+        if packet.browse_only:
+            entries = queue.browse()
+            consumer.browse = (e for e in entries if matches is None or matches(e.message.headers))
+            consumer.credits = None if window == p.UNLIMITED else window
+            self._browse(consumer)
+            return
+        self._broker.consume(
+            name,
+            consumer.node_id,
+            lambda delivery: self._deliver(consumer, delivery),
+            credits=window,
+            filter=packet.filter,
+        )
+        if not self._writable:
+            queue.set_ready(consumer.node_id, False)
+
+    def _auto_create_queue(self, name: str) -> None:
+        """Consuming from a missing queue of an anycast address creates both, as sending
+        to it would (create-address and create-durable-queue permissions)."""
+        if self._broker.has_address(name) or not self._broker.may_create_address(name):
+            return
+        if self._broker.config.routing_for(name) is not ConfigRouting.ANYCAST:
+            return
+        self._check(name, Permission.CREATE_ADDRESS)
+        self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
+        self._broker.auto_create(name)
+
+    def _deliver(self, consumer: _Consumer, delivery: Delivery) -> None:
+        self._emit_delivery(
+            consumer.client_id, delivery.delivery_id, delivery.delivery_count, delivery.message
+        )
+
+    def _emit_delivery(
+        self, consumer_id: int, delivery_id: int, count: int, message: Message
+    ) -> None:
+        if len(message.body) < self._large_threshold:
+            self._emit(p.Deliver(consumer_id, delivery_id, count, message))
+            return
+        body = memoryview(message.body)
+        header = attrs.evolve(message, body=b"")
+        self._emit(p.DeliverLargeBegin(consumer_id, delivery_id, count, header, len(body)))
+        for start in range(0, len(body), LARGE_CHUNK_SIZE):
+            end = start + LARGE_CHUNK_SIZE
+            chunk = bytes(body[start:end])
+            self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
+        if not body:
+            self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, b"", True))
+
+    def _browse(self, consumer: _Consumer) -> None:
+        """Deliver a browse-only consumer's snapshot while it has credit and the connection
+        is writable; it goes on when either returns."""
+        assert consumer.browse is not None
+        while self._writable and (consumer.credits is None or consumer.credits > 0):
+            entry = next(consumer.browse, None)
+            if entry is None:
+                return
+            delivery_id = consumer.next_delivery_id
+            consumer.next_delivery_id += 1
+            if consumer.credits is not None:
+                consumer.credits -= entry.message.size
+            self._emit_delivery(
+                consumer.client_id, delivery_id, entry.delivery_count, entry.message
+            )
+
+    def _consumer(self, consumer_id: int, what: str) -> _Consumer:
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None:
+            raise SessionError(f"{what} for consumer {consumer_id}, which is not open")
+        return consumer
+
+    def _consumer_credits(self, packet: p.ConsumerCredits) -> None:
+        consumer = self._consumer(packet.consumer_id, "CONSUMER_CREDITS")
+        if consumer.browse is None:
+            self._broker.queue(consumer.queue).add_credits(consumer.node_id, packet.credits)
+        elif consumer.credits is not None:
+            consumer.credits += packet.credits
+            self._browse(consumer)
+
+    def _close_consumer(self, packet: p.CloseConsumer) -> None:
+        consumer = self._consumers.pop(packet.consumer_id, None)
+        if consumer is None:
+            self._emit(
+                p.Failed(
+                    packet.request_id,
+                    p.ErrorCode.NOT_FOUND,
+                    f"no open consumer {packet.consumer_id}",
+                )
+            )
+            return
+        if consumer.browse is not None:
+            self._emit(p.Ok(packet.request_id))
+            return
+        self._answer(
+            packet.request_id,
+            lambda: self._broker.close_consumer(consumer.queue, consumer.node_id),
+        )
+
+    def _settle(self, consumer_id: int, what: str) -> _Consumer:
+        consumer = self._consumer(consumer_id, what)
+        if consumer.browse is not None:
+            raise SessionError(f"{what} for browse-only consumer {consumer_id}")
+        return consumer
+
+    def _ack(self, packet: p.Ack) -> None:
+        consumer = self._settle(packet.consumer_id, "ACK")
+        try:
+            tx = self._transaction(packet.tx_id)
+        except Refused as refused:
+            if packet.request_id is None:
+                raise SessionError(
+                    f"ACK in transaction {packet.tx_id}, which is not open"
+                ) from None
+            self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
+            return
+        try:
+            done = self._broker.acknowledge(
+                consumer.queue,
+                consumer.node_id,
+                packet.delivery_id,
+                cumulative=packet.cumulative,
+                tx=tx,
+            )
+        except QueueError:
+            raise SessionError(
+                f"ACK of delivery {packet.delivery_id} of consumer {packet.consumer_id}, "
+                "which is not unsettled"
+            ) from None
+        if packet.request_id is not None:
+            self._answer(packet.request_id, lambda: done)
+        else:
+            done.addErrback(self._settle_failed)
+
+    def _nack(self, packet: p.Nack) -> None:
+        consumer = self._settle(packet.consumer_id, "NACK")
+        try:
+            done = self._broker.nack(
+                consumer.queue, consumer.node_id, packet.delivery_id, requeue=packet.requeue
+            )
+        except QueueError:
+            raise SessionError(
+                f"NACK of delivery {packet.delivery_id} of consumer {packet.consumer_id}, "
+                "which is not unsettled"
+            ) from None
+        done.addErrback(self._settle_failed)
+
+    @staticmethod
+    def _settle_failed(failure: Failure) -> None:
+        log.failure("storing an acknowledgement failed", failure)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def _tx_begin(self, packet: p.TxBegin) -> None:
+        if packet.tx_id in self._transactions:
+            self._emit(
+                p.Failed(
+                    packet.request_id,
+                    p.ErrorCode.ALREADY_EXISTS,
+                    f"transaction {packet.tx_id} is open",
+                )
+            )
+            return
+        self._transactions[packet.tx_id] = self._broker.begin()
+        self._emit(p.Ok(packet.request_id))
+
+    def _tx_end(self, request_id: int, tx_id: int) -> Transaction | None:
+        tx = self._transactions.pop(tx_id, None)
+        if tx is None:
+            self._emit(p.Failed(request_id, p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}"))
+        return tx
+
+    def _tx_commit(self, packet: p.TxCommit) -> None:
+        tx = self._tx_end(packet.request_id, packet.tx_id)
+        if tx is not None:
+            self._answer(
+                packet.request_id,
+                lambda: Deferred.fromCoroutine(self._broker.commit(tx)),
+            )
+
+    def _tx_rollback(self, packet: p.TxRollback) -> None:
+        tx = self._tx_end(packet.request_id, packet.tx_id)
+        if tx is not None:
+            self._answer(
+                packet.request_id,
+                lambda: Deferred.fromCoroutine(self._broker.rollback(tx)),
+            )
+
+
+def _compile(text: str | None) -> Callable[[Mapping[str, HeaderValue]], bool] | None:
+    """A filter's test, or Refused(INVALID) naming what is wrong with it."""
+    if not text:
+        return None
+    try:
+        return compile_selector(text).matches
+    except SelectorError as error:
+        raise Refused(p.ErrorCode.INVALID, f"bad filter {text!r}: {error}") from None
+
+
+def _duplicate_id(message: Message) -> bytes | None:
+    if message.duplicate_id is not None:
+        return message.duplicate_id
+    header = message.headers.get(DUPLICATE_ID_HEADER)
+    if isinstance(header, str):
+        return header.encode("utf-8")
+    if isinstance(header, bytes):
+        return header
+    return None
+
+
+def _code(failure: Failure) -> p.ErrorCode:
+    if failure.check(QueueNotFound, AddressNotFound):
+        return p.ErrorCode.NOT_FOUND
+    if failure.check(NodeError, SelectorError):
+        return p.ErrorCode.INVALID
+    log.failure("a core request failed", failure)
+    return p.ErrorCode.INTERNAL
+
+
+def _failed(request_id: int, failure: Failure) -> p.Failed:
+    return p.Failed(request_id, _code(failure), failure.getErrorMessage())
+
+
+def _send_failed(sequence: int, failure: Failure) -> p.SendFailed:
+    return p.SendFailed(sequence, _code(failure), failure.getErrorMessage())
+
+
+async def _gather(work: list[Deferred[None]]) -> None:
+    for deferred in work:
+        await deferred
