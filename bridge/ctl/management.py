@@ -1,0 +1,320 @@
+"""The node's management API over HTTP: ``GET /status`` (JSON) and ``GET /metrics``
+(Prometheus text).
+
+Both read the broker when asked, on the reactor thread: the hot path of a message pays
+nothing for them beyond the queues' own counters. With security on, every request carries
+HTTP Basic credentials, checked by the node's one :class:`SecurityStore` (the password hash
+off the reactor thread) and then for the ``manage`` permission on the address
+``txbridge.management``. docs/management.md is the reference.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Iterator
+
+import attrs
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.threads import deferToThread
+from twisted.logger import Logger
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Request, Site
+
+from bridge.ctl.status import AddressStatus, NodeStatus, QueueStatus, Status
+from bridge.node.broker import Broker
+from security import (
+    AuthenticationFailed,
+    Permission,
+    PermissionDenied,
+    SecurityAuth,
+    SecurityStore,
+)
+
+MANAGEMENT_ADDRESS = "txbridge.management"
+"""The address a user needs ``manage`` on to use the management API."""
+
+PROTOCOL = "management"
+"""The protocol name logins through this API carry (the security audit log shows it)."""
+
+REALM = b'Basic realm="txbridge", charset="UTF-8"'
+
+log = Logger()
+
+
+@attrs.frozen
+class NodeView:
+    """What both endpoints read: the broker and the node's own facts, at request time."""
+
+    broker: Broker
+    node_id: str
+    clock: IReactorTime
+    started: float
+    connections: Callable[[], int]
+
+    def uptime(self) -> float:
+        return self.clock.seconds() - self.started
+
+    def status(self) -> Status:
+        """The node now. Paging and producer blocking do not exist yet: their fields
+        are truthfully 0."""
+        broker = self.broker
+        queues = broker.queues
+        return Status(
+            node=NodeStatus(
+                name=broker.config.name,
+                id=self.node_id,
+                uptime_seconds=round(self.uptime(), 3),
+                connections=self.connections(),
+            ),
+            addresses=tuple(
+                AddressStatus(
+                    name=name,
+                    routing=address.routing.value,
+                    queues=tuple(sorted(b.queue.name for b in address.bindings)),
+                )
+                for name, address in sorted(broker.addresses.items())
+            ),
+            queues=tuple(
+                QueueStatus(
+                    name=name,
+                    address=queue.address,
+                    durable=broker.is_durable(name),
+                    depth=queue.depth,
+                    waiting=queue.waiting,
+                    in_flight=queue.in_flight,
+                    consumers=len(queue.consumer_ids),
+                    messages_added=queue.added_total,
+                    messages_acknowledged=queue.acknowledged_total,
+                    messages_dropped=queue.dropped_total,
+                )
+                for name, queue in sorted(queues.items())
+            ),
+            paged_bytes=0,
+            producers_blocked=0,
+        )
+
+
+class BrokerCollector(Collector):
+    """Prometheus metrics read from the broker at scrape time (docs/management.md)."""
+
+    def __init__(self, view: NodeView) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        view = self._view
+        yield InfoMetricFamily(
+            "txbridge_node",
+            "The node's name and id.",
+            value={"name": view.broker.config.name, "id": view.node_id},
+        )
+        yield GaugeMetricFamily(
+            "txbridge_node_uptime_seconds", "Seconds since the node started.", view.uptime()
+        )
+        yield GaugeMetricFamily(
+            "txbridge_connections", "Client connections open now.", view.connections()
+        )
+        yield GaugeMetricFamily(
+            "txbridge_paged_bytes", "Bytes of messages paged to disk (no paging yet: 0).", 0
+        )
+        yield GaugeMetricFamily(
+            "txbridge_producers_blocked",
+            "Producers blocked by a full address (no blocking yet: 0).",
+            0,
+        )
+        labels = ["queue", "address"]
+        gauges = {
+            "depth": GaugeMetricFamily(
+                "txbridge_queue_depth", "Messages in the queue, in flight included.", labels=labels
+            ),
+            "in_flight": GaugeMetricFamily(
+                "txbridge_queue_in_flight",
+                "Messages delivered and not yet acknowledged.",
+                labels=labels,
+            ),
+            "consumers": GaugeMetricFamily(
+                "txbridge_queue_consumers", "Consumers of the queue.", labels=labels
+            ),
+        }
+        counters = {
+            "added": CounterMetricFamily(
+                "txbridge_queue_messages_added",
+                "Messages added since the node started (recovered ones included).",
+                labels=labels,
+            ),
+            "acknowledged": CounterMetricFamily(
+                "txbridge_queue_messages_acknowledged", "Messages acknowledged.", labels=labels
+            ),
+            "dropped": CounterMetricFamily(
+                "txbridge_queue_messages_dropped",
+                "Messages refused by a consumer without requeue.",
+                labels=labels,
+            ),
+        }
+        for name, queue in sorted(view.broker.queues.items()):
+            values = [name, queue.address]
+            gauges["depth"].add_metric(values, queue.depth)
+            gauges["in_flight"].add_metric(values, queue.in_flight)
+            gauges["consumers"].add_metric(values, len(queue.consumer_ids))
+            counters["added"].add_metric(values, queue.added_total)
+            counters["acknowledged"].add_metric(values, queue.acknowledged_total)
+            counters["dropped"].add_metric(values, queue.dropped_total)
+        yield from gauges.values()
+        yield from counters.values()
+
+
+@attrs.frozen
+class Answer:
+    """A response: status code, content type and body."""
+
+    code: int
+    content_type: bytes
+    body: bytes
+
+    @classmethod
+    def error(cls, code: int, message: str) -> Answer:
+        body = json.dumps({"error": message, "status": code}).encode()
+        return cls(code, b"application/json", body)
+
+
+class Refused(Exception):
+    """A request the API turns away (401 or 403), with the answer to give."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer)
+        self.answer = answer
+
+
+def _credentials(request: Request) -> tuple[str, str] | None:
+    """The user and password of an HTTP Basic ``Authorization`` header; None without one
+    (or with one that is not well formed)."""
+    header = request.getHeader(b"authorization")
+    if header is None:
+        return None
+    scheme, _, encoded = header.partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, colon, password = decoded.partition(":")
+    return (user, password) if colon else None
+
+
+def _remote(request: Request) -> str:
+    address = request.getClientAddress()
+    if isinstance(address, IPv6Address):
+        return f"[{address.host}]:{address.port}"
+    if isinstance(address, IPv4Address):
+        return f"{address.host}:{address.port}"
+    return str(address)
+
+
+class ManagementResource(Resource):
+    """``/status`` and ``/metrics``, GET (or HEAD) only, behind the security store."""
+
+    isLeaf = True
+
+    def __init__(self, view: NodeView, security: SecurityStore) -> None:
+        Resource.__init__(self)
+        self._security = security
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BrokerCollector(view))
+        self._endpoints: dict[bytes, Callable[[], Answer]] = {
+            b"/status": lambda: Answer(
+                200, b"application/json", json.dumps(view.status().to_json()).encode()
+            ),
+            b"/metrics": lambda: Answer(
+                200, CONTENT_TYPE_LATEST.encode(), generate_latest(registry)
+            ),
+        }
+
+    def render(self, request: Request) -> bytes | int:
+        path = request.path
+        endpoint = self._endpoints.get(path)
+        if endpoint is None:
+            known = ", ".join(p.decode() for p in self._endpoints)
+            shown = path.decode("utf-8", "replace")
+            return _send(request, Answer.error(404, f"no resource {shown!r} (there are {known})"))
+        if request.method not in (b"GET", b"HEAD"):
+            request.setHeader(b"allow", b"GET, HEAD")
+            method = request.method.decode("ascii", "replace")
+            return _send(request, Answer.error(405, f"method {method} not allowed: use GET"))
+        if not self._security.enabled:
+            return _send(request, endpoint())
+        Deferred.fromCoroutine(self._answer_when_allowed(request, endpoint))
+        return NOT_DONE_YET
+
+    async def _answer_when_allowed(self, request: Request, endpoint: Callable[[], Answer]) -> None:
+        lost = False
+
+        def connection_lost(_: object) -> None:
+            nonlocal lost
+            lost = True
+
+        request.notifyFinish().addErrback(connection_lost)
+        try:
+            await self._authorize(request)
+            answer = endpoint()
+        except Refused as refused:
+            answer = refused.answer
+        except Exception:
+            log.failure("management request {path!r} failed", path=request.path)
+            answer = Answer.error(500, "internal error (the node's log has the details)")
+        if not lost:
+            request.write(_send(request, answer))
+            request.finish()
+
+    async def _authorize(self, request: Request) -> None:
+        """Return if the request's user may manage the node; Refused otherwise."""
+        credentials = _credentials(request)
+        if credentials is None:
+            request.setHeader(b"www-authenticate", REALM)
+            raise Refused(Answer.error(401, "credentials required (HTTP Basic)"))
+        user, password = credentials
+        auth = SecurityAuth(
+            user=user, password=password, remote_address=_remote(request), protocol=PROTOCOL
+        )
+        try:
+            subject = await deferToThread(self._security.authenticate, auth)
+        except AuthenticationFailed as failed:
+            request.setHeader(b"www-authenticate", REALM)
+            raise Refused(Answer.error(401, str(failed))) from None
+        try:
+            self._security.check(subject, MANAGEMENT_ADDRESS, Permission.MANAGE)
+        except PermissionDenied as denied:
+            raise Refused(Answer.error(403, str(denied))) from None
+
+
+def _send(request: Request, answer: Answer) -> bytes:
+    """Set the answer's code and headers on ``request``; the body to write."""
+    request.setResponseCode(answer.code)
+    request.setHeader(b"content-type", answer.content_type)
+    request.setHeader(b"cache-control", b"no-store")
+    return answer.body
+
+
+def management_site(
+    broker: Broker,
+    security: SecurityStore,
+    *,
+    node_id: str,
+    reactor: IReactorTime,
+    connections: Callable[[], int] = lambda: 0,
+) -> Site:
+    """The management API of a node, for the node service to listen with.
+
+    ``reactor`` is the clock of the uptime (counted from this call); ``connections``
+    says how many client connections the node has open now."""
+    view = NodeView(broker, node_id, reactor, reactor.seconds(), connections)
+    site = Site(ManagementResource(view, security))
+    site.displayTracebacks = False
+    return site

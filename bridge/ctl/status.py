@@ -1,0 +1,281 @@
+"""The node's ``/status`` document, and ``txbridge ctl ... status`` that reads it.
+
+The attrs classes here are the one schema of the document: the management API builds a
+:class:`Status` and serves :meth:`Status.to_json`; the command line checks what it gets
+with :meth:`Status.from_json`, so a wrong answer is named (the key and what was expected)
+instead of failing somewhere in the table. Unknown keys are ignored, so an older
+``txbridge`` reads a newer node.
+
+``txbridge ctl --url URL [--user U --password P] ACTION`` is the operator's handle on a
+running node; ``status`` is its first action. It is a blocking command, so it speaks HTTP
+with the standard library. Every failure is one line on stderr naming the URL, and exit
+status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar, get_args, get_origin
+from urllib.parse import urlsplit
+
+import attrs
+from attrs import AttrsInstance
+
+EXIT_FAILED = 2
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""A bigger answer is refused rather than held: no node's status is near this."""
+
+_T = TypeVar("_T", bound=AttrsInstance)
+
+
+@attrs.frozen
+class NodeStatus:
+    name: str
+    id: str
+    uptime_seconds: float
+    connections: int
+
+
+@attrs.frozen
+class AddressStatus:
+    name: str
+    routing: str
+    queues: tuple[str, ...]
+
+
+@attrs.frozen
+class QueueStatus:
+    name: str
+    address: str
+    durable: bool
+    depth: int
+    waiting: int
+    in_flight: int
+    consumers: int
+    messages_added: int
+    messages_acknowledged: int
+    messages_dropped: int
+
+
+@attrs.frozen
+class Status:
+    """What ``GET /status`` answers (docs/management.md describes each field)."""
+
+    node: NodeStatus
+    addresses: tuple[AddressStatus, ...]
+    queues: tuple[QueueStatus, ...]
+    paged_bytes: int
+    producers_blocked: int
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Status:
+        """The status ``data`` (parsed JSON) describes, or StatusFormatError naming the
+        first key that is missing or of the wrong type."""
+        return _read(cls, data, "")
+
+
+for _kind in (NodeStatus, AddressStatus, QueueStatus, Status):
+    attrs.resolve_types(_kind)
+
+
+class StatusFormatError(ValueError):
+    """A JSON document that is not a status document, with the key that says so."""
+
+
+def _describe(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "a value")
+
+
+def _read(kind: type[_T], data: object, where: str) -> _T:
+    if not isinstance(data, dict):
+        raise StatusFormatError(
+            f"{where or 'the document'}: expected an object, got {_describe(data)}"
+        )
+    values = {}
+    for field in attrs.fields(kind):
+        key = f"{where}.{field.name}" if where else field.name
+        if field.name not in data:
+            raise StatusFormatError(f"{key}: missing")
+        values[field.name] = _value(field.type, data[field.name], key)
+    return kind(**values)
+
+
+def _value(kind: Any, value: object, where: str) -> object:
+    if attrs.has(kind):
+        return _read(kind, value, where)
+    if get_origin(kind) is tuple:
+        if not isinstance(value, list):
+            raise StatusFormatError(f"{where}: expected an array, got {_describe(value)}")
+        item = get_args(kind)[0]
+        return tuple(_value(item, each, f"{where}[{index}]") for index, each in enumerate(value))
+    accepted = (int, float) if kind is float else kind
+    if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
+        expected = {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+        raise StatusFormatError(f"{where}: expected {expected[kind]}, got {_describe(value)}")
+    return value
+
+
+# -- reading it: the command line ---------------------------------------------------------
+
+
+class ManagementError(Exception):
+    """A failed request to the management API, described in words for one line."""
+
+
+@attrs.frozen
+class ManagementClient:
+    """Blocking requests to one node's management API, with HTTP Basic credentials."""
+
+    url: str
+    user: str | None = None
+    password: str | None = attrs.field(default=None, repr=False)
+    timeout: float = 10.0
+
+    def get_json(self, path: str) -> object:
+        """GET ``path`` and parse the answer; ManagementError on any failure."""
+        request = urllib.request.Request(
+            self.url.rstrip("/") + path, headers={"Accept": "application/json"}
+        )
+        if self.user is not None:
+            token = f"{self.user}:{self.password or ''}".encode()
+            request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                body = answer.read(MAX_ANSWER_BYTES + 1)
+        except urllib.error.HTTPError as error:
+            raise ManagementError(self._refusal(error)) from None
+        except urllib.error.URLError as error:
+            reason = error.reason
+            text = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
+            raise ManagementError(f"cannot connect: {text}") from None
+        except TimeoutError:
+            raise ManagementError(f"no answer within {self.timeout:g}s") from None
+        except (http.client.HTTPException, OSError) as error:
+            raise ManagementError(f"the connection failed: {error!r}") from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise ManagementError(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
+        try:
+            return json.loads(body)
+        except ValueError as error:
+            raise ManagementError(f"the answer is not JSON ({error})") from None
+
+    def _refusal(self, error: urllib.error.HTTPError) -> str:
+        """The HTTP error with the node's own reason (its JSON ``error``) when it gave one."""
+        try:
+            reason = json.loads(error.read(64 * 1024))["error"]
+        except (ValueError, TypeError, KeyError, OSError):
+            reason = error.reason
+        hint = " (pass --user and --password)" if error.code == 401 and self.user is None else ""
+        return f"HTTP {error.code}: {reason}{hint}"
+
+
+def fetch_status(client: ManagementClient) -> Status:
+    data = client.get_json("/status")
+    try:
+        return Status.from_json(data)
+    except StatusFormatError as error:
+        raise ManagementError(f"the answer is not a txbridge status: {error}") from None
+
+
+def format_duration(seconds: float) -> str:
+    """``93784.2`` -> ``1d 2h 3m 4s``: whole seconds, leading zero units left out."""
+    left = int(seconds)
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if left >= size or parts:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    parts.append(f"{left}s")
+    return " ".join(parts)
+
+
+def format_status(status: Status) -> str:
+    """For a person: a line about the node, then the queues as an aligned table."""
+    node = status.node
+    connections = "1 connection" if node.connections == 1 else f"{node.connections} connections"
+    lines = [
+        f"node {node.name} (id {node.id}), up {format_duration(node.uptime_seconds)}, {connections}"
+    ]
+    if not status.queues:
+        return "\n".join([*lines, "no queues"])
+    header = ("QUEUE", "ADDRESS", "DEPTH", "IN FLIGHT", "CONSUMERS")
+    rows = [
+        (q.name, q.address, str(q.depth), str(q.in_flight), str(q.consumers)) for q in status.queues
+    ]
+    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
+    for row in (header, *rows):
+        names = [cell.ljust(w) for cell, w in zip(row[:2], widths[:2], strict=True)]
+        numbers = [cell.rjust(w) for cell, w in zip(row[2:], widths[2:], strict=True)]
+        lines.append("  ".join(names + numbers))
+    return "\n".join(lines)
+
+
+def _status(client: ManagementClient, args: argparse.Namespace) -> str:
+    status = fetch_status(client)
+    if args.json:
+        return json.dumps(status.to_json(), indent=2)
+    return format_status(status)
+
+
+# -- the ctl sub-command ------------------------------------------------------------------
+
+Action = Callable[[ManagementClient, argparse.Namespace], str]
+
+
+def _url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected http://HOST:PORT, got {text!r}")
+    return text
+
+
+def _run(args: argparse.Namespace) -> int:
+    action: Action = args.ctl_action_handler
+    client = ManagementClient(args.url, args.user, args.password, args.timeout)
+    try:
+        output = action(client, args)
+    except ManagementError as error:
+        print(f"txbridge ctl {args.ctl_action}: {args.url}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(output)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``txbridge ctl`` and its actions to the dispatcher's sub-commands."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "ctl",
+        help="query and operate a running node through its management API",
+        description="Query and operate a running node through its management API "
+        "(the node's [management] url).",
+    )
+    parser.add_argument(
+        "--url", type=_url, required=True, help="the management API, http://HOST:PORT"
+    )
+    parser.add_argument("--user", help="user name, when the node's security is on")
+    parser.add_argument(
+        "--password", help="that user's password (visible to other local users in ps)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for an answer (default 10)"
+    )
+    actions = parser.add_subparsers(dest="ctl_action", required=True, metavar="ACTION")
+
+    status = actions.add_parser("status", help="the node, its addresses and its queues")
+    status.add_argument("--json", action="store_true", help="print the JSON document instead")
+    status.set_defaults(ctl_action_handler=_status)
+
+    parser.set_defaults(handler=_run)
