@@ -75,13 +75,18 @@ class Status:
     producers_blocked: int
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """The document as JSON types (arrays as lists)."""
+        return attrs.asdict(self, value_serializer=_lists)
 
     @classmethod
     def from_json(cls, data: object) -> Status:
         """The status ``data`` (parsed JSON) describes, or StatusFormatError naming the
         first key that is missing or of the wrong type."""
         return _read(cls, data, "")
+
+
+def _lists(_: object, __: object, value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
 
 
 for _kind in (NodeStatus, AddressStatus, QueueStatus, Status):

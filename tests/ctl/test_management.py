@@ -4,6 +4,7 @@ SQLite store: what /status and /metrics say, and who may ask."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
 import json
 import threading
@@ -41,8 +42,9 @@ NODE_ID = "7f3a0c1e-node-a"
 pytestmark = pytest.mark.filterwarnings("ignore:Using readBody with a transport:DeprecationWarning")
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
+@contextlib.contextmanager
+def open_broker(tmp_path: Path) -> Iterator[Broker]:
+    """A broker on a SQLite store in ``tmp_path``, closed when the block ends."""
     config = parse_node_config(
         {
             "node": {"name": "a", "data-dir": "data"},
@@ -55,8 +57,10 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     )
     opened = Broker(config, SQLiteMessageStore(config.data_dir, reactor))
     pytest_twisted.blockon(Deferred.fromCoroutine(opened.open()))
-    yield opened
-    pytest_twisted.blockon(Deferred.fromCoroutine(opened.close()))
+    try:
+        yield opened
+    finally:
+        pytest_twisted.blockon(Deferred.fromCoroutine(opened.close()))
 
 
 def security_store(tmp_path: Path, *, enabled: bool) -> SecurityStore:
@@ -100,18 +104,32 @@ def serve(broker: Broker, security: SecurityStore) -> Served:
     return Served(reactor.listenTCP(0, site, interface="127.0.0.1"))
 
 
+@contextlib.contextmanager
+def serving(broker: Broker, tmp_path: Path, *, security: bool) -> Iterator[Served]:
+    """The broker's management API on loopback, until the block ends."""
+    server = serve(broker, security_store(tmp_path, enabled=security))
+    try:
+        yield server
+    finally:
+        pytest_twisted.blockon(server.port.stopListening())
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    with open_broker(tmp_path) as opened:
+        yield opened
+
+
 @pytest.fixture
 def served(broker: Broker, tmp_path: Path) -> Iterator[Served]:
-    server = serve(broker, security_store(tmp_path, enabled=False))
-    yield server
-    pytest_twisted.blockon(server.port.stopListening())
+    with serving(broker, tmp_path, security=False) as server:
+        yield server
 
 
 @pytest.fixture
 def secured(broker: Broker, tmp_path: Path) -> Iterator[Served]:
-    server = serve(broker, security_store(tmp_path, enabled=True))
-    yield server
-    pytest_twisted.blockon(server.port.stopListening())
+    with serving(broker, tmp_path, security=True) as server:
+        yield server
 
 
 @attrs.frozen
