@@ -205,15 +205,18 @@ class Broker:
         return queue
 
     async def delete_queue(self, name: str) -> None:
-        """Delete a queue and its messages; refused while it has consumers."""
+        """Delete a queue and its messages; refused while it has consumers.
+
+        It is gone at once (nothing more is routed to it, a second delete finds nothing);
+        the Deferred fires when the store has dropped it too."""
         queue = self.queue(name)
         if queue.consumer_ids:
             raise NodeError(f"queue {name!r} has {len(queue.consumer_ids)} consumer(s)")
-        if name in self._durable:
-            await self.store.delete_queue(name)
-            self._durable.discard(name)
         self._addresses[queue.address].unbind(name)
         del self._queues[name]
+        if name in self._durable:
+            self._durable.discard(name)
+            await self.store.delete_queue(name)
 
     # -- sending --------------------------------------------------------------------------
 

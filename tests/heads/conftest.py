@@ -166,14 +166,14 @@ class Node:
         self.port = await self.head.listen("tcp://127.0.0.1:0")
         return self
 
-    async def peer(self, *, connect_as: tuple[str | None, str | None] | None = (None, None)) -> Peer:
+    async def peer(
+        self, *, connect_as: tuple[str | None, str | None] | None = (None, None)
+    ) -> Peer:
         """A connected peer; with ``connect_as`` it has sent CONNECT and got the answer."""
         assert self.port is not None
         peer = Peer()
         address = self.port.getHost()
-        await connect(
-            reactor, f"tcp://127.0.0.1:{address.port}", peer, accepted_types=PACKET_TYPES
-        )
+        await connect(reactor, f"tcp://127.0.0.1:{address.port}", peer, accepted_types=PACKET_TYPES)
         self.peers.append(peer)
         if connect_as is not None:
             user, password = connect_as
@@ -217,4 +217,3 @@ def secure_node(tmp_path: Path) -> Any:
     running = pytest_twisted.blockon(Deferred.fromCoroutine(Node(tmp_path, SECURITY).start()))
     yield running
     pytest_twisted.blockon(Deferred.fromCoroutine(running.stop()))
-

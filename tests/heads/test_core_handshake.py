@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest_twisted
 
 from bridge.protocol import packets as p
-from tests.heads.conftest import message
-from tests.heads.conftest import Peer
+from tests.heads.conftest import Peer, message
 from transport.errors import PeerError
 from transport.frames import encode
 

@@ -97,9 +97,11 @@ class CoreHead:
     async def close_connections(self, reason: str) -> None:
         """End every connection with ``reason``; returns once their sessions gave back
         what they held (deliveries to their queues, open transactions rolled back)."""
-        lost = [receiver.close(reason) for receiver in list(self._live)]
-        for deferred in lost:
-            await deferred
+        live = list(self._live)
+        for receiver in live:
+            receiver.close(reason)
+        for receiver in live:
+            await receiver.finished
         for cleanup in list(self._cleanups):
             await cleanup
 
@@ -112,6 +114,8 @@ class CoreReceiver:
         self._head = head
         self._connection: IFrameConnection | None = None
         self._session: CoreSession | None = None
+        self.finished: Deferred[None] = Deferred()
+        """Fires once the connection is gone and its session gave back what it held."""
 
     def connection_made(self, connection: IFrameConnection) -> None:
         head = self._head
@@ -144,13 +148,13 @@ class CoreReceiver:
 
     def connection_lost(self, reason: BaseException) -> None:
         assert self._session is not None
-        self._head.closed(self, self._session.connection_lost())
+        cleanup = self._session.connection_lost()
+        self._head.closed(self, cleanup)
+        cleanup.chainDeferred(self.finished)
 
-    def close(self, reason: str) -> Deferred[BaseException]:
+    def close(self, reason: str) -> None:
         assert self._connection is not None
-        lost = self._connection.when_lost()
         self._connection.close(reason)
-        return lost
 
     def _emit(self, packet: p.Packet) -> None:
         assert self._connection is not None

@@ -1,0 +1,122 @@
+"""Sends over the core head: confirmed in ranges once stored, refusals reported before the
+range passes them, duplicates confirmed and dropped, large sends reassembled."""
+
+from __future__ import annotations
+
+import pytest_twisted
+
+from bridge.heads.core import DUPLICATE_ID_HEADER
+from bridge.protocol import packets as p
+from tests.heads.conftest import message
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_turn_of_sends_is_confirmed_by_one_range(node):
+    peer = await node.peer()
+    peer.send(*(p.Send(n, None, message("orders", b"%d" % n)) for n in range(1, 101)))
+    await peer.confirmed(100)
+    confirmations = peer.of(p.SendConfirmed)
+    assert len(confirmations) < 100
+    ups = [c.up_to_sequence for c in confirmations]
+    assert ups == sorted(ups)
+    bodies = [e.message.body for e in node.broker.queue("orders").browse()]
+    assert bodies == [b"%d" % n for n in range(1, 101)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_confirmed_durable_sends_survive_a_restart_and_non_durable_ones_do_not(node):
+    peer = await node.peer()
+    peer.send(
+        p.Send(1, None, message("orders", b"kept")),
+        p.Send(2, None, message("orders", b"gone", durable=False)),
+    )
+    await peer.confirmed(2)
+    await node.restart()
+    assert [e.message.body for e in node.broker.queue("orders").browse()] == [b"kept"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_refused_send_is_reported_before_the_range_covers_it(node):
+    peer = await node.peer()
+    peer.send(
+        p.Send(1, None, message("orders")),
+        p.Send(2, None, message("private.x")),
+        p.Send(3, None, message("orders")),
+    )
+    await peer.confirmed(3)
+    [failed] = peer.of(p.SendFailed)
+    assert failed.sequence == 2
+    assert failed.code is p.ErrorCode.NOT_FOUND
+    assert "'private.x' does not exist" in failed.message
+    assert peer.received.index(failed) < peer.received.index(peer.of(p.SendConfirmed)[-1])
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_in_an_unknown_transaction_is_refused(node):
+    peer = await node.peer()
+    peer.send(p.Send(1, 77, message("orders")))
+    failed = await peer.next(p.SendFailed)
+    assert (failed.code, failed.message) == (p.ErrorCode.NOT_FOUND, "no open transaction 77")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_repeated_duplicate_id_is_confirmed_and_dropped_even_after_a_restart(node):
+    peer = await node.peer()
+    peer.send(
+        p.Send(1, None, message("orders", b"once", **{DUPLICATE_ID_HEADER: "order-1"})),
+        p.Send(2, None, message("orders", b"twice", **{DUPLICATE_ID_HEADER: "order-1"})),
+    )
+    await peer.confirmed(2)
+    assert node.broker.queue("orders").depth == 1
+    await node.restart()
+    peer = await node.peer()
+    peer.send(p.Send(1, None, message("orders", b"thrice", **{DUPLICATE_ID_HEADER: "order-1"})))
+    await peer.confirmed(1)
+    assert [e.message.body for e in node.broker.queue("orders").browse()] == [b"once"]
+    assert peer.of(p.SendFailed) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_sequences_must_increase(node):
+    peer = await node.peer()
+    peer.send(p.Send(5, None, message("orders")), p.Send(5, None, message("orders")))
+    reason = await peer.lost
+    assert "send sequence 5 does not follow 5" in str(reason)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_send_arrives_whole(node):
+    peer = await node.peer()
+    body = bytes(range(256)) * 1000
+    peer.send(p.SendLargeBegin(1, None, message("orders", b""), len(body)))
+    peer.send(*(p.SendLargeChunk(1, body[i : i + 30000], False) for i in range(0, 240000, 30000)))
+    peer.send(p.SendLargeChunk(1, body[240000:], True))
+    await peer.confirmed(1)
+    [entry] = node.broker.queue("orders").browse()
+    assert entry.message.body == body
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_send_whose_chunks_do_not_add_up_is_refused(node):
+    peer = await node.peer()
+    peer.send(
+        p.SendLargeBegin(1, None, message("orders", b""), 10),
+        p.SendLargeChunk(1, b"12345", True),
+        p.Send(2, None, message("orders")),
+    )
+    await peer.confirmed(2)
+    [failed] = peer.of(p.SendFailed)
+    assert failed.code is p.ErrorCode.INVALID
+    assert "declared 10 bytes but its chunks held 5" in failed.message
+    assert node.broker.queue("orders").depth == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_another_send_inside_a_large_send_is_a_protocol_error(node):
+    peer = await node.peer()
+    peer.send(
+        p.SendLargeBegin(1, None, message("orders", b""), 10),
+        p.Send(2, None, message("orders")),
+    )
+    reason = await peer.lost
+    assert "send 2 while the large send 1 is unfinished" in str(reason)
