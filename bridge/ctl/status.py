@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import getpass
 import http.client
 import json
+import math
 import sys
 import urllib.error
 import urllib.request
@@ -247,10 +249,30 @@ def _url(text: str) -> str:
     return text
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
+def _password(args: argparse.Namespace) -> str | None:
+    """The password given, or asked on the terminal when a user was given without one."""
+    given: str | None = args.password
+    if args.user is None or given is not None:
+        return given
+    if not sys.stdin.isatty():
+        raise ManagementError("--user needs --password (stdin is not a terminal to ask on)")
+    return getpass.getpass(f"Password for {args.user}: ")
+
+
 def _run(args: argparse.Namespace) -> int:
     action: Action = args.ctl_action_handler
-    client = ManagementClient(args.url, args.user, args.password, args.timeout)
     try:
+        client = ManagementClient(args.url, args.user, _password(args), args.timeout)
         output = action(client, args)
     except ManagementError as error:
         print(f"txbridge ctl {args.ctl_action}: {args.url}: {error}", file=sys.stderr)
@@ -272,10 +294,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--user", help="user name, when the node's security is on")
     parser.add_argument(
-        "--password", help="that user's password (visible to other local users in ps)"
+        "--password",
+        help="that user's password (visible to other local users in ps; without it, "
+        "it is asked on the terminal)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for an answer (default 10)"
+        "--timeout", type=_seconds, default=10.0, help="seconds to wait for an answer (default 10)"
     )
     actions = parser.add_subparsers(dest="ctl_action", required=True, metavar="ACTION")
 

@@ -148,11 +148,21 @@ def test_a_whole_number_of_seconds_is_a_number():
     assert Status.from_json(document).node.uptime_seconds == 5
 
 
-def test_the_url_must_be_http(capsys):
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (("--url", "127.0.0.1:8161"), "expected http://HOST:PORT, got '127.0.0.1:8161'"),
+        (
+            ("--url", "http://h:1", "--timeout", "0"),
+            "expected a number of seconds above 0, got '0'",
+        ),
+    ],
+)
+def test_options_are_checked_before_anything_is_asked(options, problem, capsys):
     with pytest.raises(SystemExit) as raised:
-        main(["ctl", "--url", "127.0.0.1:8161", "status"])
+        main(["ctl", *options, "status"])
     assert raised.value.code == 2
-    assert "expected http://HOST:PORT, got '127.0.0.1:8161'" in capsys.readouterr().err
+    assert problem in capsys.readouterr().err
 
 
 async def ctl(*argv: str) -> int:
@@ -190,6 +200,10 @@ async def test_credentials_are_sent_and_refusals_named(secured, capsys):
     assert await ctl("--url", secured.url, *bob, "status") == 2
     assert capsys.readouterr().err == (
         prefix + "HTTP 403: user 'bob' lacks permission 'manage' on address 'txbridge.management'\n"
+    )
+    assert await ctl("--url", secured.url, "--user", "root", "status") == 2
+    assert capsys.readouterr().err == (
+        prefix + "--user needs --password (stdin is not a terminal to ask on)\n"
     )
     root = ("--user", "root", "--password", "root-secret")
     assert await ctl("--url", secured.url, *root, "status") == 0
