@@ -1,0 +1,182 @@
+"""A node as a Twisted service: the store, the broker, the acceptors and the management API,
+started in that order and stopped in the reverse one.
+
+Start-up opens the store (recovering every queue), then listens; if any step fails (a port
+in use, an unreadable certificate), what started is stopped again, the failure is logged
+naming the acceptor, and the process ends with status 1: nothing half-starts.
+
+Shutdown (SIGTERM, SIGINT, or ``stopService``) closes the acceptors and the management
+port, ends every connection (their unacknowledged deliveries return to their queues and
+open transactions roll back), lets the store finish its writes, and closes it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet import endpoints
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IListeningPort
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from bridge.config.node import Acceptor, NodeConfig
+from bridge.ctl.management import management_site
+from bridge.heads.core import CoreHead
+from bridge.node.broker import Broker
+from bridge.store.sqlite import SQLiteMessageStore
+from security import SecurityStore
+from transport.allocator import tune_allocator
+from transport.settings import ConnectionSettings
+
+log = Logger()
+
+NODE_ID_FILE = "node-id"
+
+
+class StartupError(Exception):
+    """The node could not start; the message names what."""
+
+
+def node_id(data_dir: Path) -> str:
+    """The node's id, kept in its data directory so it survives restarts."""
+    path = data_dir / NODE_ID_FILE
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        value = str(uuid.uuid4())
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(value + "\n")
+        temporary.replace(path)
+        return value
+
+
+def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
+    """The transport settings of an acceptor's connections (heartbeats at a third of
+    the TTL, so two can be lost before the peer gives up)."""
+    return ConnectionSettings(
+        max_frame_size=acceptor.max_frame_size,
+        ttl=acceptor.connection_ttl,
+        heartbeat_interval=acceptor.connection_ttl / 3,
+    )
+
+
+class NodeService(Service):
+    """One node, from its configuration."""
+
+    def __init__(self, config: NodeConfig, reactor: Any, *, exit_on_failure: bool = True) -> None:
+        self.config = config
+        self.reactor = reactor
+        self.exit_on_failure = exit_on_failure
+        self.broker: Broker | None = None
+        self.head: CoreHead | None = None
+        self.ports: dict[str, IListeningPort] = {}
+        self.started: Deferred[None] = Deferred()
+        """Fires once the node listens; fails with StartupError if it cannot."""
+        self._starting: Deferred[None] | None = None
+
+    def startService(self) -> None:
+        super().startService()  # type: ignore[no-untyped-call]
+        tune_allocator()
+        self._starting = Deferred.fromCoroutine(self._start())
+        self._starting.addCallbacks(self.started.callback, self._failed)
+
+    async def _start(self) -> None:
+        config = self.config
+        identity = node_id(config.data_dir)
+        broker = Broker(config, SQLiteMessageStore(config.data_dir, self.reactor))
+        await broker.open()
+        self.broker = broker
+        security = SecurityStore(config.security, self.reactor.seconds)
+        self.head = head = CoreHead(
+            broker, security, node_name=config.name, node_id=identity, reactor=self.reactor
+        )
+        for acceptor in config.acceptors:
+            if "stomp" in acceptor.protocols:
+                raise StartupError(
+                    f"acceptor {acceptor.name!r}: the stomp protocol is not served yet"
+                )
+            self.ports[acceptor.name] = await _listening(
+                f"acceptor {acceptor.name!r} at {acceptor.url}",
+                head.listen(acceptor.url, settings=connection_settings(acceptor)),
+            )
+        if config.management is not None:
+            site = management_site(
+                broker,
+                security,
+                node_id=identity,
+                reactor=self.reactor,
+                connections=lambda: head.connections,
+            )
+            where = config.management
+            endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
+            self.ports["management"] = await _listening(
+                f"management at http://{where.host}:{where.port}", endpoint.listen(site)
+            )
+        log.info(
+            "node {name} ({id}) started: {ports}",
+            name=config.name,
+            id=identity,
+            ports=", ".join(f"{name} on {_where(port)}" for name, port in self.ports.items()),
+        )
+
+    def _failed(self, failure: Failure) -> None:
+        """Start-up failed: undo what started, then end the process with status 1."""
+        log.critical("node {name} could not start: {why}", name=self.config.name, why=failure.value)
+        stopping = Deferred.fromCoroutine(self._stop())
+        if self.exit_on_failure:
+            stopping.addBoth(lambda _: self._exit())
+        self.started.errback(failure)
+
+    def _exit(self) -> None:
+        self.reactor.addSystemEventTrigger("after", "shutdown", _exit_failed)
+        self.reactor.stop()
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()  # type: ignore[no-untyped-call]
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        if self._starting is not None and not self._starting.called:
+            # Stopping while starting: let the start finish (or fail) first.
+            with suppress(Exception):
+                await self.started
+        ports, self.ports = self.ports, {}
+        for port in ports.values():
+            stopped: Deferred[None] | None = port.stopListening()
+            if stopped is not None:
+                await stopped
+        if self.head is not None:
+            await self.head.close_connections("the node is shutting down")
+            self.head = None
+        if self.broker is not None:
+            broker, self.broker = self.broker, None
+            await broker.close()
+            log.info("node {name} stopped", name=self.config.name)
+
+
+async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeningPort:
+    try:
+        return await listening
+    except Exception as error:
+        raise StartupError(f"{what}: {error}") from error
+
+
+def _where(port: IListeningPort) -> str:
+    host = port.getHost()
+    return f"{getattr(host, 'host', '?')}:{getattr(host, 'port', '?')}"
+
+
+def _exit_failed() -> None:
+    """After the reactor stopped on a failed start: leave with status 1 (twistd itself
+    would exit 0)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
