@@ -1,0 +1,97 @@
+"""The node service in this process: it starts store, broker, acceptors and management in
+order, stops them in reverse, and a start that fails undoes itself and names the cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+
+from bridge.config.node import parse_node_config
+from bridge.ctl.service import NodeService, StartupError, node_id
+from bridge.protocol import PACKET_TYPES
+from bridge.protocol import packets as p
+from tests.heads.conftest import Peer, message
+from transport.endpoints import connect
+
+
+def config(tmp_path: Path, **extra: Any):  # type: ignore[no-untyped-def]
+    document: dict[str, Any] = {
+        "node": {"name": "a", "data-dir": "data"},
+        "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
+        "management": {"url": "http://127.0.0.1:0"},
+        **extra,
+    }
+    return parse_node_config(document, tmp_path / "node.toml")
+
+
+def test_the_node_id_is_made_once_and_kept(tmp_path: Path) -> None:
+    first = node_id(tmp_path / "data")
+    assert node_id(tmp_path / "data") == first
+    assert (tmp_path / "data" / "node-id").read_text().strip() == first
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_serves_and_gives_back_in_flight_messages_when_stopped(tmp_path):
+    service = NodeService(config(tmp_path), reactor, exit_on_failure=False)
+    service.startService()
+    await service.started
+    assert set(service.ports) == {"core", "management"}
+    port = service.ports["core"].getHost().port
+    peer = Peer()
+    await connect(reactor, f"tcp://127.0.0.1:{port}", peer, accepted_types=PACKET_TYPES)
+    peer.send(p.Connect(p.PROTOCOL_VERSION, "t", None, None, 1 << 20))
+    peer.send(p.Send(1, None, message("jobs", b"work")))
+    peer.send(p.CreateConsumer(1, 1, "jobs", None, False, -1))
+    await peer.next(p.Deliver)
+    await service.stopService()
+    await peer.lost
+    assert "the node is shutting down" in str(peer.lost.result)
+    again = NodeService(config(tmp_path), reactor, exit_on_failure=False)
+    again.startService()
+    await again.started
+    assert again.broker is not None
+    [entry] = again.broker.queue("jobs").browse()
+    assert (entry.message.body, entry.delivery_count) == (b"work", 1)
+    await again.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_busy_port_stops_the_start_and_names_the_acceptor(tmp_path):
+    first = NodeService(config(tmp_path / "one"), reactor, exit_on_failure=False)
+    first.startService()
+    await first.started
+    busy = first.ports["core"].getHost().port
+    second = NodeService(
+        config(
+            tmp_path / "two",
+            acceptor=[{"name": "main", "url": f"tcp://127.0.0.1:{busy}", "protocols": ["core"]}],
+        ),
+        reactor,
+        exit_on_failure=False,
+    )
+    second.startService()
+    with pytest.raises(StartupError, match=rf"acceptor 'main' at tcp://127.0.0.1:{busy}: "):
+        await second.started
+    await second.stopService()
+    assert second.ports == {} and second.broker is None  # nothing half-started
+    await first.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stomp_acceptor_is_refused_until_the_stomp_head_exists(tmp_path):
+    service = NodeService(
+        config(
+            tmp_path,
+            acceptor=[{"name": "st", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"]}],
+        ),
+        reactor,
+        exit_on_failure=False,
+    )
+    service.startService()
+    with pytest.raises(StartupError, match="acceptor 'st': the stomp protocol is not served"):
+        await service.started
+    await service.stopService()

@@ -1,0 +1,39 @@
+"""Fixtures of the system tests: node processes that are always stopped."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet.defer import Deferred
+
+from tests.system.nodes import NodeProcess
+
+
+class Nodes:
+    """Starts node processes; kills whatever is still running when the test ends."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[NodeProcess] = []
+
+    def __call__(
+        self, document: dict[str, Any], *, name: str = "node", twistd: bool = False
+    ) -> NodeProcess:
+        directory = self.tmp_path / name
+        directory.mkdir(exist_ok=True)
+        process = NodeProcess(directory, document, twistd).start()
+        self.started.append(process)
+        return process
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[Nodes]:
+    made = Nodes(tmp_path)
+    yield made
+    for process in made.started:
+        pytest_twisted.blockon(Deferred.fromCoroutine(process.stop(signal.SIGKILL)))

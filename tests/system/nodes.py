@@ -1,0 +1,109 @@
+"""Nodes as real processes for the system tests: ``txbridge node`` (or ``twistd``) on a
+configuration written to a temporary directory, ports read back from the node's start-up
+line, stopped with SIGTERM or killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.protocol import ProcessProtocol
+from twisted.python.failure import Failure
+
+from tests.processes import ROOT
+
+STARTED = re.compile(r"node (\S+) \((\S+)\) started: (.*)")
+BIN = Path(sys.executable).parent
+
+
+def node_document(name: str = "a", **extra: Any) -> dict[str, Any]:
+    """A node on loopback ports chosen by the system, security off unless overridden."""
+    return {
+        "node": {"name": name, "data-dir": f"var/{name}"},
+        "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
+        "management": {"url": "http://127.0.0.1:0"},
+        "security": {"enabled": False},
+        **extra,
+    }
+
+
+class NodeProcess(ProcessProtocol):
+    """One node process: its output, its ports once started, its exit code once ended."""
+
+    def __init__(self, directory: Path, document: dict[str, Any], twistd: bool = False) -> None:
+        self.directory = directory
+        self.config = directory / "node.toml"
+        self.config.write_text(tomli_w.dumps(document))
+        self.twistd = twistd
+        self.output = ""
+        self.ports: dict[str, int] = {}
+        self.started: Deferred[None] = Deferred()
+        self.ended: Deferred[int | None] = Deferred()
+        self.exit_code: int | None = None
+        self.signal: int | None = None
+        """The signal that ended the process: twistd, once shut down cleanly on SIGTERM,
+        ends itself with that signal, as its parent expects."""
+        self.pid: int | None = None
+
+    def start(self) -> NodeProcess:
+        if self.twistd:
+            argv = [str(BIN / "twistd"), "-n", "--pidfile=", "txbridge", "--config", "node.toml"]
+        else:
+            argv = [str(BIN / "txbridge"), "node", "--config", "node.toml"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        transport = reactor.spawnProcess(  # type: ignore[attr-defined]
+            self, argv[0], argv, env=env, path=str(self.directory)
+        )
+        self.pid = transport.pid
+        return self
+
+    def outReceived(self, data: bytes) -> None:
+        self.output += data.decode(errors="replace")
+        if not self.started.called:
+            found = STARTED.search(self.output)
+            if found:
+                for part in found.group(3).split(", "):
+                    name, _, where = part.partition(" on ")
+                    self.ports[name] = int(where.rsplit(":", 1)[1])
+                self.started.callback(None)
+
+    errReceived = outReceived
+
+    def processEnded(self, reason: Failure) -> None:
+        self.exit_code = getattr(reason.value, "exitCode", None)
+        self.signal = getattr(reason.value, "signal", None)
+        if not self.started.called:
+            self.started.errback(RuntimeError(f"the node ended before starting:\n{self.output}"))
+        self.ended.callback(self.exit_code)
+
+    @property
+    def core_url(self) -> str:
+        return f"tcp://127.0.0.1:{self.ports['core']}"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['management']}"
+
+    async def wait_started(self, timeout: float = 60.0) -> NodeProcess:
+        self.started.addTimeout(timeout, reactor)
+        await self.started
+        return self
+
+    async def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int | None:
+        """Send ``sig`` and wait (bounded) for the exit; SIGKILL if it does not come."""
+        if not self.ended.called and self.pid is not None:
+            os.kill(self.pid, sig)
+            waiter: Deferred[int | None] = Deferred()
+            self.ended.addBoth(lambda result: (waiter.callback(result), result)[1])
+            call = reactor.callLater(timeout, os.kill, self.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+            await waiter
+            if call.active():
+                call.cancel()
+        return self.exit_code
