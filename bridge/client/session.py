@@ -376,6 +376,11 @@ class ClientSession:
             and self._unconfirmed_bytes < self.confirmation_window_size
         )
 
+    @property
+    def streaming(self) -> bool:
+        """A large send's chunks are being read: ``data_to_send`` has more to give."""
+        return self._streaming is not None
+
     def address_writable(self, address: str) -> bool:
         """``is_writable``, and ``address`` has producer credit left."""
         return self.is_writable and self._credit(address) != 0

@@ -1,0 +1,679 @@
+"""The Twisted API of the client: ``connect`` gives a ``Client`` to send, consume and
+transact with, over one framed connection kept up by ``transport.reconnect``.
+
+This module is glue: ``ClientSession`` (sans-IO) holds every protocol rule; here frames go
+between it and the connection, its events become Deferreds and callbacks, and writability
+combines the connection's with the session's windows. docs/client.md is the guide.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+from collections import deque
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import IO, Any, cast
+
+import attrs
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from bridge.client.errors import ClientClosed, ClientError, ConnectionLost, NodeProtocolError
+from bridge.client.session import (
+    DEFAULT_CONFIRMATION_WINDOW_SIZE,
+    DEFAULT_CONSUMER_WINDOW_SIZE,
+    DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+    ClientSession,
+    ConsumerLost,
+    Delivery,
+    Event,
+    LoginRefused,
+    Ready,
+    SendsConfirmed,
+    Settle,
+    Settled,
+)
+from bridge.message import HeaderValue, Message
+from bridge.protocol import PACKET_TYPES, Routing
+from transport.connection import FrameFactory
+from transport.endpoints import client_endpoint
+from transport.errors import ReconnectAttemptsExhausted
+from transport.frames import Frame
+from transport.interfaces import IFrameConnection, IFrameReceiver
+from transport.reconnect import Reconnector, ReconnectPolicy
+from transport.settings import ConnectionSettings
+from transport.tls import TLSConfig
+from transport.urls import URL, parse_url
+
+log = Logger()
+
+NO_RECONNECT = ReconnectPolicy(reconnect_attempts=0)
+"""One connection attempt, and no reconnection after a drop (Artemis's client default)."""
+
+Body = bytes | bytearray | memoryview | IO[bytes]
+"""A message body: bytes, or a binary file-like object streamed as a large message."""
+
+
+def _fire(deferred: Deferred[None], error: ClientError | None) -> None:
+    if error is None:
+        deferred.callback(None)
+    else:
+        deferred.errback(error)
+
+
+def _settling() -> tuple[Deferred[None], Settle]:
+    deferred: Deferred[None] = Deferred()
+    return deferred, partial(_fire, deferred)
+
+
+@implementer(IFrameReceiver)
+class _Receiver:
+    """One connection's receiver: hands everything to the client."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def connection_made(self, connection: IFrameConnection) -> None:
+        self._client._connection_made(connection)
+
+    def frame_received(self, frame: Frame) -> None:
+        self._client._frame_received(frame)
+
+    def connection_lost(self, reason: BaseException) -> None:
+        self._client._connection_lost(reason)
+
+
+@attrs.frozen
+class ReceivedMessage:
+    """A message delivered to a consumer.
+
+    ``body`` is the whole body as bytes: for a large message that reads its spooled file
+    into memory, so read ``body_file`` instead when it may be big (``is_large``).
+    """
+
+    _client: Client
+    delivery: Delivery
+
+    @property
+    def id(self) -> int:
+        return self.delivery.message.id
+
+    @property
+    def address(self) -> str:
+        return self.delivery.message.address
+
+    @property
+    def headers(self) -> Mapping[str, HeaderValue]:
+        return self.delivery.message.headers
+
+    @property
+    def durable(self) -> bool:
+        return self.delivery.message.durable
+
+    @property
+    def duplicate_id(self) -> bytes | None:
+        return self.delivery.message.duplicate_id
+
+    @property
+    def delivery_count(self) -> int:
+        """1 on the first delivery, then one more per redelivery."""
+        return self.delivery.delivery_count
+
+    @property
+    def is_large(self) -> bool:
+        return self.delivery.body_file is not None
+
+    @property
+    def body(self) -> bytes:
+        file = self.delivery.body_file
+        if file is None:
+            return self.delivery.message.body
+        file.seek(0)
+        return file.read()
+
+    @property
+    def body_file(self) -> IO[bytes]:
+        """The body as a binary file positioned at its start (the spool of a large one)."""
+        file = self.delivery.body_file
+        if file is None:
+            return io.BytesIO(self.delivery.message.body)
+        file.seek(0)
+        return file
+
+    def ack(self, *, cumulative: bool = False, tx: Transaction | None = None) -> None:
+        """Acknowledge (``cumulative``: with every earlier unsettled message of this
+        consumer); with ``tx``, as part of that transaction."""
+        self._client._ack(self, cumulative, tx, None)
+
+    def ack_durably(
+        self, *, cumulative: bool = False, tx: Transaction | None = None
+    ) -> Deferred[None]:
+        """Acknowledge, and fire once the node has the acknowledgement durably."""
+        deferred, settle = _settling()
+        self._client._ack(self, cumulative, tx, settle)
+        return deferred
+
+    def nack(self, requeue: bool = True) -> None:
+        """Refuse: back on the queue for redelivery (``requeue``), or dropped."""
+        self._client._nack(self, requeue)
+
+
+@attrs.frozen
+class Transaction:
+    """A local transaction: pass it as ``tx`` to sends and acks, then commit or roll back."""
+
+    _client: Client
+    tx_id: int
+
+    def commit(self) -> Deferred[None]:
+        """Make its sends and acks take effect at once; fires when durable."""
+        return self._client._end(self.tx_id, commit=True)
+
+    def rollback(self) -> Deferred[None]:
+        """Drop its sends and give its acknowledged messages back for redelivery."""
+        return self._client._end(self.tx_id, commit=False)
+
+
+class Consumer:
+    """Messages from one queue: by ``receive()``, or by the ``on_message`` callback given
+    to ``Client.consumer``. Taking a message gives its bytes back to the consumer's window.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        consumer_id: int,
+        queue: str,
+        window_size: int,
+        on_message: Callable[[ReceivedMessage], object] | None,
+    ) -> None:
+        self._client = client
+        self.consumer_id = consumer_id
+        self.queue = queue
+        self._window_size = window_size
+        self._on_message = on_message
+        self._buffer: deque[ReceivedMessage] = deque()
+        self._waiters: deque[Deferred[ReceivedMessage]] = deque()
+        self._error: ClientError | None = None
+
+    def receive(self) -> Deferred[ReceivedMessage]:
+        """The next message; cancel the Deferred to stop waiting."""
+        if self._on_message is not None:
+            raise ValueError(f"the consumer of {self.queue!r} hands messages to on_message")
+        if self._error is not None:
+            return fail(self._error)
+        if self._buffer:
+            message = self._buffer.popleft()
+            self._client._taken(message)
+            return succeed(message)
+        waiter: Deferred[ReceivedMessage] = Deferred(self._cancel)
+        self._waiters.append(waiter)
+        if self._window_size == 0:
+            self._client._demand(self.consumer_id)
+        return waiter
+
+    def _cancel(self, waiter: Deferred[ReceivedMessage]) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+    def close(self) -> Deferred[None]:
+        """Stop consuming; messages taken but not acknowledged go back to the queue.
+        Waiting ``receive()`` calls fail with ``ClientClosed``."""
+        self._fail(ClientClosed(f"the consumer of queue {self.queue!r} was closed"))
+        return self._client._close_consumer(self.consumer_id)
+
+    def _deliver(self, message: ReceivedMessage) -> None:
+        if self._on_message is not None:
+            self._client._taken(message)
+            try:
+                self._on_message(message)
+            except Exception:
+                log.failure("on_message of the consumer of {queue!r} failed", queue=self.queue)
+        elif self._waiters:
+            self._client._taken(message)
+            self._waiters.popleft().callback(message)
+        else:
+            self._buffer.append(message)
+
+    def _connection_lost(self) -> None:
+        """Messages not taken yet are the node's again: it delivers them anew."""
+        self._buffer.clear()
+
+    def _fail(self, error: ClientError) -> None:
+        if self._error is None:
+            self._error = error
+        self._buffer.clear()
+        waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            waiter.errback(error)
+
+
+class Client:
+    """A client of one node. Made by ``connect``; see the module docstring."""
+
+    def __init__(
+        self,
+        reactor: Any,
+        url: URL,
+        session: ClientSession,
+        *,
+        tls: TLSConfig | None,
+        settings: ConnectionSettings | None,
+        reconnect: ReconnectPolicy,
+    ) -> None:
+        self._session = session
+        self.url = url
+        self._connection: IFrameConnection | None = None
+        self._consumers: dict[int, Consumer] = {}
+        self._writable_waiters: list[tuple[str | None, Deferred[None]]] = []
+        self._connected: Deferred[Client] | None = Deferred()
+        self._closed = False
+        clock = cast(IReactorTime, reactor)
+        factory = FrameFactory(
+            lambda: _Receiver(self), clock, settings, PACKET_TYPES, is_client=True
+        )
+        self._reconnector = Reconnector(
+            client_endpoint(reactor, url, tls),
+            factory,
+            reconnect,
+            clock,
+            on_exhausted=self._exhausted,
+        )
+
+    def _start(self) -> Deferred[Client]:
+        connected = self._connected
+        assert connected is not None
+        self._reconnector.start()
+        return connected
+
+    # -- state ------------------------------------------------------------------------
+
+    @property
+    def node_name(self) -> str:
+        return self._session.node_name
+
+    @property
+    def is_writable(self) -> bool:
+        """Whether to send now: connected, the confirmation window not full, nothing
+        waiting, and the connection writable."""
+        connection = self._connection
+        return connection is not None and connection.is_writable and self._session.is_writable
+
+    def address_writable(self, address: str) -> bool:
+        """``is_writable``, and ``address`` has producer credit left."""
+        return self.is_writable and self._session.address_writable(address)
+
+    def when_writable(self, address: str | None = None) -> Deferred[None]:
+        """Fire when ``is_writable`` (``address_writable(address)``) is true."""
+        if self._closed:
+            return fail(ClientClosed("the client is closed"))
+        if self.is_writable if address is None else self.address_writable(address):
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._writable_waiters.append((address, waiter))
+        return waiter
+
+    @property
+    def unconfirmed(self) -> int:
+        """Sends neither confirmed nor refused yet."""
+        return self._session.unconfirmed
+
+    # -- producing --------------------------------------------------------------------
+
+    def send(
+        self,
+        address: str,
+        body: Body,
+        headers: Mapping[str, HeaderValue] | None = None,
+        *,
+        durable: bool = True,
+        duplicate_id: bytes | None = None,
+        tx: Transaction | None = None,
+    ) -> Deferred[None]:
+        """Send a message; the Deferred (one per send) fires when the node confirms it, or
+        fails with the ``Refused`` error the node gave. A file-like ``body`` is streamed as
+        a large message. Bulk producers: ``send_nowait``."""
+        deferred, settle = _settling()
+        try:
+            self.send_nowait(
+                address,
+                body,
+                headers,
+                durable=durable,
+                duplicate_id=duplicate_id,
+                tx=tx,
+                on_settled=settle,
+            )
+        except ClientError as error:
+            return fail(error)
+        return deferred
+
+    def send_nowait(
+        self,
+        address: str,
+        body: Body,
+        headers: Mapping[str, HeaderValue] | None = None,
+        *,
+        durable: bool = True,
+        duplicate_id: bytes | None = None,
+        tx: Transaction | None = None,
+        on_settled: Callable[[ClientError | None], object] | None = None,
+    ) -> None:
+        """Send without a Deferred: ``on_settled(None)`` on confirmation, or with the error.
+        Raises ``ClientError`` at once if the client is closed or ``tx`` is not open."""
+        if isinstance(body, bytes | bytearray | memoryview):
+            message = Message(0, address, durable, headers or {}, bytes(body), duplicate_id)
+            file = None
+        else:
+            message = Message(0, address, durable, headers or {}, b"", duplicate_id)
+            file = body
+        self._session.send(
+            message,
+            tx_id=None if tx is None else tx.tx_id,
+            callback=on_settled,
+            body_file=file,
+        )
+        self._flush()
+
+    # -- queues -----------------------------------------------------------------------
+
+    def create_queue(
+        self,
+        name: str,
+        address: str | None = None,
+        *,
+        routing: Routing = Routing.ANYCAST,
+        durable: bool = True,
+        filter: str | None = None,
+    ) -> Deferred[None]:
+        """Create queue ``name`` on ``address`` (default: the queue's name)."""
+        deferred, settle = _settling()
+        return self._call(
+            deferred,
+            lambda: self._session.create_queue(
+                name,
+                name if address is None else address,
+                routing=routing,
+                durable=durable,
+                filter=filter,
+                callback=settle,
+            ),
+        )
+
+    def delete_queue(self, name: str) -> Deferred[None]:
+        """Delete queue ``name`` and its messages."""
+        deferred, settle = _settling()
+        return self._call(deferred, lambda: self._session.delete_queue(name, settle))
+
+    def _call(self, deferred: Deferred[Any], call: Callable[[], object]) -> Deferred[Any]:
+        try:
+            call()
+        except ClientError as error:
+            return fail(error)
+        self._after()
+        return deferred
+
+    # -- consuming --------------------------------------------------------------------
+
+    def consumer(
+        self,
+        queue: str,
+        *,
+        filter: str | None = None,
+        window_size: int = DEFAULT_CONSUMER_WINDOW_SIZE,
+        browse_only: bool = False,
+        on_message: Callable[[ReceivedMessage], object] | None = None,
+    ) -> Deferred[Consumer]:
+        """Consume from ``queue``; fires once the node created the consumer.
+
+        ``window_size`` is Artemis's consumer-window-size: bytes the node may send ahead of
+        what the application took (-1 unlimited, 0 one message per ``receive()``).
+        ``browse_only`` reads without taking. With ``on_message`` every message is handed
+        to that callback as it arrives, and ``receive()`` is not used.
+        """
+        created, settle = _settling()
+        try:
+            consumer_id = self._session.open_consumer(
+                queue,
+                filter=filter,
+                window_size=window_size,
+                browse_only=browse_only,
+                callback=settle,
+            )
+        except ClientError as error:
+            return fail(error)
+        consumer = Consumer(self, consumer_id, queue, window_size, on_message)
+        self._consumers[consumer_id] = consumer
+
+        def failed(failure: Any) -> Any:
+            self._consumers.pop(consumer_id, None)
+            return failure
+
+        self._flush()
+        return created.addCallbacks(lambda _: consumer, failed)
+
+    def _close_consumer(self, consumer_id: int) -> Deferred[None]:
+        self._consumers.pop(consumer_id, None)
+        deferred, settle = _settling()
+        return self._call(deferred, lambda: self._session.close_consumer(consumer_id, settle))
+
+    def _taken(self, message: ReceivedMessage) -> None:
+        self._session.released(message.delivery)
+        self._flush()
+
+    def _demand(self, consumer_id: int) -> None:
+        self._session.demand(consumer_id)
+        self._flush()
+
+    def _ack(
+        self,
+        message: ReceivedMessage,
+        cumulative: bool,
+        tx: Transaction | None,
+        settle: Settle | None,
+    ) -> None:
+        self._session.ack(
+            message.delivery,
+            cumulative=cumulative,
+            tx_id=None if tx is None else tx.tx_id,
+            callback=settle,
+        )
+        self._flush()
+
+    def _nack(self, message: ReceivedMessage, requeue: bool) -> None:
+        self._session.nack(message.delivery, requeue=requeue)
+        self._flush()
+
+    # -- transactions -----------------------------------------------------------------
+
+    def begin(self) -> Deferred[Transaction]:
+        """Open a local transaction; fires once the node opened it."""
+        deferred, settle = _settling()
+        try:
+            tx_id = self._session.begin(settle)
+        except ClientError as error:
+            return fail(error)
+        self._flush()
+        return deferred.addCallback(lambda _: Transaction(self, tx_id))
+
+    def _end(self, tx_id: int, *, commit: bool) -> Deferred[None]:
+        deferred, settle = _settling()
+        end = self._session.commit if commit else self._session.rollback
+        return self._call(deferred, lambda: end(tx_id, settle))
+
+    # -- closing ----------------------------------------------------------------------
+
+    def close(self) -> Deferred[None]:
+        """Close the connection and stop reconnecting; whatever is pending fails with
+        ``ClientClosed``. Fires once the connection is gone."""
+        if self._closed:
+            return succeed(None)
+        self._fail(ClientClosed("the client was closed"))
+        if self._connection is not None:
+            self._connection.close()
+        return self._reconnector.stop()
+
+    def _fail(self, error: ClientError) -> None:
+        self._closed = True
+        self._session.close(error)
+        self._after()
+        consumers, self._consumers = self._consumers, {}
+        for consumer in consumers.values():
+            consumer._fail(error)
+        waiters, self._writable_waiters = self._writable_waiters, []
+        for _, waiter in waiters:
+            waiter.errback(error)
+        connected, self._connected = self._connected, None
+        if connected is not None:
+            connected.errback(error)
+
+    def _exhausted(self, exhausted: ReconnectAttemptsExhausted) -> None:
+        if not self._closed:
+            self._fail(ConnectionLost(f"the connection to {self.url} is lost: {exhausted}"))
+
+    # -- the connection ---------------------------------------------------------------
+
+    def _connection_made(self, connection: IFrameConnection) -> None:
+        if self._closed:
+            connection.close()
+            return
+        self._connection = connection
+        connection.add_writability_listener(self._writability_changed)
+        self._session.connection_made()
+        self._flush()
+
+    def _frame_received(self, frame: Frame) -> None:
+        try:
+            self._session.receive_frame(frame.type, frame.payload)
+        except NodeProtocolError as error:
+            log.warn("{url}: {error}; closing the connection", url=self.url, error=error)
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                connection.close(error=str(error))
+        self._after()
+
+    def _connection_lost(self, reason: BaseException) -> None:
+        self._connection = None
+        self._session.connection_lost()
+        for consumer in self._consumers.values():
+            consumer._connection_lost()
+        if not self._closed:
+            log.info("connection to {url} lost: {reason}", url=self.url, reason=reason)
+        self._after()
+
+    def _writability_changed(self, writable: bool) -> None:
+        if writable:
+            self._flush()
+            self._wake_writers()
+
+    def _flush(self) -> None:
+        """Write what the session has to send; read chunks of a large send only while
+        the connection is writable (the listener resumes them)."""
+        connection = self._connection
+        if connection is None:
+            return
+        session = self._session
+        while True:
+            frames = session.data_to_send(connection.is_writable)
+            for frame_type, payload in frames:
+                connection.send(frame_type, payload)
+            if not frames or not session.streaming:
+                return
+
+    def _after(self) -> None:
+        """Act on the session's events, write what it has to send, wake writers."""
+        events = self._session.take_events()
+        if events:
+            self._handle(events)
+        self._flush()
+        if self._writable_waiters:
+            self._wake_writers()
+
+    def _handle(self, events: list[Event]) -> None:
+        for event in events:
+            if type(event) is Delivery:
+                consumer = self._consumers.get(event.consumer_id)
+                if consumer is not None:
+                    consumer._deliver(ReceivedMessage(self, event))
+            elif type(event) is SendsConfirmed:
+                for callback in event.callbacks:
+                    self._settle(callback, None)
+            elif type(event) is Settled:
+                self._settle(event.callback, event.error)
+            elif type(event) is Ready:
+                self._ready(event)
+            elif type(event) is ConsumerLost:
+                lost = self._consumers.pop(event.consumer_id, None)
+                if lost is not None:
+                    log.warn("{error}", error=event.error)
+                    lost._fail(event.error)
+            elif type(event) is LoginRefused:
+                self._refused(event.error)
+
+    @staticmethod
+    def _settle(callback: Settle, error: ClientError | None) -> None:
+        try:
+            callback(error)
+        except Exception:
+            log.failure("a send or request callback failed")
+
+    def _ready(self, event: Ready) -> None:
+        if event.reconnected:
+            log.info(
+                "reconnected to {url} (node {node}); unconfirmed sends resent, consumers "
+                "created again",
+                url=self.url,
+                node=event.node_name,
+            )
+        connected, self._connected = self._connected, None
+        if connected is not None:
+            connected.callback(self)
+
+    def _refused(self, error: ClientError) -> None:
+        connected, self._connected = self._connected, None
+        self._fail(error)
+        stopped = self._reconnector.stop()
+        if connected is not None:
+            stopped.addBoth(lambda _: connected.errback(error))
+
+    def _wake_writers(self) -> None:
+        still: list[tuple[str | None, Deferred[None]]] = []
+        ready: list[Deferred[None]] = []
+        for address, waiter in self._writable_waiters:
+            writable = self.is_writable if address is None else self.address_writable(address)
+            (ready.append(waiter) if writable else still.append((address, waiter)))
+        self._writable_waiters = still
+        for waiter in ready:
+            waiter.callback(None)
+
+
+def connect(
+    reactor: Any,
+    url: str | URL,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    client_id: str | None = None,
+    tls: TLSConfig | None = None,
+    confirmation_window_size: int = DEFAULT_CONFIRMATION_WINDOW_SIZE,
+    min_large_message_size: int = DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+    reconnect: ReconnectPolicy = NO_RECONNECT,
+    settings: ConnectionSettings | None = None,
+) -> Deferred[Client]:
+    """Connect and log in to the node at ``url``; fires with the ``Client`` once the node
+    accepted the login. Fails with ``AuthenticationFailed`` (the node's words) or
+    ``ConnectionLost`` when no attempt ``reconnect`` allows succeeded."""
+    parsed = url if isinstance(url, URL) else parse_url(url)
+    session = ClientSession(
+        client_id=client_id or f"txbridge-client@{socket.gethostname()}:{os.getpid()}",
+        user=user,
+        password=password,
+        confirmation_window_size=confirmation_window_size,
+        min_large_message_size=min_large_message_size,
+    )
+    client = Client(reactor, parsed, session, tls=tls, settings=settings, reconnect=reconnect)
+    return client._start()
