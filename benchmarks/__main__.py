@@ -10,6 +10,7 @@ SCENARIOS = {
     "transport": "benchmarks.transport_throughput",
     "store": "benchmarks.store_throughput",
     "security": "benchmarks.security_checks",
+    "node": "benchmarks.node_throughput",
 }
 
 
