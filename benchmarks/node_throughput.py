@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -227,8 +228,23 @@ def peer(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -> C
     return child
 
 
+@dataclass(frozen=True)
+class Clients:
+    """How the producer and the consumer are set up."""
+
+    ack_every: int = 500
+    confirmation_window: int = MIB
+    consumer_window: int = MIB
+
+    def producer_args(self) -> list[str]:
+        return ["--window", str(self.confirmation_window)]
+
+    def consumer_args(self) -> list[str]:
+        return ["--ack-every", str(self.ack_every), "--window", str(self.consumer_window)]
+
+
 def one_run(
-    durable: bool, count: int, seconds: float, ack_every: int, profile: Path | None
+    durable: bool, count: int, seconds: float, clients: Clients, profile: Path | None
 ) -> dict[str, Any]:
     """One producer, one consumer, a fresh node: the figures of that run."""
     mode = "durable" if durable else "non-durable"
@@ -240,7 +256,7 @@ def one_run(
         url = f"tcp://127.0.0.1:{port}"
         consumer = peer(
             "consumer",
-            ["--url", url, "--count", str(count), "--ack-every", str(ack_every)],
+            ["--url", url, "--count", str(count), *clients.consumer_args()],
             directory,
             stack,
         )
@@ -259,6 +275,7 @@ def one_run(
                 "--seconds",
                 str(seconds),
                 *(["--durable"] if durable else []),
+                *clients.producer_args(),
             ],
             directory,
             stack,
@@ -380,7 +397,7 @@ def run(
     count: int,
     repeat: int,
     seconds: float,
-    ack_every: int,
+    clients: Clients,
     modes: Sequence[str],
     profile: Path | None,
 ) -> dict[str, Any]:
@@ -389,9 +406,7 @@ def run(
     print(f"{'raw sockets':12} {raw:>10,.0f} frames/s (1 KiB, ceiling)", flush=True)
     cases: dict[str, Any] = {}
     for mode in modes:
-        runs = [
-            one_run(mode == "durable", count, seconds, ack_every, profile) for _ in range(repeat)
-        ]
+        runs = [one_run(mode == "durable", count, seconds, clients, profile) for _ in range(repeat)]
         rate = median_of(runs, "msgs_per_s")
         peak = max(r["node_peak_rss"] for r in runs)
         idle = median_of(runs, "node_idle_rss")
@@ -431,12 +446,15 @@ def main(argv: list[str] | None = None) -> int:
         "--seconds", type=float, default=60.0, help="the producer stops sending after this"
     )
     parser.add_argument("--ack-every", type=int, default=500, help="consumer's cumulative acks")
+    parser.add_argument("--confirmation-window", type=int, default=MIB, help="producer's, in bytes")
+    parser.add_argument("--consumer-window", type=int, default=MIB, help="in bytes")
     parser.add_argument("--mode", choices=MODES, action="append", help="default: both")
     parser.add_argument("--profile", type=Path, help="record the node with py-spy into this folder")
     parser.add_argument(
         "--output", type=Path, help="write the JSON here, not to benchmarks/results/"
     )
     args = parser.parse_args(argv)
+    clients = Clients(args.ack_every, args.confirmation_window, args.consumer_window)
     if args.count < 1 or args.repeat < 1:
         parser.error("--count and --repeat must be positive")
     if args.profile is not None:
@@ -446,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             count=args.count,
             repeat=args.repeat,
             seconds=args.seconds,
-            ack_every=args.ack_every,
+            clients=clients,
             modes=args.mode or MODES,
             profile=args.profile,
         )
@@ -457,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         "count": args.count,
         "repeat": args.repeat,
         "message_bytes": KIB,
-        "ack_every": args.ack_every,
+        "clients": asdict(clients),
         "rss_target": RSS_TARGET,
         **results,
     }
