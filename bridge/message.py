@@ -75,6 +75,19 @@ class Message:
         """Bytes counted against memory and address limits: the encoded length."""
         return encoded_size(self)
 
+    def with_id(self, id: int) -> Message:
+        """This message under another id (the node numbers every message it routes);
+        cheaper than ``attrs.evolve`` on the hot path."""
+        return Message(
+            id,
+            self.address,
+            self.durable,
+            self.headers,
+            self.body,
+            self.duplicate_id,
+            self.timestamp_ns,
+        )
+
 
 def encoded_size(message: Message) -> int:
     """The length ``encode_message(message)`` returns, computed without encoding the body."""

@@ -231,46 +231,63 @@ class Broker:
         timestamp_ns: int = 0,
         tx: Transaction | None = None,
     ) -> Deferred[Routed]:
-        """Route a message; the Deferred fires once it is safe to confirm to the producer.
-
-        In a transaction the send is accepted at once and takes effect at commit."""
-        address = self.auto_create(address_name)
+        """Route a message given by its parts; the Deferred fires once it is safe to confirm
+        to the producer (``publish`` without building the message first)."""
         message = Message(
-            id=self._next_id,
-            address=address_name,
-            durable=durable,
-            headers=dict(headers or {}),
-            body=body,
-            duplicate_id=duplicate_id,
-            timestamp_ns=timestamp_ns,
+            0, address_name, durable, dict(headers or {}), body, duplicate_id, timestamp_ns
         )
+        routed = self.publish(message, tx=tx)
+        return routed if isinstance(routed, Deferred) else succeed(routed)
+
+    def publish(
+        self, message: Message, *, tx: Transaction | None = None
+    ) -> Routed | Deferred[Routed]:
+        """Route ``message`` (its id is replaced by the node's next one); the result, or a
+        Deferred of it, says it is safe to confirm to the producer.
+
+        What needs no store write (non-durable, a duplicate, no durable queue, or a send in
+        a transaction, which takes effect at commit) is done at once and returns the plain
+        ``Routed``: the hot path of a non-durable send creates no Deferred."""
+        # auto_create's work, skipped for an address that exists and needs no queue
+        address = self._addresses.get(message.address)
+        if address is None or (
+            address.routing is Routing.ANYCAST and address.name not in self._queues
+        ):
+            address = self.auto_create(message.address)
+        message = message.with_id(self._next_id)
         self._next_id += 1
         if address.is_duplicate(message):
-            return succeed(Routed((), duplicate=True))
+            return Routed((), duplicate=True)
+        duplicate_id = message.duplicate_id
         if duplicate_id is not None:
             address.duplicates.add(duplicate_id)
         bindings = address.route(message)
-        routed = Routed(tuple(b.queue.name for b in bindings))
-        stored = [b.queue.name for b in bindings if durable and b.queue.name in self._durable]
+        routed = Routed(tuple([b.queue.name for b in bindings]))
+        stored = (
+            [name for name in routed.queues if name in self._durable] if message.durable else []
+        )
+        if not stored:
+            if tx is None:
+                self._enqueue(message, bindings)
+            else:
+                tx.sends.append((message, bindings))
+            return routed
         store_tx = tx.store_tx if tx is not None else None
-        writes = [self.store.add(message, stored, tx=store_tx)] if stored else []
-        if stored and duplicate_id is not None:
+        writes = [self.store.add(message, stored, tx=store_tx)]
+        if duplicate_id is not None:
             keep = address.settings.id_cache_size
             writes.append(
-                self.store.store_duplicate_id(address_name, duplicate_id, keep, tx=store_tx)
+                self.store.store_duplicate_id(message.address, duplicate_id, keep, tx=store_tx)
             )
         if tx is not None:
             tx.sends.append((message, bindings))
             tx.writes.extend(writes)
-            return succeed(routed)
-        if not writes:
-            self._enqueue(message, bindings)
-            return succeed(routed)
-        return _all(writes).addCallback(lambda _: self._after_store(message, bindings))
+            return routed
+        return _all(writes).addCallback(lambda _: self._after_store(message, bindings, routed))
 
-    def _after_store(self, message: Message, bindings: list[Binding]) -> Routed:
+    def _after_store(self, message: Message, bindings: list[Binding], routed: Routed) -> Routed:
         self._enqueue(message, bindings)
-        return Routed(tuple(b.queue.name for b in bindings))
+        return routed
 
     @staticmethod
     def _enqueue(message: Message, bindings: list[Binding]) -> None:

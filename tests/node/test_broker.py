@@ -12,7 +12,8 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 
 from bridge.config.node import parse_node_config
-from bridge.node.broker import AddressNotFound, Broker, NodeError, QueueNotFound
+from bridge.message import Message
+from bridge.node.broker import AddressNotFound, Broker, NodeError, QueueNotFound, Routed
 from bridge.node.queue import Delivery
 from bridge.store.sqlite import SQLiteMessageStore
 
@@ -84,6 +85,24 @@ async def test_a_durable_message_is_queued_once_stored_and_survives_a_restart(br
     later = await broker.send("orders", b"three", durable=True)
     assert later.queues == ("orders",)
     assert deliveries[-1].message.id > first_id  # ids go on above what was stored
+    await brokers.close(broker)
+
+
+@pytest_twisted.ensureDeferred
+async def test_publish_answers_at_once_unless_a_store_write_must_come_first(brokers):
+    broker = await brokers()
+    deliveries = take(broker, "orders")
+    quick = broker.publish(Message(0, "orders", False, {}, b"fast"))
+    assert quick == Routed(("orders",))  # not durable: a plain value, already queued
+    assert [d.message.body for d in deliveries] == [b"fast"]
+    stored = broker.publish(Message(0, "orders", True, {}, b"safe", b"d1"))
+    assert isinstance(stored, Deferred)
+    assert await stored == Routed(("orders",))
+    assert broker.publish(Message(0, "orders", True, {}, b"again", b"d1")) == Routed(
+        (), duplicate=True
+    )
+    ids = [d.message.id for d in deliveries]
+    assert ids == sorted(set(ids)) and 0 not in ids  # the node numbers what it routes
     await brokers.close(broker)
 
 

@@ -360,29 +360,18 @@ class CoreSession:
             tx = self._transaction(tx_id)
             self._check_address(message.address)
             self._check(message.address, Permission.SEND)
-            routed = self._broker.send(
-                message.address,
-                message.body,
-                message.headers,
-                durable=message.durable,
-                duplicate_id=_duplicate_id(message),
-                timestamp_ns=message.timestamp_ns,
-                tx=tx,
-            )
+            duplicate_id = _duplicate_id(message)
+            if duplicate_id != message.duplicate_id:
+                message = attrs.evolve(message, duplicate_id=duplicate_id)
+            routed = self._broker.publish(message, tx=tx)
         except Refused as refused:
             self._refuse(sequence, refused.code, str(refused))
             return
         except AddressNotFound as missing:
             self._refuse(sequence, p.ErrorCode.NOT_FOUND, str(missing))
             return
-        if routed.called and not self._pending:
-            # Already done (not durable, or a duplicate): nothing to track beyond the
-            # turn's confirmation. A failure shows in the errback at once.
-            failed: list[Failure] = []
-            routed.addErrback(failed.append)
-            if failed:
-                self._emit(_send_failed(sequence, failed[0]))
-            self._done(sequence)
+        if not isinstance(routed, Deferred):
+            self._done_at_once(sequence)
             return
         pending = _Pending(sequence)
         self._pending.append(pending)
@@ -394,6 +383,10 @@ class CoreSession:
     def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
         """SEND_FAILED now; the confirmation range passes over it in its turn."""
         self._emit(p.SendFailed(sequence, code, message))
+        self._done_at_once(sequence)
+
+    def _done_at_once(self, sequence: int) -> None:
+        """A send that needs no store write is done: confirmed in order with the others."""
         if self._pending:
             self._pending.append(_Pending(sequence, done=True))
         else:
