@@ -236,7 +236,12 @@ class Queue:
             self._dispatching = False
 
     def _dispatch_one(self) -> bool:
-        """Deliver one message; False when no waiting message can go anywhere now."""
+        """Deliver one message (a lone consumer without a filter: as many as it takes);
+        False when no waiting message can go anywhere now."""
+        if len(self._consumers) == 1:
+            (consumer,) = self._consumers.values()
+            if consumer.filter is None:
+                return self._drain(consumer)
         takers = [c for c in self._consumers.values() if c.can_take()]
         if not takers or not self._waiting:
             return False
@@ -247,6 +252,23 @@ class Queue:
             if consumer is not None:
                 return self._deliver(consumer, index)
         return False
+
+    def _drain(self, consumer: Consumer) -> bool:
+        """Hand a queue's only consumer, which takes every message, what it can take in
+        order, building nothing per message; stops should its sink add or close a
+        consumer, so that the turns go on as usual."""
+        consumers = self._consumers
+        delivered = False
+        # A sink's nack may replace the deque, and its close or open change the consumers.
+        while (
+            self._waiting
+            and consumer.can_take()
+            and len(consumers) == 1
+            and consumers.get(consumer.id) is consumer
+        ):
+            self._deliver(consumer, 0)
+            delivered = True
+        return delivered
 
     def _next_taker(self, takers: list[Consumer], entry: Entry) -> Consumer | None:
         """The next consumer in turn that takes ``entry``."""
@@ -260,8 +282,11 @@ class Queue:
     def _deliver(self, consumer: Consumer | None, index: int) -> bool:
         if consumer is None:
             return False
-        entry = self._waiting[index]
-        del self._waiting[index]
+        if index:
+            entry = self._waiting[index]
+            del self._waiting[index]
+        else:
+            entry = self._waiting.popleft()
         entry.delivery_count += 1
         delivery_id = consumer.next_delivery_id
         consumer.next_delivery_id += 1
