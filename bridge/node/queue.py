@@ -239,9 +239,9 @@ class Queue:
         """Deliver one message (a lone consumer without a filter: as many as it takes);
         False when no waiting message can go anywhere now."""
         if len(self._consumers) == 1:
-            (consumer,) = self._consumers.values()
-            if consumer.filter is None:
-                return self._drain(consumer)
+            (only,) = self._consumers.values()
+            if only.filter is None:
+                return self._drain(only)
         takers = [c for c in self._consumers.values() if c.can_take()]
         if not takers or not self._waiting:
             return False
