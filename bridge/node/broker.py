@@ -325,12 +325,9 @@ class Broker:
         if tx is None:
             return self._forget(queue_name, entries)
         tx.acknowledged.extend((queue_name, entry) for entry in entries)
-        if queue_name in self._durable:
-            tx.writes.extend(
-                self.store.acknowledge(queue_name, entry.message.id, tx=tx.store_tx)
-                for entry in entries
-                if entry.message.durable
-            )
+        ids = self._stored_ids(queue_name, entries)
+        if ids:
+            tx.writes.append(self.store.acknowledge_many(queue_name, ids, tx=tx.store_tx))
         return succeed(None)
 
     # -- transactions ---------------------------------------------------------------------
@@ -378,14 +375,15 @@ class Broker:
         return self._count_deliveries(queue_name, returned)
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
+        """Drop acknowledged entries from the store: one operation however many."""
+        ids = self._stored_ids(queue_name, entries)
+        return self.store.acknowledge_many(queue_name, ids) if ids else succeed(None)
+
+    def _stored_ids(self, queue_name: str, entries: list[Entry]) -> list[int]:
+        """The ids of the entries the store holds on this queue."""
         if queue_name not in self._durable:
-            return succeed(None)
-        writes = [
-            self.store.acknowledge(queue_name, entry.message.id)
-            for entry in entries
-            if entry.message.durable
-        ]
-        return _all(writes)
+            return []
+        return [entry.message.id for entry in entries if entry.message.durable]
 
     def _count_deliveries(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
         if queue_name not in self._durable:

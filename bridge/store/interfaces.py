@@ -36,6 +36,13 @@ class IMessageStore(Interface):
     def acknowledge(queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
         """Remove a message from ``queue``; the message goes once no queue holds it."""
 
+    def acknowledge_many(
+        queue: str, message_ids: Sequence[int], tx: TxId | None = None
+    ) -> Deferred[None]:
+        """``acknowledge`` of several messages of ``queue`` (at least one, no repeats) as
+        one operation with one Deferred: all of them, or, should the queue not hold one of
+        them, none."""
+
     def update_delivery_count(
         queue: str, message_id: int, count: int, tx: TxId | None = None
     ) -> Deferred[None]:

@@ -101,6 +101,27 @@ class Acknowledge:
 
 
 @attrs.frozen
+class AcknowledgeMany:
+    """Several acknowledgements on one queue as one operation: all, or (the queue lacking
+    one of the messages) none."""
+
+    queue: str
+    message_ids: tuple[int, ...]
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        cursor.execute("SAVEPOINT many")
+        if _release(cursor, [(self.queue, message_id) for message_id in self.message_ids]):
+            cursor.execute("RELEASE many")
+            return
+        cursor.execute("ROLLBACK TO many")
+        cursor.execute("RELEASE many")
+        raise InvalidOperation(
+            f"acknowledge {len(self.message_ids)} messages on queue {self.queue!r}: "
+            "the queue does not hold all of them"
+        )
+
+
+@attrs.frozen
 class UpdateDeliveryCount:
     queue: str
     message_id: int
@@ -253,21 +274,26 @@ def _add_run(cursor: sqlite3.Cursor, state: WriterState, adds: list[AddMessage])
 
 def _ack_run(cursor: sqlite3.Cursor, state: WriterState, acks: list[Acknowledge]) -> list[Outcome]:
     cursor.execute("SAVEPOINT run")
-    cursor.executemany(
-        "DELETE FROM message_refs WHERE queue = ? AND message_id = ?",
-        [(ack.queue, ack.message_id) for ack in acks],
-    )
-    if cursor.rowcount != len(acks):
+    if not _release(cursor, [(ack.queue, ack.message_id) for ack in acks]):
         cursor.execute("ROLLBACK TO run")
         cursor.execute("RELEASE run")
         return _one_by_one(cursor, state, acks)
+    cursor.execute("RELEASE run")
+    return [None] * len(acks)
+
+
+def _release(cursor: sqlite3.Cursor, refs: list[tuple[str, int]]) -> bool:
+    """Drop message references (queue, message id) in two statements per table; False,
+    having half done it, if a queue did not hold its message (the caller undoes it)."""
+    cursor.executemany("DELETE FROM message_refs WHERE queue = ? AND message_id = ?", refs)
+    if cursor.rowcount != len(refs):
+        return False
     # Each message loses one reference per acknowledgement; those left with none go.
-    released = Counter(ack.message_id for ack in acks)
+    released = Counter(message_id for _, message_id in refs)
     cursor.executemany("DELETE FROM messages WHERE id = ? AND refs = ?", list(released.items()))
     if cursor.rowcount != len(released):
         cursor.executemany(
             "UPDATE messages SET refs = refs - ? WHERE id = ?",
             [(count, message_id) for message_id, count in released.items()],
         )
-    cursor.execute("RELEASE run")
-    return [None] * len(acks)
+    return True

@@ -34,6 +34,7 @@ from bridge.store.errors import (
 from bridge.store.interfaces import IMessageStore
 from bridge.store.operations import (
     Acknowledge,
+    AcknowledgeMany,
     AddMessage,
     CommitTransaction,
     CreateQueue,
@@ -156,6 +157,15 @@ class SQLiteMessageStore:
 
     def acknowledge(self, queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
         return self._submit(Acknowledge(queue, message_id), tx)
+
+    def acknowledge_many(
+        self, queue: str, message_ids: Sequence[int], tx: TxId | None = None
+    ) -> Deferred[None]:
+        if not message_ids:
+            return self._refuse(f"acknowledge on queue {queue!r}: no message given")
+        if len(set(message_ids)) != len(message_ids):
+            return self._refuse(f"acknowledge on queue {queue!r}: a message is given twice")
+        return self._submit(AcknowledgeMany(queue, tuple(message_ids)), tx)
 
     def update_delivery_count(
         self, queue: str, message_id: int, count: int, tx: TxId | None = None

@@ -84,6 +84,24 @@ async def test_acknowledged_messages_do_not_come_back(stores):
 
 
 @pytest_twisted.ensureDeferred
+async def test_acknowledge_many_is_one_operation_all_or_none(stores):
+    store, _ = await stores.open()
+    for name in ("a", "b"):
+        await store.create_queue(QueueRecord(name, "events", "multicast"))
+    await gatherResults([store.add(message(i, "events"), ["a", "b"]) for i in range(1, 6)])
+    operations = store.committed_operations
+    await store.acknowledge_many("a", [1, 2, 3])
+    assert store.committed_operations == operations + 1
+    assert rows(store.path, "messages") == 5  # still on b
+    with pytest.raises(InvalidOperation, match="queue 'a': the queue does not hold all"):
+        await store.acknowledge_many("a", [4, 3])  # 3 is gone: 4 stays too
+    await store.acknowledge_many("b", [1, 2, 3, 4])
+    assert rows(store.path, "messages") == 2  # 4 still on a, 5 on both
+    store, recovered = await stores.reopen(store)
+    assert {q: ids(recovered, q) for q in "ab"} == {"a": [4, 5], "b": [5]}
+
+
+@pytest_twisted.ensureDeferred
 async def test_delivery_counts_are_kept_per_queue(stores):
     store, _ = await stores.open()
     await gatherResults([store.create_queue(anycast("a")), store.create_queue(anycast("b"))])
@@ -201,6 +219,8 @@ async def test_an_invalid_operation_fails_alone_and_its_batch_commits(stores):
         (lambda s: s.add(message(1), ["q", "q"]), "a queue is given twice in \\['q', 'q'\\]"),
         (lambda s: s.add(message(1, headers={"h": None}), ["q"]), "header 'h': NoneType"),
         (lambda s: s.update_delivery_count("q", 1, -1), "-1 is negative"),
+        (lambda s: s.acknowledge_many("q", []), "on queue 'q': no message given"),
+        (lambda s: s.acknowledge_many("q", [1, 1]), "on queue 'q': a message is given twice"),
         (lambda s: s.store_duplicate_id("q", b"d", keep=0), "keep must be at least 1"),
     ],
 )
