@@ -114,24 +114,6 @@ def serving(broker: Broker, tmp_path: Path, *, security: bool) -> Iterator[Serve
         pytest_twisted.blockon(server.port.stopListening())
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    with open_broker(tmp_path) as opened:
-        yield opened
-
-
-@pytest.fixture
-def served(broker: Broker, tmp_path: Path) -> Iterator[Served]:
-    with serving(broker, tmp_path, security=False) as server:
-        yield server
-
-
-@pytest.fixture
-def secured(broker: Broker, tmp_path: Path) -> Iterator[Served]:
-    with serving(broker, tmp_path, security=True) as server:
-        yield server
-
-
 @attrs.frozen
 class Reply:
     code: int

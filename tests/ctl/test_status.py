@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,27 +26,8 @@ from bridge.ctl.status import (
     format_duration,
     format_status,
 )
-from bridge.node.broker import Broker
-from tests.ctl.test_management import NODE_ID, Served, fill, open_broker, serving
+from tests.ctl.test_management import NODE_ID, Served, fill
 from tests.processes import ROOT
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    with open_broker(tmp_path) as opened:
-        yield opened
-
-
-@pytest.fixture
-def served(broker: Broker, tmp_path: Path) -> Iterator[Served]:
-    with serving(broker, tmp_path, security=False) as server:
-        yield server
-
-
-@pytest.fixture
-def secured(broker: Broker, tmp_path: Path) -> Iterator[Served]:
-    with serving(broker, tmp_path, security=True) as server:
-        yield server
 
 
 def queue(name: str, address: str, depth: int, in_flight: int, consumers: int) -> QueueStatus:

@@ -45,6 +45,10 @@ DUPLICATE_ID_HEADER = "_TXB_DUP_ID"
 """The header a producer may set instead of the message's duplicate id (Artemis's
 ``_AMQ_DUPL_ID``)."""
 
+MIN_LARGE_MESSAGE_SIZE = 100 * 1024
+"""Bodies of this many bytes or more are delivered in chunks (Artemis's
+``min-large-message-size`` default), fixed until the node has that setting."""
+
 LARGE_CHUNK_SIZE = 64 * 1024
 """Bytes of body per DELIVER_LARGE_CHUNK."""
 
@@ -120,7 +124,6 @@ class CoreSession:
         emit: Emit,
         abort: Callable[[str], None],
         authenticate: Authenticate,
-        min_large_message_size: int = 100 * 1024,
     ) -> None:
         self._broker = broker
         self._security = security
@@ -130,7 +133,6 @@ class CoreSession:
         self._emit = emit
         self._abort = abort
         self._authenticate = authenticate
-        self._large_threshold = min_large_message_size
         self.state = State.AWAITING_CONNECT
         self.subject: Subject | None = None
         self.client_id = ""
@@ -506,7 +508,7 @@ class CoreSession:
     def _emit_delivery(
         self, consumer_id: int, delivery_id: int, count: int, message: Message
     ) -> None:
-        if len(message.body) < self._large_threshold:
+        if len(message.body) < MIN_LARGE_MESSAGE_SIZE:
             self._emit(p.Deliver(consumer_id, delivery_id, count, message))
             return
         body = memoryview(message.body)
@@ -516,8 +518,6 @@ class CoreSession:
             end = start + LARGE_CHUNK_SIZE
             chunk = bytes(body[start:end])
             self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
-        if not body:
-            self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, b"", True))
 
     def _browse(self, consumer: _Consumer) -> None:
         """Deliver a browse-only consumer's snapshot while it has credit and the connection
