@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -53,14 +54,28 @@ _MAX_I64 = (1 << 63) - 1
 _FIXED_SIZE = _FIXED.size + _U16.size + _U32.size
 
 
+_NO_HEADERS: Mapping[str, HeaderValue] = MappingProxyType({})
+
+
 class MessageFormatError(ValueError):
     """A message cannot be encoded, or a buffer is not a well-formed encoded message."""
 
 
 @attrs.frozen
+class LargeBody:
+    """A body kept in a file, not in memory: a large message's, on the node."""
+
+    path: str
+    size: int
+
+
+@attrs.frozen
 class Message:
     """One message. ``headers`` has string keys; values are str, int (signed 64-bit),
-    float, bool or bytes. ``duplicate_id`` is the producer's duplicate-detection id."""
+    float, bool or bytes. ``duplicate_id`` is the producer's duplicate-detection id.
+
+    ``large`` is set on a node's large message: its body is that file, ``body`` is empty
+    and the codec carries the rest (the header). ``size`` counts the header only."""
 
     id: int
     address: str
@@ -69,6 +84,7 @@ class Message:
     body: bytes
     duplicate_id: bytes | None = None
     timestamp_ns: int = 0
+    large: LargeBody | None = attrs.field(default=None, eq=False)
 
     @cached_property
     def size(self) -> int:
@@ -86,7 +102,13 @@ class Message:
             self.body,
             self.duplicate_id,
             self.timestamp_ns,
+            self.large,
         )
+
+    def stub(self) -> Message:
+        """This message without headers or body: what a queue keeps of a paged message
+        (its id and flags), the rest staying in the store."""
+        return Message(self.id, self.address, self.durable, _NO_HEADERS, b"")
 
 
 def encoded_size(message: Message) -> int:

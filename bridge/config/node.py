@@ -39,6 +39,7 @@ from transport.urls import URL, parse_url
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 PROTOCOLS = ("core", "stomp")
 UNLIMITED = -1
+DEFAULT_GLOBAL_MAX_SIZE = 64 * 1024 * 1024
 _E = TypeVar("_E", bound=StrEnum)
 
 
@@ -65,6 +66,9 @@ class Acceptor:
     protocols: tuple[str, ...]
     connection_ttl: float
     max_frame_size: int
+    producer_window_size: int = 1024 * 1024
+    """Producer credit per address the node grants each connection (Artemis's
+    ``producer-window-size``); -1: no producer flow control."""
 
 
 @attrs.frozen
@@ -126,6 +130,9 @@ class NodeConfig:
     address_settings: tuple[AddressSettingMatch, ...]
     management: Management | None
     security: SecuritySettings
+    global_max_size: int = DEFAULT_GLOBAL_MAX_SIZE
+    """Bytes of messages all addresses together may hold in memory (-1: no limit); at it,
+    every address applies its address-full policy, as at its own ``max-size-bytes``."""
     _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
     _declared: Mapping[str, Address] = attrs.field(init=False, eq=False, repr=False)
 
@@ -155,8 +162,15 @@ class NodeConfig:
 
 
 _TOP = ("node", "acceptor", "address", "address-setting", "management", "security")
-_NODE = ("name", "data-dir")
-_ACCEPTOR = ("name", "url", "protocols", "connection-ttl", "max-frame-size")
+_NODE = ("name", "data-dir", "global-max-size")
+_ACCEPTOR = (
+    "name",
+    "url",
+    "protocols",
+    "connection-ttl",
+    "max-frame-size",
+    "producer-window-size",
+)
 _SETTING_KEYS = (
     "max-size-bytes",
     "address-full-policy",
@@ -254,7 +268,11 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
     max_frame = _size(table.get("max-frame-size", "4MiB"), source, frame_key)
     if not 1024 <= max_frame < 2**32:
         raise ConfigError(source, frame_key, "expected at least 1KiB and below 4GiB")
-    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame)
+    window_key = key_path(prefix, "producer-window-size")
+    window = _size(table.get("producer-window-size", "1MiB"), source, window_key, unlimited=True)
+    if window == 0 or window >= 2**31:
+        raise ConfigError(source, window_key, "expected -1 (no limit) or 1 byte to below 2GiB")
+    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame, window)
 
 
 def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:
@@ -338,6 +356,11 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     )
     security_table = expect_table(document.get("security", {"enabled": False}), source, "security")
     security = load_security(security_table, source, base_dir=path.parent)
+    global_max = (
+        _size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
+        if "global-max-size" in node
+        else DEFAULT_GLOBAL_MAX_SIZE
+    )
     return NodeConfig(
         source=path,
         name=name,
@@ -347,6 +370,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         address_settings=address_settings,
         management=management,
         security=security,
+        global_max_size=global_max,
     )
 
 

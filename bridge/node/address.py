@@ -15,6 +15,7 @@ import attrs
 from bridge.config.node import AddressSettings, Routing
 from bridge.message import Message
 from bridge.node.duplicates import DuplicateIdCache
+from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import Filter, Queue
 
 
@@ -35,7 +36,7 @@ class Binding:
 
 
 class Address:
-    """An address's routing, its bindings and its duplicate-id cache."""
+    """An address's routing, its bindings, its duplicate-id cache and its memory."""
 
     def __init__(
         self,
@@ -43,10 +44,17 @@ class Address:
         routing: Routing,
         settings: AddressSettings,
         recovered_ids: Iterable[bytes] = (),
+        node_memory: NodeMemory | None = None,
     ) -> None:
         self.name = name
         self.routing = routing
         self.settings = settings
+        self.memory = AddressMemory(
+            name,
+            settings.max_size_bytes,
+            settings.address_full_policy,
+            NodeMemory() if node_memory is None else node_memory,
+        )
         self.duplicates = DuplicateIdCache(settings.id_cache_size, recovered_ids)
         self._bindings: dict[str, Binding] = {}
         self._turn = 0

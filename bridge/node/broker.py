@@ -3,23 +3,32 @@
 Protocol heads (core, STOMP) and bridges call this. It keeps the rule that nothing
 acknowledged is lost: a durable message reaches its queues, and its send is confirmed,
 only once the store holds it; an acknowledgement is confirmed once the store has dropped
-the message. A non-durable message is never written: it is routed and confirmed at once,
-and it is gone after a restart.
+the message. A non-durable message is never written unless paged: it is routed and
+confirmed at once, and it is gone after a restart.
+
+Memory is bounded by each address's ``max-size-bytes`` and the node's ``global-max-size``
+(``bridge.node.memory``): a full address pages (the message is written to the store and
+its queues keep only its place, reading it back in order when consumers catch up),
+blocks (the heads withhold producer credits), fails the send, or drops it. A large
+message's body is a file from the store's folder (``large_body_path``); the file goes
+when the last queue holding the message lets it go.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredList, FirstError, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import NodeConfig, Routing
+from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
 from bridge.message import HeaderValue, Message
 from bridge.node.address import Address, Binding
-from bridge.node.queue import UNLIMITED, Entry, Filter, Queue, Sink
+from bridge.node.memory import NodeMemory
+from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
 from bridge.node.selector import compile_selector
 from bridge.store.errors import TransactionRolledBack
 from bridge.store.interfaces import IMessageStore
@@ -40,6 +49,10 @@ class QueueNotFound(NodeError):
     """No queue of that name."""
 
 
+class AddressFull(NodeError):
+    """The address is full and its address-full policy is FAIL."""
+
+
 def _filter(text: str | None) -> Filter | None:
     return compile_selector(text).matches if text else None
 
@@ -50,17 +63,20 @@ class Transaction:
     effect, together at commit, or never."""
 
     store_tx: TxId
-    sends: list[tuple[Message, list[Binding]]] = attrs.Factory(list)
+    sends: list[tuple[Message, list[Binding], frozenset[str] | None]] = attrs.Factory(list)
+    """Each send, its bindings and, for a paged one, the queues that have it stored."""
     acknowledged: list[tuple[str, Entry]] = attrs.Factory(list)
     writes: list[Deferred[None]] = attrs.Factory(list)
 
 
 @attrs.frozen
 class Routed:
-    """Where a send went: the queues it reached, or that it was a duplicate and dropped."""
+    """Where a send went: the queues it reached, or that it was a duplicate, or dropped by
+    a full address's DROP policy."""
 
     queues: tuple[str, ...]
     duplicate: bool = False
+    dropped: bool = False
 
 
 class Broker:
@@ -74,6 +90,9 @@ class Broker:
         self._durable: set[str] = set()
         self._next_id = 1
         self._consumer_ids = 0
+        self.memory = NodeMemory(config.global_max_size)
+        self._large_refs: dict[int, int] = {}
+        """Queues still holding each large message (its file goes at zero)."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -96,19 +115,25 @@ class Broker:
                     Routing(record.routing),
                     recovered.duplicate_ids.get(record.address, ()),
                 )
-            queue = Queue(record.name, record.address)
+            queue = self._new_queue(record.name, address)
             address.bind(queue, _filter(record.filter), durable=True)
             self._queues[record.name] = queue
             self._durable.add(record.name)
             for stored in recovered.messages.get(record.name, ()):
-                queue.add(stored.message, stored.delivery_count)
+                message = stored.message
+                if message.large is not None:
+                    self._large_refs[message.id] = self._large_refs.get(message.id, 0) + 1
+                queue.add(message, stored.delivery_count)
 
     # -- addresses and queues -------------------------------------------------------------
 
     def _new_address(self, name: str, routing: Routing, ids: Iterable[bytes] = ()) -> Address:
-        address = Address(name, routing, self.config.settings_for(name), ids)
+        address = Address(name, routing, self.config.settings_for(name), ids, self.memory)
         self._addresses[name] = address
         return address
+
+    def _new_queue(self, name: str, address: Address) -> Queue:
+        return Queue(name, address.name, memory=address.memory, pager=self._page_in)
 
     def _address(self, name: str, *, create: bool, routing: Routing | None = None) -> Address:
         address = self._addresses.get(name)
@@ -126,7 +151,7 @@ class Broker:
         send that created it, ahead of it."""
         if address.routing is not Routing.ANYCAST or address.name in self._queues:
             return
-        queue = Queue(address.name, address.name)
+        queue = self._new_queue(address.name, address)
         address.bind(queue, None, durable=True)
         self._queues[address.name] = queue
         self._durable.add(address.name)
@@ -199,7 +224,7 @@ class Broker:
                 QueueRecord(name, address_name, address.routing.value, filter)
             )
             self._durable.add(name)
-        queue = Queue(name, address_name)
+        queue = self._new_queue(name, address)
         address.bind(queue, compiled, durable)
         self._queues[name] = queue
         return queue
@@ -214,9 +239,14 @@ class Broker:
             raise NodeError(f"queue {name!r} has {len(queue.consumer_ids)} consumer(s)")
         self._addresses[queue.address].unbind(name)
         del self._queues[name]
+        entries = queue.clear()
+        transient = [entry.message.id for entry in entries if entry.paged == TRANSIENT]
+        if transient:
+            self.store.unpage(transient).addErrback(_log_failure, "releasing pages")
         if name in self._durable:
             self._durable.discard(name)
             await self.store.delete_queue(name)
+        self._release_large(entries)
 
     # -- sending --------------------------------------------------------------------------
 
@@ -239,30 +269,68 @@ class Broker:
         routed = self.publish(message, tx=tx)
         return routed if isinstance(routed, Deferred) else succeed(routed)
 
+    def allocate_id(self) -> int:
+        """A message id, for a large message whose body file is named by it before it is
+        published."""
+        self._next_id += 1
+        return self._next_id - 1
+
+    def large_body_path(self, message_id: int) -> str:
+        """Where a large message's body file goes (the store's folder)."""
+        return self.store.large_body_path(message_id)
+
     def publish(
         self, message: Message, *, tx: Transaction | None = None
     ) -> Routed | Deferred[Routed]:
-        """Route ``message`` (its id is replaced by the node's next one); the result, or a
-        Deferred of it, says it is safe to confirm to the producer.
+        """Route ``message`` (its id is replaced by the node's next one, except a large
+        message's, from ``allocate_id``); the result, or a Deferred of it, says it is safe
+        to confirm to the producer. ``AddressFull`` if the address is full under FAIL.
 
         What needs no store write (non-durable, a duplicate, no durable queue, or a send in
         a transaction, which takes effect at commit) is done at once and returns the plain
-        ``Routed``: the hot path of a non-durable send creates no Deferred."""
+        ``Routed``: the hot path of a non-durable send creates no Deferred. A large
+        message's file is the node's from here: deleted if the message goes nowhere."""
         # auto_create's work, skipped for an address that exists and needs no queue
         address = self._addresses.get(message.address)
         if address is None or (
             address.routing is Routing.ANYCAST and address.name not in self._queues
         ):
             address = self.auto_create(message.address)
-        message = message.with_id(self._next_id)
-        self._next_id += 1
+        if message.large is None:
+            message = message.with_id(self._next_id)
+            self._next_id += 1
         if address.is_duplicate(message):
+            _discard(message)
             return Routed((), duplicate=True)
+        bindings = address.route(message)
+        memory = address.memory
+        paged = False
+        if bindings and (memory.paged_messages or memory.full):
+            policy = memory.policy
+            if policy is AddressFullPolicy.DROP:
+                memory.dropped_total += 1
+                _discard(message)
+                return Routed((), dropped=True)
+            if policy is AddressFullPolicy.FAIL:
+                memory.refused_total += 1
+                _discard(message)
+                raise AddressFull(
+                    f"address {address.name!r} is full ({memory.size} bytes in memory, "
+                    f"max-size-bytes {memory.max_size}, global-max-size "
+                    f"{memory.node.max_size}) and its address-full-policy is FAIL"
+                )
+            paged = policy is AddressFullPolicy.PAGE and message.large is None
         duplicate_id = message.duplicate_id
         if duplicate_id is not None:
             address.duplicates.add(duplicate_id)
-        bindings = address.route(message)
         routed = Routed(tuple([b.queue.name for b in bindings]))
+        if message.large is not None:
+            if bindings:
+                self._large_refs[message.id] = len(bindings)
+            else:
+                _discard(message)
+        if paged:
+            return self._page(message, address, bindings, routed, tx)
         stored = (
             [name for name in routed.queues if name in self._durable] if message.durable else []
         )
@@ -270,7 +338,7 @@ class Broker:
             if tx is None:
                 self._enqueue(message, bindings)
             else:
-                tx.sends.append((message, bindings))
+                tx.sends.append((message, bindings, None))
             return routed
         store_tx = tx.store_tx if tx is not None else None
         writes = [self.store.add(message, stored, tx=store_tx)]
@@ -280,7 +348,7 @@ class Broker:
                 self.store.store_duplicate_id(message.address, duplicate_id, keep, tx=store_tx)
             )
         if tx is not None:
-            tx.sends.append((message, bindings))
+            tx.sends.append((message, bindings, None))
             tx.writes.extend(writes)
             return routed
         return _all(writes).addCallback(lambda _: self._after_store(message, bindings, routed))
@@ -293,6 +361,82 @@ class Broker:
     def _enqueue(message: Message, bindings: list[Binding]) -> None:
         for binding in bindings:
             binding.queue.add(message)
+
+    # -- paging ---------------------------------------------------------------------------
+
+    def _page(
+        self,
+        message: Message,
+        address: Address,
+        bindings: list[Binding],
+        routed: Routed,
+        tx: Transaction | None,
+    ) -> Routed | Deferred[Routed]:
+        """Write the message to the store and give its queues only its place: durable
+        queues have it as a stored message, the others as a page."""
+        durable = frozenset(
+            name for name in routed.queues if message.durable and name in self._durable
+        )
+        transient = [name for name in routed.queues if name not in durable]
+        store_tx = tx.store_tx if tx is not None else None
+        writes = []
+        if durable:
+            writes.append(self.store.add(message, sorted(durable), tx=store_tx))
+        if transient:
+            writes.append(self.store.page(message, transient, tx=store_tx))
+        if message.duplicate_id is not None:
+            keep = address.settings.id_cache_size
+            writes.append(
+                self.store.store_duplicate_id(
+                    message.address, message.duplicate_id, keep, tx=store_tx
+                )
+            )
+        size = message.size
+        for _ in bindings:
+            address.memory.paged(size)
+        if tx is not None:
+            tx.sends.append((message, bindings, durable))
+            tx.writes.extend(writes)
+            return routed
+        return _all(writes).addCallbacks(
+            lambda _: self._after_page(message, bindings, durable, routed),
+            lambda failure: self._unpage(message, address, bindings) or failure,
+        )
+
+    @staticmethod
+    def _after_page(
+        message: Message, bindings: list[Binding], durable: frozenset[str], routed: Routed
+    ) -> Routed:
+        stub, size = message.stub(), message.size
+        for binding in bindings:
+            where = STORED if binding.queue.name in durable else TRANSIENT
+            binding.queue.add_paged(stub, where, size)
+        return routed
+
+    @staticmethod
+    def _unpage(message: Message, address: Address, bindings: list[Binding]) -> None:
+        """A paged send did not happen after all (its write failed, or its transaction
+        rolled back): it no longer counts as paged."""
+        for _ in bindings:
+            address.memory.unpaged(message.size)
+
+    def _page_in(self, queue: Queue, entries: list[Entry]) -> None:
+        """Read paged entries back for ``queue`` (its pager)."""
+        stored = [entry.message.id for entry in entries if entry.paged == STORED]
+        paged = [entry.message.id for entry in entries if entry.paged == TRANSIENT]
+
+        def loaded(messages: dict[int, Message]) -> None:
+            taken = queue.paged_in(entries, messages)
+            released = [entry.message.id for entry in taken if entry.message.id in paged_set]
+            if released:
+                self.store.unpage(released).addErrback(_log_failure, "releasing pages")
+
+        def failed(failure: Failure) -> None:
+            log.failure("reading back pages of queue {queue!r} failed", failure, queue=queue.name)
+            queue.page_in_failed()
+
+        paged_set = set(paged)
+        self.store.read(stored, paged).addCallbacks(loaded, failed)
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -338,17 +482,27 @@ class Broker:
     async def commit(self, tx: Transaction) -> None:
         """Make the transaction's work durable, then visible: its sends reach their queues."""
         await _all([self.store.commit(tx.store_tx), *tx.writes])
-        for message, bindings in tx.sends:
-            self._enqueue(message, bindings)
+        for message, bindings, paged in tx.sends:
+            if paged is None:
+                self._enqueue(message, bindings)
+            else:
+                self._after_page(message, bindings, paged, Routed(()))
+        self._release_large([entry for _, entry in tx.acknowledged])
 
     async def rollback(self, tx: Transaction) -> None:
         """Forget the transaction's sends; its acknowledged messages wait again, counted."""
         self.store.rollback(tx.store_tx)
         for write in tx.writes:
             write.addErrback(lambda failure: failure.trap(TransactionRolledBack))
-        for message, _ in tx.sends:
+        for message, bindings, paged in tx.sends:
+            address = self._addresses[message.address]
             if message.duplicate_id is not None:
-                self._addresses[message.address].duplicates.discard(message.duplicate_id)
+                address.duplicates.discard(message.duplicate_id)
+            if paged is not None:
+                self._unpage(message, address, bindings)
+            if message.large is not None:
+                self._large_refs.pop(message.id, None)
+                _discard(message)
         by_queue: dict[str, list[Entry]] = {}
         for queue_name, entry in tx.acknowledged:
             by_queue.setdefault(queue_name, []).append(entry)
@@ -375,9 +529,30 @@ class Broker:
         return self._count_deliveries(queue_name, returned)
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
-        """Drop acknowledged entries from the store: one operation however many."""
+        """Drop acknowledged entries from the store: one operation however many; then
+        large messages no queue holds lose their files."""
         ids = self._stored_ids(queue_name, entries)
-        return self.store.acknowledge_many(queue_name, ids) if ids else succeed(None)
+        done = self.store.acknowledge_many(queue_name, ids) if ids else succeed(None)
+        if self._large_refs:
+            done.addCallback(lambda _: self._release_large(entries))
+        return done
+
+    def _release_large(self, entries: list[Entry]) -> None:
+        """``entries`` left their queue for good: a large message held by no other queue
+        loses its body file."""
+        refs = self._large_refs
+        if not refs:
+            return
+        for entry in entries:
+            message = entry.message
+            if message.large is None:
+                continue
+            left = refs.get(message.id, 1) - 1
+            if left > 0:
+                refs[message.id] = left
+            else:
+                refs.pop(message.id, None)
+                _discard(message)
 
     def _stored_ids(self, queue_name: str, entries: list[Entry]) -> list[int]:
         """The ids of the entries the store holds on this queue."""
@@ -405,6 +580,16 @@ class Broker:
         ]
         await _all(returns)
         await self.store.close()
+
+
+def _discard(message: Message) -> None:
+    """Delete a large message's body file (the message goes nowhere, or nowhere more)."""
+    if message.large is not None:
+        Path(message.large.path).unlink(missing_ok=True)
+
+
+def _log_failure(failure: Failure, what: str) -> None:
+    log.failure("{what} failed", failure, what=what)
 
 
 def _all(writes: list[Deferred[None]]) -> Deferred[None]:

@@ -11,6 +11,12 @@ client granted (Artemis's consumer window). A delivery may overshoot the credits
 message, never more. Consumers take turns (round robin). A consumer with a filter skips
 the messages it does not match; those wait for another consumer, keeping their order.
 
+A queue whose address pages keeps a paged message's place (an entry with a stub of the
+message) and reads bodies back in order as consumers catch up: when fewer loaded messages
+wait than half the last read-back, it asks its ``pager`` for the next ``PAGE_IN_BYTES``
+of paged entries, and nothing is delivered past a paged entry until it is back. The
+bytes of the messages it holds in memory count in its address's ``AddressMemory``.
+
 Durability is not this module's business: the node persists what these calls report
 (acknowledged messages, delivery counts) through the message store.
 """
@@ -22,9 +28,18 @@ from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
+from bridge.config.node import AddressFullPolicy
 from bridge.message import HeaderValue, Message
+from bridge.node.memory import AddressMemory, NodeMemory
 
 UNLIMITED = -1
+
+IN_MEMORY, STORED, TRANSIENT = 0, 1, 2
+"""Where an entry's message is: in memory; paged, in the store's durable messages; paged,
+in the store's transient pages."""
+
+PAGE_IN_BYTES = 1024 * 1024
+"""How much a queue reads back from its pages at a time."""
 
 Filter = Callable[[Mapping[str, HeaderValue]], bool]
 
@@ -41,6 +56,10 @@ class Entry:
     message: Message
     sequence: int
     delivery_count: int = 0
+    paged: int = IN_MEMORY
+    """IN_MEMORY, or where the message is while the entry holds only its stub."""
+    size: int = 0
+    """A paged entry's message size (its stub's is not the message's)."""
 
 
 @attrs.frozen
@@ -54,6 +73,13 @@ class Delivery:
 
 
 Sink = Callable[[Delivery], object]
+Pager = Callable[["Queue", list[Entry]], None]
+"""Reads paged entries' messages back, then calls ``Queue.paged_in`` (or
+``Queue.page_in_failed``)."""
+
+
+def _unlimited() -> AddressMemory:
+    return AddressMemory("", UNLIMITED, AddressFullPolicy.PAGE, NodeMemory())
 
 
 @attrs.define(eq=False)
@@ -66,11 +92,13 @@ class Consumer:
     """Bytes it may still receive (below zero after an overshoot); None: no window."""
     filter: Filter | None
     ready: bool = True
+    held: bool = False
+    """Its head is streaming a large delivery: nothing more until it is done."""
     next_delivery_id: int = 1
     in_flight: OrderedDict[int, Entry] = attrs.Factory(OrderedDict)
 
     def can_take(self) -> bool:
-        return self.ready and (self.credits is None or self.credits > 0)
+        return self.ready and not self.held and (self.credits is None or self.credits > 0)
 
     def wants(self, entry: Entry) -> bool:
         return self.filter is None or self.filter(entry.message.headers)
@@ -82,7 +110,12 @@ class Queue:
 
     name: str
     address: str
+    memory: AddressMemory = attrs.Factory(_unlimited)
+    pager: Pager | None = None
     _waiting: deque[Entry] = attrs.Factory(deque)
+    _paged: deque[Entry] = attrs.Factory(deque)
+    _loading: bool = False
+    _last_page_in: int = 0
     _consumers: dict[int, Consumer] = attrs.Factory(dict)
     _turn: int = 0
     _dispatching: bool = False
@@ -97,8 +130,13 @@ class Queue:
 
     @property
     def waiting(self) -> int:
-        """Messages not in flight."""
-        return len(self._waiting)
+        """Messages not in flight, paged ones included."""
+        return len(self._waiting) + len(self._paged)
+
+    @property
+    def paged(self) -> int:
+        """Messages whose bodies are in the store until they are read back."""
+        return len(self._paged)
 
     @property
     def in_flight(self) -> int:
@@ -119,7 +157,8 @@ class Queue:
         return tuple(self._consumers)
 
     def browse(self) -> Iterator[Entry]:
-        """The waiting messages, oldest first, without taking them."""
+        """The waiting messages in memory, oldest first, without taking them (paged ones
+        are not read back for a browser)."""
         return iter(tuple(self._waiting))
 
     # -- messages -----------------------------------------------------------------------
@@ -128,7 +167,58 @@ class Queue:
         """Append a message (``delivery_count`` above 0 for one recovered after a restart)."""
         self._added += 1
         self._waiting.append(Entry(message, self._added, delivery_count))
+        self.memory.add(message.size)
         self.dispatch()
+
+    def add_paged(self, stub: Message, where: int, size: int, delivery_count: int = 0) -> None:
+        """Append a paged message: ``stub`` keeps its place, ``where`` (STORED or TRANSIENT)
+        says where the store has it, ``size`` is its real size. The address counted it as
+        paged already (``AddressMemory.paged``)."""
+        self._added += 1
+        self._paged.append(Entry(stub, self._added, delivery_count, where, size))
+        self.dispatch()
+
+    def paged_in(self, entries: list[Entry], messages: Mapping[int, Message]) -> list[Entry]:
+        """The pager read ``entries`` back: they wait in memory now, in their places.
+        Returns those taken (not those of a queue emptied meanwhile)."""
+        self._loading = False
+        paged, memory = self._paged, self.memory
+        loaded = []
+        for entry in entries:
+            if not paged or paged[0] is not entry:
+                break  # the queue was emptied meanwhile
+            paged.popleft()
+            message = messages[entry.message.id]
+            memory.unpaged(entry.size)
+            memory.add(message.size)
+            entry.message, entry.paged = message, IN_MEMORY
+            loaded.append(entry)
+        waiting = self._waiting
+        if waiting and loaded and waiting[-1].sequence > loaded[0].sequence:
+            self._return(loaded)
+        else:
+            waiting.extend(loaded)
+        self.dispatch()
+        return loaded
+
+    def page_in_failed(self) -> None:
+        """The pager could not read back: the next dispatch tries again."""
+        self._loading = False
+
+    def clear(self) -> list[Entry]:
+        """Empty the queue (it is being deleted): every entry, its memory released."""
+        entries = [*self._waiting, *self._paged]
+        for consumer in self._consumers.values():
+            entries += consumer.in_flight.values()
+            consumer.in_flight.clear()
+        self._waiting, self._paged = deque(), deque()
+        memory = self.memory
+        for entry in entries:
+            if entry.paged:
+                memory.unpaged(entry.size)
+            else:
+                memory.release(entry.message.size)
+        return entries
 
     # -- consumers ----------------------------------------------------------------------
 
@@ -164,6 +254,27 @@ class Queue:
             consumer.credits += credits
             self.dispatch()
 
+    def spend(self, consumer_id: int, credits: int) -> bool:
+        """The consumer was sent ``credits`` bytes more (a large delivery's chunk): whether
+        it has credit left."""
+        consumer = self._consumer(consumer_id)
+        if consumer.credits is None:
+            return True
+        consumer.credits -= credits
+        return consumer.credits > 0
+
+    def has_credit(self, consumer_id: int) -> bool:
+        credits = self._consumer(consumer_id).credits
+        return credits is None or credits > 0
+
+    def hold(self, consumer_id: int, held: bool) -> None:
+        """Stop delivering to a consumer (True) while its head streams a large delivery,
+        or go on (False)."""
+        consumer = self._consumer(consumer_id)
+        consumer.held = held
+        if not held:
+            self.dispatch()
+
     def set_ready(self, consumer_id: int, ready: bool) -> None:
         """The consumer's connection became writable (True) or stopped being so."""
         consumer = self._consumer(consumer_id)
@@ -186,7 +297,9 @@ class Queue:
             )
         if not cumulative:
             self.acknowledged_total += 1
-            return [consumer.in_flight.pop(delivery_id)]
+            entry = consumer.in_flight.pop(delivery_id)
+            self.memory.release(entry.message.size)
+            return [entry]
         acked = []
         while consumer.in_flight:
             first = next(iter(consumer.in_flight))
@@ -194,6 +307,7 @@ class Queue:
                 break
             acked.append(consumer.in_flight.pop(first))
         self.acknowledged_total += len(acked)
+        self.memory.release(sum(entry.message.size for entry in acked))
         return acked
 
     def nack(self, consumer_id: int, delivery_id: int, requeue: bool) -> Entry:
@@ -211,11 +325,13 @@ class Queue:
             self.dispatch()
         else:
             self.dropped_total += 1
+            self.memory.release(entry.message.size)
         return entry
 
     def give_back(self, entries: list[Entry]) -> None:
         """Entries acknowledged in a transaction that rolled back: they wait again, in their
         places, for redelivery."""
+        self.memory.add(sum(entry.message.size for entry in entries))
         self._return(entries)
         self.dispatch()
 
@@ -234,6 +350,30 @@ class Queue:
                 pass
         finally:
             self._dispatching = False
+        if self._paged and not self._loading and self._consumers and self.pager is not None:
+            self._page_in(self.pager)
+
+    def _page_in(self, pager: Pager) -> None:
+        """Ask for the next paged entries when the loaded ones run low."""
+        waiting = self._waiting
+        ahead = len(waiting) if waiting and not self._behind_page(waiting[0]) else 0
+        if ahead > self._last_page_in // 2:
+            return
+        batch: list[Entry] = []
+        size = 0
+        for entry in self._paged:
+            if batch and size + entry.size > PAGE_IN_BYTES:
+                break
+            batch.append(entry)
+            size += entry.size
+        self._loading = True
+        self._last_page_in = len(batch)
+        pager(self, batch)
+
+    def _behind_page(self, entry: Entry) -> bool:
+        """Whether a paged message comes before ``entry`` (it must be read back first)."""
+        paged = self._paged
+        return bool(paged) and paged[0].sequence < entry.sequence
 
     def _dispatch_one(self) -> bool:
         """Deliver one message (a lone consumer without a filter: as many as it takes);
@@ -243,11 +383,13 @@ class Queue:
             if only.filter is None:
                 return self._drain(only)
         takers = [c for c in self._consumers.values() if c.can_take()]
-        if not takers or not self._waiting:
+        if not takers or not self._waiting or self._behind_page(self._waiting[0]):
             return False
         if all(c.filter is None for c in takers):
             return self._deliver(self._next_taker(takers, self._waiting[0]), 0)
         for index, entry in enumerate(self._waiting):
+            if self._behind_page(entry):
+                return False
             consumer = self._next_taker(takers, entry)
             if consumer is not None:
                 return self._deliver(consumer, index)
@@ -263,6 +405,7 @@ class Queue:
         while (
             self._waiting
             and consumer.can_take()
+            and not (self._paged and self._behind_page(self._waiting[0]))
             and len(consumers) == 1
             and consumers.get(consumer.id) is consumer
         ):

@@ -31,7 +31,26 @@ class IMessageStore(Interface):
     def add(message: Message, queues: Sequence[str], tx: TxId | None = None) -> Deferred[None]:
         """Store a durable message routed to ``queues`` (at least one, no repeats). The
         message is stored once however many queues it is on, and stays until it is
-        acknowledged on every one of them."""
+        acknowledged on every one of them. A large message's body file (``large``) is
+        synced to disk with it, and opening the store removes body files no message owns."""
+
+    def large_body_path(message_id: int) -> str:
+        """Where the node writes a large message's body before ``add``: the store's folder
+        for them, whose files no stored message owns it deletes when it opens."""
+
+    def page(message: Message, queues: Sequence[str], tx: TxId | None = None) -> Deferred[None]:
+        """Keep a message that paging takes out of memory (a non-durable one, or a durable
+        one for non-durable ``queues``) until ``unpage`` has been called once per queue;
+        such messages are gone after the store is reopened."""
+
+    def read(
+        message_ids: Sequence[int], paged_ids: Sequence[int] = ()
+    ) -> Deferred[dict[int, Message]]:
+        """Read messages back by id: stored ones (``add``) and paged ones (``page``) whose
+        Deferreds have fired; a missing one fails the read."""
+
+    def unpage(message_ids: Sequence[int]) -> Deferred[None]:
+        """A queue read each of these paged messages back: one reference each less."""
 
     def acknowledge(queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
         """Remove a message from ``queue``; the message goes once no queue holds it."""

@@ -13,6 +13,7 @@ alone fails.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
@@ -54,9 +55,14 @@ class Operation(Protocol):
 
 @attrs.frozen
 class AddMessage:
+    """A durable message; a large one's ``data`` is its header and ``large_path`` its body's
+    file, synced to disk before the row is written."""
+
     message_id: int
     queues: tuple[str, ...]
     data: bytes
+    large_size: int | None = None
+    large_path: str | None = None
 
     def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
         for queue in self.queues:
@@ -64,10 +70,12 @@ class AddMessage:
                 raise InvalidOperation(
                     f"add message {self.message_id}: there is no durable queue {queue!r}"
                 )
+        if self.large_path is not None:
+            _sync_file(self.large_path)
         try:
             cursor.execute(
-                "INSERT INTO messages (id, refs, data) VALUES (?, ?, ?)",
-                (self.message_id, len(self.queues), self.data),
+                "INSERT INTO messages (id, refs, data, large) VALUES (?, ?, ?, ?)",
+                (self.message_id, len(self.queues), self.data, self.large_size),
             )
         except sqlite3.IntegrityError:
             raise InvalidOperation(
@@ -78,6 +86,56 @@ class AddMessage:
             [(queue, self.message_id) for queue in self.queues],
         )
         state.highest_message_id = max(state.highest_message_id, self.message_id)
+
+
+def _sync_file(path: str) -> None:
+    """Make a large body's file and its name durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as error:
+        raise InvalidOperation(f"large message body {path} cannot be opened: {error}") from None
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    folder = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+@attrs.frozen
+class PageMessage:
+    """A message that only paging keeps on disk, for ``refs`` queues."""
+
+    message_id: int
+    refs: int
+    data: bytes
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        try:
+            cursor.execute(
+                "INSERT INTO paged_messages (id, refs, data) VALUES (?, ?, ?)",
+                (self.message_id, self.refs, self.data),
+            )
+        except sqlite3.IntegrityError:
+            raise InvalidOperation(f"page message {self.message_id}: it is paged already") from None
+
+
+@attrs.frozen
+class ReleasePages:
+    """Queues read paged messages back (one reference each); those no queue needs go."""
+
+    message_ids: tuple[int, ...]
+
+    def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
+        released = Counter(self.message_ids)
+        cursor.executemany(
+            "UPDATE paged_messages SET refs = refs - ? WHERE id = ?",
+            [(count, message_id) for message_id, count in released.items()],
+        )
+        cursor.execute("DELETE FROM paged_messages WHERE refs <= 0")
 
 
 @attrs.frozen
@@ -252,6 +310,8 @@ def _one_by_one(
 
 def _add_run(cursor: sqlite3.Cursor, state: WriterState, adds: list[AddMessage]) -> list[Outcome]:
     if any(queue not in state.queues for add in adds for queue in add.queues):
+        return _one_by_one(cursor, state, adds)
+    if any(add.large_path is not None for add in adds):
         return _one_by_one(cursor, state, adds)
     cursor.execute("SAVEPOINT run")
     try:

@@ -7,7 +7,12 @@ Tables:
   every message was acknowledged.
 - ``queues``: durable queue definitions, in creation order (rowid).
 - ``messages``: each durable message once, encoded with ``bridge.message``, and ``refs``,
-  the number of queues still holding it (the row goes when it reaches zero).
+  the number of queues still holding it (the row goes when it reaches zero); ``large``
+  is a large message's body size (its body is the file ``large-messages/ID.msg`` beside
+  the database, its ``data`` the header), NULL for others.
+- ``paged_messages``: non-durable messages (or durable ones on non-durable queues) that
+  paging keeps on disk until queues read them back, with ``refs`` likewise; emptied when
+  the store opens, as such messages do not outlive the node.
 - ``message_refs``: which queue holds which message, with its delivery count.
 - ``duplicate_ids``: each address's duplicate-detection ids; ``seq`` orders them, so the
   oldest beyond an address's ``keep`` are trimmed.
@@ -20,7 +25,10 @@ from pathlib import Path
 
 from bridge.store.errors import SchemaTooNew, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+LARGE_MESSAGES = "large-messages"
+"""The folder beside the database holding large messages' bodies, one file per message."""
 
 SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -31,7 +39,10 @@ CREATE TABLE queues (
     routing TEXT NOT NULL CHECK (routing IN ('anycast', 'multicast')),
     filter TEXT
 );
-CREATE TABLE messages (id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL, large INTEGER
+);
+CREATE TABLE paged_messages (id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
 CREATE TABLE message_refs (
     queue TEXT NOT NULL,
     message_id INTEGER NOT NULL,
@@ -105,8 +116,26 @@ def _check_version(connection: sqlite3.Connection, path: Path) -> None:
             f"{path} holds message store schema version {version}, written by a newer "
             f"txbridge; this one reads versions up to {SCHEMA_VERSION}"
         )
+    if version == 1:
+        _migrate_1_to_2(connection)
+        return
     if version < SCHEMA_VERSION:
         raise StoreError(
             f"{path} holds message store schema version {version}, which no migration "
             f"brings to version {SCHEMA_VERSION}"
         )
+
+
+def _migrate_1_to_2(connection: sqlite3.Connection) -> None:
+    """Version 2 adds large messages (a column) and paging (a table)."""
+    connection.execute("ALTER TABLE messages ADD COLUMN large INTEGER")
+    connection.execute(
+        "CREATE TABLE paged_messages"
+        " (id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL)"
+    )
+    connection.execute("UPDATE schema_version SET version = 2")
+
+
+def large_message_path(data_dir: Path, message_id: int) -> Path:
+    """Where a large message's body is kept."""
+    return data_dir / LARGE_MESSAGES / f"{message_id}.msg"

@@ -40,10 +40,13 @@ from bridge.store.operations import (
     CreateQueue,
     DeleteQueue,
     Operation,
+    PageMessage,
+    ReleasePages,
     StoreDuplicateId,
     UpdateDeliveryCount,
 )
 from bridge.store.records import QueueRecord, Recovered, TxId
+from bridge.store.schema import large_message_path
 from bridge.store.writer import Writer
 
 FILENAME = "messages.sqlite"
@@ -153,7 +156,38 @@ class SQLiteMessageStore:
             data = encode_message(message)
         except MessageFormatError as error:
             return self._refuse(f"add message {message.id}: {error}")
-        return self._submit(AddMessage(message.id, tuple(queues), data), tx)
+        large = message.large
+        if large is None:
+            return self._submit(AddMessage(message.id, tuple(queues), data), tx)
+        return self._submit(AddMessage(message.id, tuple(queues), data, large.size, large.path), tx)
+
+    def large_body_path(self, message_id: int) -> str:
+        return str(large_message_path(self.path.parent, message_id))
+
+    def page(
+        self, message: Message, queues: Sequence[str], tx: TxId | None = None
+    ) -> Deferred[None]:
+        if not queues:
+            return self._refuse(f"page message {message.id}: no queue given")
+        try:
+            data = encode_message(message)
+        except MessageFormatError as error:
+            return self._refuse(f"page message {message.id}: {error}")
+        return self._submit(PageMessage(message.id, len(queues), data), tx)
+
+    def read(
+        self, message_ids: Sequence[int], paged_ids: Sequence[int] = ()
+    ) -> Deferred[dict[int, Message]]:
+        if self._state is not _State.OPEN:
+            return fail(StoreNotOpen(f"{self.path} is {self._state.value}, not open"))
+        return deferToThreadPool(
+            self._threads, self._pool, self._writer.read, list(message_ids), list(paged_ids)
+        )
+
+    def unpage(self, message_ids: Sequence[int]) -> Deferred[None]:
+        if not message_ids:
+            return self._refuse("unpage: no message given")
+        return self._submit(ReleasePages(tuple(message_ids)), None)
 
     def acknowledge(self, queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
         return self._submit(Acknowledge(queue, message_id), tx)

@@ -2,7 +2,10 @@
 
 It opens the file, reads back everything on start, and writes each batch as one SQLite
 transaction, which the commit makes durable (WAL with ``synchronous=FULL``: the commit
-returns after the write-ahead log is synced to disk).
+returns after the write-ahead log is synced to disk). On start it also empties the pages
+(paged non-durable messages do not outlive the node) and deletes large-message files no
+stored message owns: bodies of non-durable messages, and of sends cut off mid-message,
+which are therefore never delivered half.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from bridge.message import Message, MessageFormatError, decode_message
+import attrs
+
+from bridge.message import LargeBody, Message, MessageFormatError, decode_message
 from bridge.store.errors import CommitFailed, StoreError
 from bridge.store.operations import Operation, Outcome, WriterState, apply_all
 from bridge.store.records import QueueRecord, Recovered, RecoveredMessage
-from bridge.store.schema import connect
+from bridge.store.schema import LARGE_MESSAGES, connect, large_message_path
 
 
 class Writer:
@@ -33,7 +38,9 @@ class Writer:
         try:
             cursor = connection.cursor()
             self._state = WriterState.load(cursor)
+            cursor.execute("DELETE FROM paged_messages")
             recovered = self._recover(cursor)
+            self._remove_orphans(cursor)
         except BaseException:
             connection.close()
             raise
@@ -60,6 +67,26 @@ class Writer:
             ) from error
         return outcomes
 
+    def read(self, message_ids: Sequence[int], transient: Sequence[int]) -> dict[int, Message]:
+        """Stored messages (``message_ids``) and paged ones (``transient``), by id; a
+        missing one is a ``StoreError``."""
+        assert self._cursor is not None, "the writer is not open"
+        found: dict[int, Message] = {}
+        for table, ids in (("messages", message_ids), ("paged_messages", transient)):
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                marks = ",".join("?" * len(part))
+                columns = "id, data, large" if table == "messages" else "id, data, NULL"
+                rows = self._cursor.execute(
+                    f"SELECT {columns} FROM {table} WHERE id IN ({marks})", part
+                )
+                for message_id, data, large in rows:
+                    found[message_id] = self._message(message_id, data, large)
+        missing = [i for i in (*message_ids, *transient) if i not in found]
+        if missing:
+            raise StoreError(f"{self.path}: paged messages {missing[:5]} are not stored")
+        return found
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
@@ -81,14 +108,14 @@ class Writer:
         messages: dict[str, list[RecoveredMessage]] = {}
         decoded: dict[int, Message] = {}
         rows = cursor.execute(
-            "SELECT r.queue, r.message_id, r.delivery_count, m.data"
+            "SELECT r.queue, r.message_id, r.delivery_count, m.data, m.large"
             " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
             " ORDER BY r.queue, r.message_id"
         )
-        for queue, message_id, delivery_count, data in rows:
+        for queue, message_id, delivery_count, data, large in rows:
             message = decoded.get(message_id)
             if message is None:
-                message = decoded[message_id] = self._decode(message_id, data)
+                message = decoded[message_id] = self._message(message_id, data, large)
             messages.setdefault(queue, []).append(RecoveredMessage(message, delivery_count))
         duplicate_ids: dict[str, list[bytes]] = {}
         for address, duplicate_id in cursor.execute(
@@ -102,10 +129,28 @@ class Writer:
             highest_message_id=self._state.highest_message_id,
         )
 
-    def _decode(self, message_id: int, data: bytes) -> Message:
+    def _message(self, message_id: int, data: bytes, large: int | None) -> Message:
         try:
-            return decode_message(data)
+            message = decode_message(data)
         except MessageFormatError as error:
             raise StoreError(
                 f"{self.path}: stored message {message_id} is corrupt: {error}"
             ) from None
+        if large is None:
+            return message
+        path = large_message_path(self.path.parent, message_id)
+        if not path.is_file():
+            raise StoreError(f"{self.path}: large message {message_id} has no body at {path}")
+        return attrs.evolve(message, large=LargeBody(str(path), large))
+
+    def _remove_orphans(self, cursor: sqlite3.Cursor) -> None:
+        folder = self.path.parent / LARGE_MESSAGES
+        if not folder.is_dir():
+            return
+        owned = {
+            large_message_path(self.path.parent, message_id).name
+            for (message_id,) in cursor.execute("SELECT id FROM messages WHERE large IS NOT NULL")
+        }
+        for file in folder.iterdir():
+            if file.name not in owned:
+                file.unlink(missing_ok=True)
