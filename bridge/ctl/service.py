@@ -105,7 +105,11 @@ class NodeService(Service):
                 )
             self.ports[acceptor.name] = await _listening(
                 f"acceptor {acceptor.name!r} at {acceptor.url}",
-                head.listen(acceptor.url, settings=connection_settings(acceptor)),
+                head.listen(
+                    acceptor.url,
+                    settings=connection_settings(acceptor),
+                    producer_window_size=acceptor.producer_window_size,
+                ),
             )
         if config.management is not None:
             site = management_site(

@@ -279,6 +279,11 @@ class Broker:
         """Where a large message's body file goes (the store's folder)."""
         return self.store.large_body_path(message_id)
 
+    @staticmethod
+    def discard(message: Message) -> None:
+        """A large message that will not be published after all: its body file goes."""
+        _discard(message)
+
     def publish(
         self, message: Message, *, tx: Transaction | None = None
     ) -> Routed | Deferred[Routed]:

@@ -107,6 +107,11 @@ class AddressMemory:
         self.waiters.append(callback)
         self.node.wait(self)
 
+    def cancel_wait(self, callback: Callable[[], None]) -> None:
+        """Forget a ``when_room`` callback (its producer went away)."""
+        if callback in self.waiters:
+            self.waiters.remove(callback)
+
     def wake(self) -> None:
         waiters, self.waiters = self.waiters, []
         for callback in waiters:

@@ -3,6 +3,8 @@ range passes them, duplicates confirmed and dropped, large sends reassembled."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest_twisted
 
 from bridge.heads.core import DUPLICATE_ID_HEADER
@@ -85,7 +87,7 @@ async def test_sequences_must_increase(node):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_large_send_arrives_whole(node):
+async def test_a_large_send_arrives_whole_in_its_body_file(node):
     peer = await node.peer()
     body = bytes(range(256)) * 1000
     peer.send(p.SendLargeBegin(1, None, message("orders", b""), len(body)))
@@ -93,7 +95,10 @@ async def test_a_large_send_arrives_whole(node):
     peer.send(p.SendLargeChunk(1, body[240000:], True))
     await peer.confirmed(1)
     [entry] = node.broker.queue("orders").browse()
-    assert entry.message.body == body
+    assert entry.message.body == b""
+    assert entry.message.large is not None
+    assert entry.message.large.size == len(body)
+    assert Path(entry.message.large.path).read_bytes() == body
 
 
 @pytest_twisted.ensureDeferred

@@ -57,8 +57,13 @@ class CoreHead:
     def connections(self) -> int:
         return len(self._live)
 
-    def receiver(self) -> CoreReceiver:
-        return CoreReceiver(self)
+    @property
+    def producers_blocked(self) -> int:
+        """Producers (connection and address) waiting for credits from a full address."""
+        return sum(receiver.producers_blocked for receiver in self._live)
+
+    def receiver(self, producer_window_size: int = p.UNLIMITED) -> CoreReceiver:
+        return CoreReceiver(self, producer_window_size)
 
     def listen(
         self,
@@ -66,12 +71,15 @@ class CoreHead:
         *,
         settings: ConnectionSettings | None = None,
         tls: TLSConfig | None = None,
+        producer_window_size: int = p.UNLIMITED,
     ) -> Deferred[IListeningPort]:
-        """Accept core-protocol connections at ``url``."""
+        """Accept core-protocol connections at ``url``, granting each producer
+        ``producer_window_size`` bytes of credit per address (-1: no producer flow
+        control)."""
         return listen(
             self.reactor,
             url,
-            self.receiver,
+            lambda: self.receiver(producer_window_size),
             settings=settings,
             accepted_types=PACKET_TYPES,
             tls=tls,
@@ -110,8 +118,9 @@ class CoreHead:
 class CoreReceiver:
     """One connection of the core head."""
 
-    def __init__(self, head: CoreHead) -> None:
+    def __init__(self, head: CoreHead, producer_window_size: int = p.UNLIMITED) -> None:
         self._head = head
+        self._producer_window = producer_window_size
         self._connection: IFrameConnection | None = None
         self._session: CoreSession | None = None
         self.finished: Deferred[None] = Deferred()
@@ -129,6 +138,8 @@ class CoreReceiver:
             emit=self._emit,
             abort=self._abort,
             authenticate=self._authenticate,
+            producer_window_size=self._producer_window,
+            is_writable=lambda: connection.is_writable,
         )
         connection.add_writability_listener(self._session.writability_changed)
         head.opened(self)
@@ -145,6 +156,10 @@ class CoreReceiver:
                 error=error,
             )
             self._connection.close(str(error))
+
+    @property
+    def producers_blocked(self) -> int:
+        return 0 if self._session is None else self._session.producers_blocked
 
     def connection_lost(self, reason: BaseException) -> None:
         assert self._session is not None
@@ -186,7 +201,8 @@ def listen_core(
     node_id: str,
     settings: ConnectionSettings | None = None,
     tls: TLSConfig | None = None,
+    producer_window_size: int = p.UNLIMITED,
 ) -> Deferred[IListeningPort]:
     """Accept core-protocol connections at ``url`` for ``broker``."""
     head = CoreHead(broker, security, node_name=node_name, node_id=node_id, reactor=reactor)
-    return head.listen(url, settings=settings, tls=tls)
+    return head.listen(url, settings=settings, tls=tls, producer_window_size=producer_window_size)

@@ -13,6 +13,13 @@ SEND_FAILED naming the permission and address, and the session goes on.
 
 Confirmations are batched: the sends of one reactor turn that are done (durable ones once
 their group commit fired) are confirmed by one SEND_CONFIRMED at the end of the turn.
+
+Flow control (docs/protocol.md rules 4, 5 and 8): the bytes of every send are granted back
+to the producer as PRODUCER_CREDITS at the end of the turn it was handled in, except to an
+address full under the BLOCK policy, whose grants wait for room. A large send's chunks go
+straight to its body file; a large delivery's chunks are read from that file only while
+the connection is writable and the consumer has credit, resuming on the writability
+listener or the credit grant; the consumer takes nothing else meanwhile.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from enum import Enum, auto
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -28,9 +36,18 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from bridge.config.node import AddressFullPolicy
 from bridge.config.node import Routing as ConfigRouting
-from bridge.message import HeaderValue, Message
-from bridge.node.broker import AddressNotFound, Broker, NodeError, QueueNotFound, Transaction
+from bridge.message import HeaderValue, LargeBody, Message
+from bridge.node.broker import (
+    AddressFull,
+    AddressNotFound,
+    Broker,
+    NodeError,
+    QueueNotFound,
+    Transaction,
+)
+from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, Entry, Queue, QueueError
 from bridge.node.selector import SelectorError, compile_selector
 from bridge.protocol import packets as p
@@ -49,7 +66,7 @@ MIN_LARGE_MESSAGE_SIZE = 100 * 1024
 """Bodies of this many bytes or more are delivered in chunks (Artemis's
 ``min-large-message-size`` default), fixed until the node has that setting."""
 
-LARGE_CHUNK_SIZE = 64 * 1024
+LARGE_CHUNK_SIZE = 256 * 1024
 """Bytes of body per DELIVER_LARGE_CHUNK."""
 
 
@@ -88,17 +105,31 @@ class _Consumer:
     credits: int | None = None
     """A browse-only consumer's credit (a consuming one's lives in its queue)."""
     next_delivery_id: int = 1
+    stream: _Stream | None = None
+    """The large delivery whose chunks are going out."""
+
+
+@attrs.define(eq=False)
+class _Stream:
+    """A large delivery between its DELIVER_LARGE_BEGIN and its last chunk."""
+
+    delivery_id: int
+    file: IO[bytes]
+    remaining: int
 
 
 @attrs.define(eq=False)
 class _LargeSend:
-    """A large send between its SEND_LARGE_BEGIN and its last chunk."""
+    """A large send between its SEND_LARGE_BEGIN and its last chunk: its body goes to
+    ``file`` (None once refused: the chunks are counted, not kept)."""
 
     sequence: int
     tx_id: int | None
     message: Message
     total_size: int
-    chunks: list[bytes] = attrs.Factory(list)
+    path: str
+    file: IO[bytes] | None
+    refused: Refused | None = None
     received: int = 0
 
 
@@ -124,6 +155,8 @@ class CoreSession:
         emit: Emit,
         abort: Callable[[str], None],
         authenticate: Authenticate,
+        producer_window_size: int = p.UNLIMITED,
+        is_writable: Callable[[], bool] | None = None,
     ) -> None:
         self._broker = broker
         self._security = security
@@ -133,10 +166,14 @@ class CoreSession:
         self._emit = emit
         self._abort = abort
         self._authenticate = authenticate
+        self._producer_window = producer_window_size
+        self._writable = True
+        self._is_writable = is_writable or (lambda: self._writable)
+        self._grants: dict[str, int] = {}
+        self._withheld: dict[str, tuple[int, AddressMemory, Callable[[], None]]] = {}
         self.state = State.AWAITING_CONNECT
         self.subject: Subject | None = None
         self.client_id = ""
-        self._writable = True
         self._last_sequence = 0
         self._pending: deque[_Pending] = deque()
         self._confirmable = 0
@@ -182,10 +219,17 @@ class CoreSession:
         """The connection can take more (True) or should not be given more."""
         self._writable = writable
         for consumer in list(self._consumers.values()):
+            if writable and consumer.stream is not None:
+                self._pump(consumer)
             if consumer.browse is None:
                 self._broker.queue(consumer.queue).set_ready(consumer.node_id, writable)
             elif writable:
                 self._browse(consumer)
+
+    @property
+    def producers_blocked(self) -> int:
+        """Addresses whose credit grants this connection's producer waits for."""
+        return len(self._withheld)
 
     def connection_lost(self) -> Deferred[None]:
         """Give back what the connection held: unsettled deliveries return to their queues,
@@ -193,9 +237,15 @@ class CoreSession:
         self.state = State.CLOSED
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
-        self._large = None
+        if self._large is not None:
+            self._drop_large(self._large)
+            self._large = None
+        for _, memory, waiter in self._withheld.values():
+            memory.cancel_wait(waiter)
+        self._withheld.clear()
         work: list[Deferred[None]] = []
         for consumer in self._consumers.values():
+            self._end_stream(consumer)
             if consumer.browse is None:
                 work.append(self._broker.close_consumer(consumer.queue, consumer.node_id))
         self._consumers.clear()
@@ -237,7 +287,9 @@ class CoreSession:
             return
         self.subject = subject
         self.state = State.OPEN
-        self._emit(p.Connected(self._node_name, self._node_id, p.PROTOCOL_VERSION, p.UNLIMITED))
+        self._emit(
+            p.Connected(self._node_name, self._node_id, p.PROTOCOL_VERSION, self._producer_window)
+        )
 
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
@@ -355,22 +407,35 @@ class CoreSession:
 
     def _send(self, packet: p.Send) -> None:
         self._sequence(packet.sequence)
-        self._route(packet.sequence, packet.tx_id, packet.message)
+        message = packet.message
+        if self._producer_window != p.UNLIMITED:
+            self._grant(message.address, message.size)
+        self._route(packet.sequence, packet.tx_id, message)
+
+    def _check_send(self, tx_id: int | None, address: str) -> Transaction | None:
+        """The send's transaction; Refused if it may not be sent."""
+        tx = self._transaction(tx_id)
+        self._check_address(address)
+        self._check(address, Permission.SEND)
+        return tx
 
     def _route(self, sequence: int, tx_id: int | None, message: Message) -> None:
         try:
-            tx = self._transaction(tx_id)
-            self._check_address(message.address)
-            self._check(message.address, Permission.SEND)
+            tx = self._check_send(tx_id, message.address)
             duplicate_id = _duplicate_id(message)
             if duplicate_id != message.duplicate_id:
                 message = attrs.evolve(message, duplicate_id=duplicate_id)
             routed = self._broker.publish(message, tx=tx)
         except Refused as refused:
+            self._broker.discard(message)
             self._refuse(sequence, refused.code, str(refused))
             return
         except AddressNotFound as missing:
+            self._broker.discard(message)
             self._refuse(sequence, p.ErrorCode.NOT_FOUND, str(missing))
+            return
+        except AddressFull as full:
+            self._refuse(sequence, p.ErrorCode.ADDRESS_FULL, str(full))
             return
         if not isinstance(routed, Deferred):
             self._done_at_once(sequence)
@@ -409,30 +474,93 @@ class CoreSession:
     def _done(self, sequence: int) -> None:
         """Every send up to ``sequence`` is done: confirm them at the end of this turn."""
         self._confirmable = sequence
+        self._end_of_turn()
+
+    def _end_of_turn(self) -> None:
         if self._confirm_call is None:
             self._confirm_call = self._clock.callLater(0, self._confirm)
 
     def _confirm(self) -> None:
         self._confirm_call = None
-        if self._confirmable > self._confirmed and self.state is State.OPEN:
+        if self.state is not State.OPEN:
+            return
+        if self._confirmable > self._confirmed:
             self._confirmed = self._confirmable
             self._emit(p.SendConfirmed(self._confirmed))
+        if self._grants:
+            grants, self._grants = self._grants, {}
+            for address, credits in grants.items():
+                self._give(address, credits)
+
+    # -- producer credits -----------------------------------------------------------------
+
+    def _grant(self, address: str, credits: int) -> None:
+        """Give ``credits`` back to ``address``'s producer at the end of this turn."""
+        self._grants[address] = self._grants.get(address, 0) + credits
+        self._end_of_turn()
+
+    def _give(self, address: str, credits: int) -> None:
+        """Grant now, unless the address is full under BLOCK: then once it has room."""
+        withheld = self._withheld.get(address)
+        if withheld is not None:
+            total, waited, waiter = withheld
+            self._withheld[address] = (total + credits, waited, waiter)
+            return
+        known = self._broker.addresses.get(address)
+        memory = None if known is None else known.memory
+        if memory is None or memory.policy is not AddressFullPolicy.BLOCK or not memory.full:
+            self._emit(p.ProducerCredits(address, credits))
+            return
+
+        def room() -> None:
+            total, _, _ = self._withheld.pop(address)
+            if self.state is State.OPEN:
+                self._emit(p.ProducerCredits(address, total))
+
+        self._withheld[address] = (credits, memory, room)
+        memory.when_room(room)
+
+    # -- large sends ----------------------------------------------------------------------
 
     def _send_large_begin(self, packet: p.SendLargeBegin) -> None:
         self._sequence(packet.sequence)
-        self._large = _LargeSend(packet.sequence, packet.tx_id, packet.message, packet.total_size)
+        header = packet.message
+        if self._producer_window != p.UNLIMITED:
+            self._grant(header.address, header.size)
+        message_id = self._broker.allocate_id()
+        path = self._broker.large_body_path(message_id)
+        message = header.with_id(message_id)
+        try:
+            self._check_send(packet.tx_id, header.address)
+        except Refused as refused:
+            self._large = _LargeSend(
+                packet.sequence, packet.tx_id, message, packet.total_size, path, None, refused
+            )
+            return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        file = open(path, "wb", buffering=0)  # noqa: SIM115 - open until the last chunk
+        self._large = _LargeSend(
+            packet.sequence, packet.tx_id, message, packet.total_size, path, file
+        )
 
     def _send_large_chunk(self, packet: p.SendLargeChunk) -> None:
         large = self._large
         if large is None or packet.sequence != large.sequence:
             raise SessionError(f"SEND_LARGE_CHUNK of send {packet.sequence}, which is not open")
-        large.received += len(packet.data)
-        if large.received <= large.total_size:
-            large.chunks.append(packet.data)
+        data = packet.data
+        large.received += len(data)
+        if self._producer_window != p.UNLIMITED:
+            self._grant(large.message.address, len(data))
+        if large.file is not None and large.received <= large.total_size:
+            large.file.write(data)
         if not packet.last:
             return
         self._large = None
+        if large.refused is not None:
+            self._refuse(large.sequence, large.refused.code, str(large.refused))
+            return
         if large.received != large.total_size:
+            self._drop_large(large)
             self._refuse(
                 large.sequence,
                 p.ErrorCode.INVALID,
@@ -440,8 +568,17 @@ class CoreSession:
                 f"but its chunks held {large.received}",
             )
             return
-        message = attrs.evolve(large.message, body=b"".join(large.chunks))
-        self._route(large.sequence, large.tx_id, message)
+        assert large.file is not None
+        large.file.close()
+        body = LargeBody(large.path, large.total_size)
+        self._route(large.sequence, large.tx_id, attrs.evolve(large.message, large=body))
+
+    @staticmethod
+    def _drop_large(large: _LargeSend) -> None:
+        """A large send that will not be published: its partial file goes."""
+        if large.file is not None:
+            large.file.close()
+            Path(large.path).unlink(missing_ok=True)
 
     def _transaction(self, tx_id: int | None) -> Transaction | None:
         if tx_id is None:
@@ -502,12 +639,16 @@ class CoreSession:
 
     def _deliver(self, consumer: _Consumer, delivery: Delivery) -> None:
         self._emit_delivery(
-            consumer.client_id, delivery.delivery_id, delivery.delivery_count, delivery.message
+            consumer, delivery.delivery_id, delivery.delivery_count, delivery.message
         )
 
     def _emit_delivery(
-        self, consumer_id: int, delivery_id: int, count: int, message: Message
+        self, consumer: _Consumer, delivery_id: int, count: int, message: Message
     ) -> None:
+        consumer_id = consumer.client_id
+        if message.large is not None:
+            self._start_stream(consumer, delivery_id, count, message, message.large)
+            return
         if len(message.body) < MIN_LARGE_MESSAGE_SIZE:
             self._emit(p.Deliver(consumer_id, delivery_id, count, message))
             return
@@ -519,11 +660,67 @@ class CoreSession:
             chunk = bytes(body[start:end])
             self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
 
+    # -- large deliveries -----------------------------------------------------------------
+
+    def _start_stream(
+        self, consumer: _Consumer, delivery_id: int, count: int, message: Message, body: LargeBody
+    ) -> None:
+        file = open(body.path, "rb")  # noqa: SIM115 - open until the last chunk
+        consumer.stream = _Stream(delivery_id, file, body.size)
+        header = attrs.evolve(message, large=None)
+        self._emit(p.DeliverLargeBegin(consumer.client_id, delivery_id, count, header, body.size))
+        if consumer.browse is None:
+            self._broker.queue(consumer.queue).hold(consumer.node_id, True)
+        self._pump(consumer)
+
+    def _pump(self, consumer: _Consumer) -> None:
+        """Send a large delivery's next chunks while the connection is writable and the
+        consumer has credit; when the last is out, the consumer takes messages again."""
+        stream = consumer.stream
+        assert stream is not None
+        queue = None if consumer.browse is not None else self._broker.queue(consumer.queue)
+        while self._is_writable() and self._has_credit(consumer, queue):
+            data = stream.file.read(min(LARGE_CHUNK_SIZE, stream.remaining))
+            if len(data) < min(LARGE_CHUNK_SIZE, stream.remaining):
+                self._end_stream(consumer)
+                self._abort(f"the body file of large delivery {stream.delivery_id} is short")
+                return
+            stream.remaining -= len(data)
+            last = stream.remaining == 0
+            self._emit(p.DeliverLargeChunk(consumer.client_id, stream.delivery_id, data, last))
+            if queue is not None:
+                queue.spend(consumer.node_id, len(data))
+            elif consumer.credits is not None:
+                consumer.credits -= len(data)
+            if last:
+                self._end_stream(consumer)
+                if queue is not None:
+                    queue.hold(consumer.node_id, False)
+                else:
+                    self._browse(consumer)
+                return
+
+    @staticmethod
+    def _has_credit(consumer: _Consumer, queue: Queue | None) -> bool:
+        if queue is not None:
+            return queue.has_credit(consumer.node_id)
+        return consumer.credits is None or consumer.credits > 0
+
+    @staticmethod
+    def _end_stream(consumer: _Consumer) -> None:
+        if consumer.stream is not None:
+            consumer.stream.file.close()
+            consumer.stream = None
+
     def _browse(self, consumer: _Consumer) -> None:
         """Deliver a browse-only consumer's snapshot while it has credit and the connection
         is writable; it goes on when either returns."""
         assert consumer.browse is not None
-        while self._writable and (consumer.credits is None or consumer.credits > 0):
+        while (
+            consumer.stream is None
+            and self._writable
+            and (consumer.credits is None or consumer.credits > 0)
+        ):
             entry = next(consumer.browse, None)
             if entry is None:
                 return
@@ -531,9 +728,7 @@ class CoreSession:
             consumer.next_delivery_id += 1
             if consumer.credits is not None:
                 consumer.credits -= entry.message.size
-            self._emit_delivery(
-                consumer.client_id, delivery_id, entry.delivery_count, entry.message
-            )
+            self._emit_delivery(consumer, delivery_id, entry.delivery_count, entry.message)
 
     def _consumer(self, consumer_id: int, what: str) -> _Consumer:
         consumer = self._consumers.get(consumer_id)
@@ -547,10 +742,15 @@ class CoreSession:
             self._broker.queue(consumer.queue).add_credits(consumer.node_id, packet.credits)
         elif consumer.credits is not None:
             consumer.credits += packet.credits
+        if consumer.stream is not None:
+            self._pump(consumer)
+        if consumer.browse is not None:
             self._browse(consumer)
 
     def _close_consumer(self, packet: p.CloseConsumer) -> None:
         consumer = self._consumers.pop(packet.consumer_id, None)
+        if consumer is not None:
+            self._end_stream(consumer)
         if consumer is None:
             self._emit(
                 p.Failed(
@@ -680,6 +880,8 @@ def _duplicate_id(message: Message) -> bytes | None:
 
 
 def _code(failure: Failure) -> p.ErrorCode:
+    if failure.check(AddressFull):
+        return p.ErrorCode.ADDRESS_FULL
     if failure.check(QueueNotFound, AddressNotFound):
         return p.ErrorCode.NOT_FOUND
     if failure.check(NodeError, SelectorError):
