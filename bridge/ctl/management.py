@@ -58,13 +58,13 @@ class NodeView:
     clock: IReactorTime
     started: float
     connections: Callable[[], int]
+    producers_blocked: Callable[[], int]
 
     def uptime(self) -> float:
         return self.clock.seconds() - self.started
 
     def status(self) -> Status:
-        """The node now. Paging and producer blocking do not exist yet: their fields
-        are truthfully 0."""
+        """The node now."""
         broker = self.broker
         queues = broker.queues
         return Status(
@@ -79,6 +79,15 @@ class NodeView:
                     name=name,
                     routing=address.routing.value,
                     queues=tuple(sorted(b.queue.name for b in address.bindings)),
+                    memory_bytes=address.memory.size,
+                    max_size_bytes=address.memory.max_size,
+                    address_full_policy=address.memory.policy.value,
+                    full=address.memory.full,
+                    paged_messages=address.memory.paged_messages,
+                    paged_bytes=address.memory.paged_bytes,
+                    messages_paged=address.memory.paged_total,
+                    messages_dropped=address.memory.dropped_total,
+                    sends_refused=address.memory.refused_total,
                 )
                 for name, address in sorted(broker.addresses.items())
             ),
@@ -97,8 +106,10 @@ class NodeView:
                 )
                 for name, queue in sorted(queues.items())
             ),
-            paged_bytes=0,
-            producers_blocked=0,
+            memory_bytes=broker.memory.size,
+            global_max_size=broker.memory.max_size,
+            paged_bytes=sum(a.memory.paged_bytes for a in broker.addresses.values()),
+            producers_blocked=self.producers_blocked(),
         )
 
 
@@ -121,14 +132,23 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "txbridge_connections", "Client connections open now.", view.connections()
         )
+        addresses = view.broker.addresses
         yield GaugeMetricFamily(
-            "txbridge_paged_bytes", "Bytes of messages paged to disk (no paging yet: 0).", 0
+            "txbridge_memory_bytes",
+            "Bytes of messages the node holds in memory.",
+            view.broker.memory.size,
+        )
+        yield GaugeMetricFamily(
+            "txbridge_paged_bytes",
+            "Bytes of messages paged to the store, not yet read back.",
+            sum(a.memory.paged_bytes for a in addresses.values()),
         )
         yield GaugeMetricFamily(
             "txbridge_producers_blocked",
-            "Producers blocked by a full address (no blocking yet: 0).",
-            0,
+            "Producers waiting for credits from an address full under BLOCK.",
+            view.producers_blocked(),
         )
+        yield from _address_metrics(view.broker)
         labels = ["queue", "address"]
         gauges = {
             "depth": GaugeMetricFamily(
@@ -168,6 +188,39 @@ class BrokerCollector(Collector):
             counters["dropped"].add_metric(values, queue.dropped_total)
         yield from gauges.values()
         yield from counters.values()
+
+
+def _address_metrics(broker: Broker) -> Iterator[Metric]:
+    """Each address's memory and what its address-full policy did."""
+    labels = ["address"]
+    gauges = [
+        ("memory_bytes", "Bytes of the address's messages in memory.", "size"),
+        ("paged_messages", "Messages paged to the store, not yet read back.", "paged_messages"),
+        ("paged_bytes", "Bytes of those paged messages.", "paged_bytes"),
+    ]
+    counters = [
+        ("messages_paged", "Messages paged since the node started.", "paged_total"),
+        ("messages_dropped", "Messages dropped by the DROP policy.", "dropped_total"),
+        ("sends_refused", "Sends refused by the FAIL policy.", "refused_total"),
+    ]
+    families: list[tuple[GaugeMetricFamily | CounterMetricFamily, str]] = [
+        (GaugeMetricFamily(f"txbridge_address_{name}", text, labels=labels), attribute)
+        for name, text, attribute in gauges
+    ]
+    families += [
+        (CounterMetricFamily(f"txbridge_address_{name}", text, labels=labels), attribute)
+        for name, text, attribute in counters
+    ]
+    full = GaugeMetricFamily(
+        "txbridge_address_full", "1 while the address is full, else 0.", labels=labels
+    )
+    for name, address in sorted(broker.addresses.items()):
+        for family, attribute in families:
+            family.add_metric([name], getattr(address.memory, attribute))
+        full.add_metric([name], int(address.memory.full))
+    for family, _ in families:
+        yield family
+    yield full
 
 
 @attrs.frozen
@@ -309,12 +362,14 @@ def management_site(
     node_id: str,
     reactor: IReactorTime,
     connections: Callable[[], int] = lambda: 0,
+    producers_blocked: Callable[[], int] = lambda: 0,
 ) -> Site:
     """The management API of a node, for the node service to listen with.
 
     ``reactor`` is the clock of the uptime (counted from this call); ``connections``
-    says how many client connections the node has open now."""
-    view = NodeView(broker, node_id, reactor, reactor.seconds(), connections)
+    says how many client connections the node has open now, ``producers_blocked`` how
+    many producers wait for credits."""
+    view = NodeView(broker, node_id, reactor, reactor.seconds(), connections, producers_blocked)
     site = Site(ManagementResource(view, security))
     site.displayTracebacks = False
     return site

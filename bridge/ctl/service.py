@@ -81,9 +81,11 @@ class NodeService(Service):
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
         self._starting: Deferred[None] | None = None
+        self._stopping: Deferred[None] | None = None
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
+        self._stopping = None
         tune_allocator()
         self._starting = Deferred.fromCoroutine(self._start())
         self._starting.addCallbacks(self.started.callback, self._failed)
@@ -118,6 +120,7 @@ class NodeService(Service):
                 node_id=identity,
                 reactor=self.reactor,
                 connections=lambda: head.connections,
+                producers_blocked=lambda: head.producers_blocked,
             )
             where = config.management
             endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
@@ -134,7 +137,7 @@ class NodeService(Service):
     def _failed(self, failure: Failure) -> None:
         """Start-up failed: undo what started, then end the process with status 1."""
         log.critical("node {name} could not start: {why}", name=self.config.name, why=failure.value)
-        stopping = Deferred.fromCoroutine(self._stop())
+        stopping = self._stop_once()
         if self.exit_on_failure:
             stopping.addBoth(lambda _: self._exit())
         self.started.errback(failure)
@@ -145,7 +148,16 @@ class NodeService(Service):
 
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]
-        return Deferred.fromCoroutine(self._stop())
+        return self._stop_once()
+
+    def _stop_once(self) -> Deferred[None]:
+        """Stop, once however often asked (a failed start stops, then so may its owner):
+        every caller's Deferred fires when the one stop is complete."""
+        if self._stopping is None:
+            self._stopping = Deferred.fromCoroutine(self._stop())
+        done: Deferred[None] = Deferred()
+        self._stopping.addBoth(_pass_on, done)
+        return done
 
     async def _stop(self) -> None:
         if self._starting is not None and not self._starting.called:
@@ -176,6 +188,14 @@ async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeni
 def _where(port: IListeningPort) -> str:
     host = port.getHost()
     return f"{getattr(host, 'host', '?')}:{getattr(host, 'port', '?')}"
+
+
+def _pass_on(result: object, to: Deferred[None]) -> object:
+    if isinstance(result, Failure):
+        to.errback(result)
+        return None
+    to.callback(None)
+    return result
 
 
 def _exit_failed() -> None:

@@ -50,6 +50,15 @@ class AddressStatus:
     name: str
     routing: str
     queues: tuple[str, ...]
+    memory_bytes: int
+    max_size_bytes: int
+    address_full_policy: str
+    full: bool
+    paged_messages: int
+    paged_bytes: int
+    messages_paged: int
+    messages_dropped: int
+    sends_refused: int
 
 
 @attrs.frozen
@@ -73,6 +82,8 @@ class Status:
     node: NodeStatus
     addresses: tuple[AddressStatus, ...]
     queues: tuple[QueueStatus, ...]
+    memory_bytes: int
+    global_max_size: int
     paged_bytes: int
     producers_blocked: int
 

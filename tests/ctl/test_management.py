@@ -172,10 +172,25 @@ async def test_status_tells_the_node_its_addresses_and_its_queues(broker, served
     assert status["node"]["id"] == NODE_ID
     assert status["node"]["connections"] == 5
     assert 0 <= status["node"]["uptime_seconds"] < 60
+    unlimited = {
+        "max_size_bytes": -1,
+        "address_full_policy": "PAGE",
+        "full": False,
+        "paged_messages": 0,
+        "paged_bytes": 0,
+        "messages_paged": 0,
+        "messages_dropped": 0,
+        "sends_refused": 0,
+    }
+    # In memory: news's message ("extra"), and orders's one in flight ("three").
     assert status["addresses"] == [
-        {"name": "news", "routing": "multicast", "queues": ["news.sub"]},
-        {"name": "orders", "routing": "anycast", "queues": ["orders"]},
+        {"name": "news", "routing": "multicast", "queues": ["news.sub"], "memory_bytes": 35}
+        | unlimited,
+        {"name": "orders", "routing": "anycast", "queues": ["orders"], "memory_bytes": 37}
+        | unlimited,
     ]
+    assert status["memory_bytes"] == 35 + 37
+    assert status["global_max_size"] == broker.memory.max_size
     assert status["queues"] == [
         {
             "name": "news.sub",
@@ -238,6 +253,12 @@ async def test_metrics_are_prometheus_text_read_at_scrape_time(broker, served):
     assert value("txbridge_node_info", "txbridge_node_info", name="a", id=NODE_ID) == 1
     assert value("txbridge_connections", "txbridge_connections") == 5
     assert value("txbridge_paged_bytes", "txbridge_paged_bytes") == 0
+    assert value("txbridge_memory_bytes", "txbridge_memory_bytes") == 35 + 37
+    memory = "txbridge_address_memory_bytes"
+    assert value(memory, memory, address="orders") == 37
+    assert value("txbridge_address_full", "txbridge_address_full", address="orders") == 0
+    refused = "txbridge_address_sends_refused"
+    assert value(refused, refused + "_total", address="orders") == 0
     assert value("txbridge_producers_blocked", "txbridge_producers_blocked") == 0
     assert value("txbridge_node_uptime_seconds", "txbridge_node_uptime_seconds") >= 0
     # The queue news.sub did not exist at the first scrape: nothing is cached.

@@ -47,11 +47,28 @@ def queue(name: str, address: str, depth: int, in_flight: int, consumers: int) -
 
 SAMPLE = Status(
     node=NodeStatus(name="a", id="7f3a", uptime_seconds=3723.9, connections=1),
-    addresses=(AddressStatus("orders", "anycast", ("orders",)),),
+    addresses=(
+        AddressStatus(
+            "orders",
+            "anycast",
+            ("orders",),
+            memory_bytes=2048,
+            max_size_bytes=-1,
+            address_full_policy="PAGE",
+            full=False,
+            paged_messages=0,
+            paged_bytes=0,
+            messages_paged=0,
+            messages_dropped=0,
+            sends_refused=0,
+        ),
+    ),
     queues=(
         queue("orders", "orders", 12345, 10, 2),
         queue("news.archive", "news", 0, 0, 0),
     ),
+    memory_bytes=2048,
+    global_max_size=64 * 1024 * 1024,
     paged_bytes=0,
     producers_blocked=0,
 )
@@ -67,7 +84,7 @@ def test_a_person_reads_a_node_line_and_an_aligned_table():
 
 
 def test_a_node_without_queues_says_so():
-    empty = Status(SAMPLE.node, (), (), 0, 0)
+    empty = Status(SAMPLE.node, (), (), 0, -1, 0, 0)
     assert format_status(empty).splitlines()[1] == "no queues"
 
 
