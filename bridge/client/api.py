@@ -313,8 +313,15 @@ class Client:
             return fail(ClientClosed("the client is closed"))
         if self.is_writable if address is None else self.address_writable(address):
             return succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._writable_waiters.append((address, waiter))
+        entry: tuple[str | None, Deferred[None]]
+
+        def cancel(_: Deferred[None]) -> None:
+            if entry in self._writable_waiters:
+                self._writable_waiters.remove(entry)
+
+        waiter: Deferred[None] = Deferred(cancel)
+        entry = (address, waiter)
+        self._writable_waiters.append(entry)
         return waiter
 
     @property

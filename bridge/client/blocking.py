@@ -31,6 +31,12 @@ class TimeoutError(ClientError):
     """The node did not answer within the call's timeout."""
 
 
+class ProducerBlocked(TimeoutError):
+    """A send could not start within the call's timeout: the address had no producer
+    credit (the node withholds it while the address is full under BLOCK) or the
+    confirmation window stayed full. Nothing was sent."""
+
+
 def _seconds(timeout: float | None) -> float:
     """crochet waits without end on None, though its stub asks for a float."""
     return cast(float, timeout)
@@ -139,7 +145,18 @@ class BlockingClient:
         duplicate_id: bytes | None = None,
         tx: BlockingTransaction | None = None,
     ) -> None:
-        """Send and wait for the node's confirmation; a file body streams as a large message."""
+        """Send and wait for the node's confirmation; a file body streams as a large message.
+
+        A send waits for producer credit first: ``ProducerBlocked`` if none came within the
+        timeout (then nothing was sent)."""
+        try:
+            _wait(self._client.when_writable, self.timeout, address)
+        except TimeoutError:
+            raise ProducerBlocked(
+                f"no producer credit for address {address!r} within {self.timeout}s: the "
+                "address is full under the BLOCK policy, or the node does not confirm; "
+                "nothing was sent"
+            ) from None
         _wait(
             self._client.send,
             self.timeout,
