@@ -37,9 +37,12 @@ class Brokers:
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
         self.open_ones: list[Broker] = []
+        self.extra: dict[str, Any] = {}
 
-    async def __call__(self) -> Broker:
-        cfg = config(self.tmp_path)
+    async def __call__(self, **extra: Any) -> Broker:
+        """A broker; ``extra`` configuration keys stay for its restarts."""
+        self.extra = extra or self.extra
+        cfg = config(self.tmp_path, **self.extra)
         broker = Broker(cfg, SQLiteMessageStore(cfg.data_dir, reactor))
         await broker.open()
         self.open_ones.append(broker)
