@@ -16,6 +16,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
+from twisted.internet.task import deferLater
 from zope.interface import implementer
 
 from bridge.config.node import parse_node_config
@@ -139,6 +140,16 @@ class Peer:
         return self.lost
 
 
+async def eventually(test: Any, timeout: float = 10.0) -> None:
+    """Wait (bounded) until ``test()`` holds, for what no peer event announces (files, the
+    node's state): checked every few milliseconds."""
+    deadline = reactor.seconds() + timeout
+    while not test():
+        if reactor.seconds() > deadline:
+            raise AssertionError(f"still not so after {timeout}s: {test}")
+        await deferLater(reactor, 0.005, lambda: None)
+
+
 def message(address: str, body: bytes = b"x", durable: bool = True, **headers: Any) -> Message:
     return Message(id=0, address=address, durable=durable, headers=headers, body=body)
 
@@ -149,13 +160,16 @@ class Node:
 
     path: Path
     security_table: dict[str, Any] | None = None
+    extra: dict[str, Any] = attrs.Factory(dict)
+    """Configuration keys replacing CONFIG's."""
+    producer_window_size: int = p.UNLIMITED
     broker: Broker | None = None
     head: CoreHead | None = None
     port: IListeningPort | None = None
     peers: list[Peer] = attrs.Factory(list)
 
     async def start(self) -> Node:
-        document = dict(CONFIG)
+        document = CONFIG | self.extra
         if self.security_table is not None:
             document["security"] = self.security_table
         config = parse_node_config(document, self.path / "node.toml")
@@ -163,7 +177,9 @@ class Node:
         await self.broker.open()
         security = SecurityStore(config.security, time.monotonic)
         self.head = CoreHead(self.broker, security, node_name="a", node_id="id-a", reactor=reactor)
-        self.port = await self.head.listen("tcp://127.0.0.1:0")
+        self.port = await self.head.listen(
+            "tcp://127.0.0.1:0", producer_window_size=self.producer_window_size
+        )
         return self
 
     async def peer(
