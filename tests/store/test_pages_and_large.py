@@ -1,0 +1,124 @@
+"""Paging and large messages in the SQLite store: pages are read back and released and do
+not outlive the store; large bodies are files synced with their message, and files no
+message owns are gone when the store opens; a version 1 store is migrated."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+
+from bridge.message import LargeBody, Message
+from bridge.store import StoreError
+from bridge.store.errors import InvalidOperation
+from tests.store.conftest import Stores, anycast, message
+
+
+@pytest_twisted.ensureDeferred
+async def test_pages_are_read_back_with_stored_messages_and_released(stores: Stores) -> None:
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    await store.add(message(1), ["orders"])
+    await store.page(message(2, durable=False), ["a", "b"])
+    found = await store.read([1], [2])
+    assert found == {1: message(1), 2: message(2, durable=False)}
+    await store.unpage([2])
+    assert (await store.read([], [2])) == {2: message(2, durable=False)}  # b still has it
+    await store.unpage([2])
+    with pytest.raises(StoreError, match=r"paged messages \[2\] are not stored"):
+        await store.read([], [2])
+
+
+@pytest_twisted.ensureDeferred
+async def test_pages_do_not_outlive_the_store(stores: Stores) -> None:
+    store, _ = await stores.open()
+    await store.page(message(5, durable=False), ["a"])
+    store, recovered = await stores.reopen(store)
+    assert recovered.messages == {} and recovered.highest_message_id == 0
+    with pytest.raises(StoreError):
+        await store.read([], [5])
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_page_twice_and_an_empty_unpage_are_refused(stores: Stores) -> None:
+    store, _ = await stores.open()
+    await store.page(message(5, durable=False), ["a"])
+    with pytest.raises(InvalidOperation, match="page message 5: it is paged already"):
+        await store.page(message(5, durable=False), ["a"])
+    with pytest.raises(InvalidOperation, match="no message given"):
+        await store.unpage([])
+
+
+def large_message(message_id: int, body: bytes, path: str) -> Message:
+    """A large message whose body was written to ``path``, as the node does."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes(body)
+    return message(message_id, body=b"", large=LargeBody(path, len(body)))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_body_is_recovered_with_its_message_and_orphans_are_removed(
+    stores: Stores,
+) -> None:
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    kept = large_message(1, b"k" * 5000, store.large_body_path(1))
+    await store.add(kept, ["orders"])
+    orphan = Path(store.large_body_path(2))
+    orphan.write_bytes(b"a send cut off mid-message")
+    store, recovered = await stores.reopen(store)
+    [stored] = recovered.messages["orders"]
+    assert stored.message.large == LargeBody(store.large_body_path(1), 5000)
+    assert Path(store.large_body_path(1)).read_bytes() == b"k" * 5000
+    assert not orphan.exists()
+    await store.acknowledge("orders", 1)
+    store, recovered = await stores.reopen(store)
+    assert not Path(store.large_body_path(1)).exists()  # no message owns it any more
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_message_whose_file_is_gone_is_refused(stores: Stores) -> None:
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    missing = message(3, body=b"", large=LargeBody(store.large_body_path(3), 10))
+    with pytest.raises(InvalidOperation, match="cannot be opened"):
+        await store.add(missing, ["orders"])
+    kept = large_message(4, b"x" * 10, store.large_body_path(4))
+    await store.add(kept, ["orders"])
+    await store.close()
+    Path(store.large_body_path(4)).unlink()
+    with pytest.raises(StoreError, match="large message 4 has no body"):
+        await stores.open()
+
+
+V1_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE store_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE queues (name TEXT NOT NULL UNIQUE, address TEXT NOT NULL,
+    routing TEXT NOT NULL, filter TEXT);
+CREATE TABLE messages (id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE TABLE message_refs (queue TEXT NOT NULL, message_id INTEGER NOT NULL,
+    delivery_count INTEGER NOT NULL, PRIMARY KEY (queue, message_id)) WITHOUT ROWID;
+CREATE TABLE duplicate_ids (seq INTEGER PRIMARY KEY AUTOINCREMENT, address TEXT NOT NULL,
+    duplicate_id BLOB NOT NULL, UNIQUE (address, duplicate_id));
+INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0);
+INSERT INTO schema_version (version) VALUES (1);
+INSERT INTO queues (name, address, routing) VALUES ('orders', 'orders', 'anycast');
+"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_version_1_store_is_migrated(stores: Stores) -> None:
+    stores.data_dir.mkdir(parents=True)
+    connection = sqlite3.connect(stores.data_dir / "messages.sqlite")
+    connection.executescript(V1_SCHEMA)
+    connection.close()
+    store, recovered = await stores.open()
+    assert [q.name for q in recovered.queues] == ["orders"]
+    await store.page(message(1, durable=False), ["orders"])
+    version = sqlite3.connect(stores.data_dir / "messages.sqlite").execute(
+        "SELECT version FROM schema_version"
+    )
+    assert version.fetchone() == (2,)
