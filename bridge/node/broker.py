@@ -98,7 +98,7 @@ class Broker:
 
     async def open(self) -> None:
         """Recover queues, messages and duplicate ids; declare configured addresses."""
-        recovered = await self.store.open()
+        recovered = await self.store.open(self.config.global_max_size)
         self._next_id = recovered.highest_message_id + 1
         self._recover(recovered)
         for declared in self.config.addresses:
@@ -121,6 +121,10 @@ class Broker:
             self._durable.add(record.name)
             for stored in recovered.messages.get(record.name, ()):
                 message = stored.message
+                if stored.paged_size is not None:
+                    address.memory.paged(stored.paged_size)
+                    queue.add_paged(message, STORED, stored.paged_size, stored.delivery_count)
+                    continue
                 if message.large is not None:
                     self._large_refs[message.id] = self._large_refs.get(message.id, 0) + 1
                 queue.add(message, stored.delivery_count)
@@ -312,11 +316,14 @@ class Broker:
         paged = False
         if bindings and (memory.paged_messages or memory.full):
             policy = memory.policy
-            if policy is AddressFullPolicy.DROP:
+            # (Not full, an address may still have messages the last start left paged.)
+            if policy is AddressFullPolicy.PAGE:
+                paged = message.large is None
+            elif memory.full and policy is AddressFullPolicy.DROP:
                 memory.dropped_total += 1
                 _discard(message)
                 return Routed((), dropped=True)
-            if policy is AddressFullPolicy.FAIL:
+            elif memory.full and policy is AddressFullPolicy.FAIL:
                 memory.refused_total += 1
                 _discard(message)
                 raise AddressFull(
@@ -324,7 +331,6 @@ class Broker:
                     f"max-size-bytes {memory.max_size}, global-max-size "
                     f"{memory.node.max_size}) and its address-full-policy is FAIL"
                 )
-            paged = policy is AddressFullPolicy.PAGE and message.large is None
         duplicate_id = message.duplicate_id
         if duplicate_id is not None:
             address.duplicates.add(duplicate_id)

@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 class IMessageStore(Interface):
     """Durable messages, their queues, delivery counts and duplicate-detection ids."""
 
-    def open() -> Deferred[Recovered]:
+    def open(load_limit: int = -1) -> Deferred[Recovered]:
         """Open (creating if needed) and load everything stored, for the node to rebuild
-        its queues; other operations are refused until this has fired."""
+        its queues: messages in full up to ``load_limit`` bytes in all (-1: no limit), the
+        rest as stubs to read back later. Other operations are refused until this has
+        fired."""
 
     def add(message: Message, queues: Sequence[str], tx: TxId | None = None) -> Deferred[None]:
         """Store a durable message routed to ``queues`` (at least one, no repeats). The

@@ -33,10 +33,15 @@ class QueueRecord:
 
 @attrs.frozen
 class RecoveredMessage:
-    """A stored message on one queue, with how often it was delivered there."""
+    """A stored message on one queue, with how often it was delivered there.
+
+    With ``paged_size`` set, ``message`` is only its stub (``Message.stub``): the store
+    read no more bodies than its open's ``load_limit``, and the body, of that size, is
+    read back later (``IMessageStore.read``)."""
 
     message: Message
     delivery_count: int
+    paged_size: int | None = None
 
 
 @attrs.frozen

@@ -119,12 +119,12 @@ class SQLiteMessageStore:
         """Operations in the committed batches (a transaction's commit counts as one)."""
         return self._batches.committed_items
 
-    def open(self) -> Deferred[Recovered]:
+    def open(self, load_limit: int = -1) -> Deferred[Recovered]:
         if self._state is not _State.NEW:
             return fail(StoreNotOpen(f"{self.path}: open() can be called once"))
         self._state = _State.OPENING
         self._pool.start()
-        opened = deferToThreadPool(self._threads, self._pool, self._writer.open)
+        opened = deferToThreadPool(self._threads, self._pool, self._writer.open, load_limit)
         opened.addCallbacks(self._opened, self._open_failed)
         return opened
 

@@ -33,13 +33,13 @@ class Writer:
         self._cursor: sqlite3.Cursor | None = None
         self._state = WriterState(queues=set(), highest_message_id=0)
 
-    def open(self) -> Recovered:
+    def open(self, load_limit: int = -1) -> Recovered:
         connection = connect(self.path, self._busy_timeout)
         try:
             cursor = connection.cursor()
             self._state = WriterState.load(cursor)
             cursor.execute("DELETE FROM paged_messages")
-            recovered = self._recover(cursor)
+            recovered = self._recover(cursor, load_limit)
             self._remove_orphans(cursor)
         except BaseException:
             connection.close()
@@ -71,15 +71,18 @@ class Writer:
         """Stored messages (``message_ids``) and paged ones (``transient``), by id; a
         missing one is a ``StoreError``."""
         assert self._cursor is not None, "the writer is not open"
+        return self._read(self._cursor, message_ids, transient)
+
+    def _read(
+        self, cursor: sqlite3.Cursor, message_ids: Sequence[int], transient: Sequence[int]
+    ) -> dict[int, Message]:
         found: dict[int, Message] = {}
         for table, ids in (("messages", message_ids), ("paged_messages", transient)):
             for start in range(0, len(ids), 500):
                 part = ids[start : start + 500]
                 marks = ",".join("?" * len(part))
                 columns = "id, data, large" if table == "messages" else "id, data, NULL"
-                rows = self._cursor.execute(
-                    f"SELECT {columns} FROM {table} WHERE id IN ({marks})", part
-                )
+                rows = cursor.execute(f"SELECT {columns} FROM {table} WHERE id IN ({marks})", part)
                 for message_id, data, large in rows:
                     found[message_id] = self._message(message_id, data, large)
         missing = [i for i in (*message_ids, *transient) if i not in found]
@@ -98,25 +101,34 @@ class Writer:
             cursor.execute("ROLLBACK")
         self._state = WriterState.load(cursor)
 
-    def _recover(self, cursor: sqlite3.Cursor) -> Recovered:
+    def _recover(self, cursor: sqlite3.Cursor, load_limit: int) -> Recovered:
         queues = [
             QueueRecord(name=name, address=address, routing=routing, filter=filter_)
             for name, address, routing, filter_ in cursor.execute(
                 "SELECT name, address, routing, filter FROM queues ORDER BY rowid"
             )
         ]
-        messages: dict[str, list[RecoveredMessage]] = {}
-        decoded: dict[int, Message] = {}
-        rows = cursor.execute(
-            "SELECT r.queue, r.message_id, r.delivery_count, m.data, m.large"
+        addresses = {queue.name: queue.address for queue in queues}
+        refs = cursor.execute(
+            "SELECT r.queue, r.message_id, r.delivery_count, length(m.data)"
             " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
             " ORDER BY r.queue, r.message_id"
-        )
-        for queue, message_id, delivery_count, data, large in rows:
+        ).fetchall()
+        loaded, budget = set(), load_limit
+        for _, message_id, _, size in refs:
+            if load_limit == -1 or size <= budget:
+                loaded.add(message_id)
+                budget -= size
+        decoded = self._read(cursor, sorted(loaded), ())
+        messages: dict[str, list[RecoveredMessage]] = {}
+        for queue, message_id, delivery_count, size in refs:
             message = decoded.get(message_id)
             if message is None:
-                message = decoded[message_id] = self._message(message_id, data, large)
-            messages.setdefault(queue, []).append(RecoveredMessage(message, delivery_count))
+                stub = Message(message_id, addresses[queue], True, {}, b"")
+                entry = RecoveredMessage(stub, delivery_count, paged_size=size)
+            else:
+                entry = RecoveredMessage(message, delivery_count)
+            messages.setdefault(queue, []).append(entry)
         duplicate_ids: dict[str, list[bytes]] = {}
         for address, duplicate_id in cursor.execute(
             "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"

@@ -118,6 +118,21 @@ async def test_durable_paged_messages_survive_a_restart(brokers: Brokers) -> Non
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_restart_reads_no_more_bodies_than_the_global_limit(brokers: Brokers) -> None:
+    broker = await brokers(**limited("BLOCK", max_size=-1, **{"global-max-size": 5 * SIZE}))
+    await fill(broker, 5, durable=True)
+    broker.memory.max_size = -1  # let more in, as a larger limit before the restart would
+    await fill(broker, 15, durable=True)
+    broker = await brokers.restart(broker)
+    memory = broker.addresses["orders"].memory
+    assert memory.size == 5 * SIZE and memory.paged_messages == 15
+    await fill(broker, 1, durable=True)  # full: BLOCK takes it, behind the paged ones
+    deliveries = take(broker, "orders")
+    await drain(broker, "orders", deliveries, 21)
+    assert bodies(deliveries) == [*range(5), *range(15), 0]
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_multicast_message_is_paged_for_each_subscription(brokers: Brokers) -> None:
     broker = await brokers(**limited("PAGE"))
     await broker.create_queue("news.a", "news", durable=True)
