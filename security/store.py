@@ -277,8 +277,8 @@ class SecurityStore:
 
         Cheap (a cache hit, or a walk of the pattern trie): call it on the reactor.
         """
-        if subject.internal:
-            return
+        if subject.internal or not self._state.settings.enabled:
+            return  # (the state is replaced whole on reload: reading it needs no lock)
         key = (subject.roles, permission, address, queue)
         with self._lock:
             state = self._state
