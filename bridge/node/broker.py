@@ -27,7 +27,7 @@ from twisted.python.failure import Failure
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
 from bridge.message import HeaderValue, Message
 from bridge.node.address import Address, Binding
-from bridge.node.memory import NodeMemory
+from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
 from bridge.node.selector import compile_selector
 from bridge.store.errors import TransactionRolledBack
@@ -362,10 +362,29 @@ class Broker:
             tx.sends.append((message, bindings, None))
             tx.writes.extend(writes)
             return routed
-        return _all(writes).addCallback(lambda _: self._after_store(message, bindings, routed))
+        # Held in memory while the store writes it: counted now, so that the address's
+        # policy (and its producers' credits under BLOCK) sees it before it is queued.
+        held = message.size * len(bindings)
+        memory.add(held)
 
-    def _after_store(self, message: Message, bindings: list[Binding], routed: Routed) -> Routed:
+        def not_stored(failure: Failure) -> Failure:
+            memory.release(held)
+            return failure
+
+        return _all(writes).addCallbacks(
+            lambda _: self._after_store(message, bindings, routed, memory, held), not_stored
+        )
+
+    def _after_store(
+        self,
+        message: Message,
+        bindings: list[Binding],
+        routed: Routed,
+        memory: AddressMemory,
+        held: int,
+    ) -> Routed:
         self._enqueue(message, bindings)
+        memory.release(held)  # counted by the queues that hold it now
         return routed
 
     @staticmethod

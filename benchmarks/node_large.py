@@ -1,0 +1,480 @@
+"""Large messages through a node: a producer process sends ``--total`` bytes in messages
+of ``--size`` bytes (default 1 GiB in 10 MiB messages) to a node process, and a consumer
+process receives them, durable and non-durable, against the raw socket ceiling.
+
+For each mode it starts a fresh node (``benchmarks.node_throughput.start_node``: its own
+data-dir, port 0) and reads its idle RSS; then a consumer process and, once that consumes,
+a producer process (both ``python -m benchmarks.node_large producer|consumer``, the roles
+of this module). The producer writes one body file of ``--size`` random bytes and sends it
+as a file object per message (so it streams as SEND_LARGE_BEGIN and 256 KiB chunks, never
+whole in memory), keeping to ``Client.address_writable``; the consumer receives each into
+its spool file, checks its sequence and size (and with ``--verify`` its CRC-32) and
+acknowledges it. The figures:
+
+- **MB/s end to end** (10^6 bytes): bytes delivered / (consumer's last receipt -
+  producer's first send); a large message is delivered once its last chunk is in;
+- **node RSS**: idle, and peak (VmHWM before it is stopped); the producer's and the
+  consumer's peak RSS (their own VmHWM);
+- CPU seconds of the node, the producer and the consumer.
+
+The **raw ceiling** is ``benchmarks.peers raw-writer``/``raw-reader`` moving the same
+bytes in 256 KiB frames (the chunk size) over plain blocking sockets between two
+processes, in the same run; ours / raw is reported per mode.
+
+    python -m benchmarks large [--total 1GiB] [--size 10MiB] [--modes durable,non-durable]
+                               [--producer-window 1MiB] [--consumer-window 1MiB]
+                               [--verify] [--profile DIR] [--output FILE]
+
+prints a table and writes benchmarks/results/node_large.json (or ``--output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import IO, Any
+
+from twisted.internet import reactor, stdio
+from twisted.internet.defer import Deferred
+from twisted.logger import globalLogBeginner, textFileLogObserver
+
+from benchmarks.node_peers import _Expect, cpu_seconds, run
+from benchmarks.node_throughput import (
+    BIN,
+    NODE_CONFIG,
+    STARTED,
+    BenchmarkError,
+    Child,
+    _py_spy,
+    children,
+    proc_cpu,
+    proc_status,
+)
+from benchmarks.peers import current_rss, emit, peak_rss
+from benchmarks.runner import ROOT, machine, peers, save
+from bridge.client.api import ReceivedMessage, connect
+from bridge.client.errors import ClientError
+from bridge.client.session import DEFAULT_CHUNK_SIZE
+from bridge.config.units import parse_size
+from transport.allocator import tune_allocator
+
+MB = 1_000_000
+MIB = 1024 * 1024
+QUEUE = "bench"
+MODES = ("durable", "non-durable")
+TARGET_MB_S = {"durable": 400.0}
+RSS_TARGET = 100 * MIB
+READ = MIB
+
+
+# -- the producer and consumer processes ---------------------------------------------------
+
+
+def _body_file(folder: str, size: int) -> tuple[str, int]:
+    """A file of ``size`` random bytes to send as every message's body; its CRC-32."""
+    path = os.path.join(folder, "body")
+    crc = 0
+    with open(path, "wb") as body:
+        for start in range(0, size, READ):
+            data = os.urandom(min(READ, size - start))
+            crc = zlib.crc32(data, crc)
+            body.write(data)
+    return path, crc
+
+
+class Outcome:
+    """The producer's sends as they are settled; ``done`` fires once all ``count`` are."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.confirmed = 0
+        self.refused = 0
+        self.first_error: str | None = None
+        self.done: Deferred[None] = Deferred()
+
+    def settled(self, body: IO[bytes], error: ClientError | None) -> None:
+        body.close()
+        if error is None:
+            self.confirmed += 1
+        else:
+            self.refused += 1
+            self.first_error = self.first_error or str(error)
+        if self.confirmed + self.refused == self.count:
+            self.done.callback(None)
+
+
+async def produce(args: argparse.Namespace) -> None:
+    """Send ``count`` messages, each the body file opened anew, while the address is
+    writable; report once every send is settled."""
+    client = await connect(reactor, args.url)
+    with tempfile.TemporaryDirectory(prefix="txbridge-large-producer-") as folder:
+        path, crc = _body_file(folder, args.size)
+        emit("connected", idle_rss=current_rss(), crc=crc)
+        outcome = Outcome(args.count)
+        cpu = cpu_seconds()
+        first_send = time.monotonic()
+        for sequence in range(args.count):
+            if not client.address_writable(QUEUE):
+                await client.when_writable(QUEUE)
+            body = open(path, "rb")  # noqa: SIM115 - open until its send is settled
+            client.send_nowait(
+                QUEUE,
+                body,
+                {"seq": sequence},
+                durable=args.durable,
+                on_settled=partial(outcome.settled, body),
+            )
+        await outcome.done
+        emit(
+            "done",
+            sent=args.count,
+            confirmed=outcome.confirmed,
+            refused=outcome.refused,
+            first_error=outcome.first_error,
+            first_send=first_send,
+            last_confirm=time.monotonic(),
+            cpu=cpu_seconds() - cpu,
+            peak_rss=peak_rss(),
+        )
+    await client.close()
+
+
+class LargeConsumer:
+    """Checks each large message's sequence and size (and CRC), then acknowledges it."""
+
+    def __init__(self, count: int, size: int, verify: bool) -> None:
+        self.expected_total = count
+        self.size = size
+        self.verify = verify
+        self.received = 0
+        self.bytes = 0
+        self.out_of_order = 0
+        self.wrong_size = 0
+        self.crcs: set[int] = set()
+        self.first = 0.0
+        self.last = 0.0
+        self.done: Deferred[None] = Deferred()
+
+    def on_message(self, message: ReceivedMessage) -> None:
+        now = time.monotonic()
+        self.first = self.first or now
+        self.last = now
+        body = message.body_file
+        size = body.seek(0, os.SEEK_END)
+        if self.verify:
+            body.seek(0)
+            crc = 0
+            while data := body.read(READ):
+                crc = zlib.crc32(data, crc)
+            self.crcs.add(crc)
+        body.close()
+        if message.headers.get("seq") != self.received:
+            self.out_of_order += 1
+        if size != self.size:
+            self.wrong_size += 1
+        self.received += 1
+        self.bytes += size
+        message.ack()
+        self.expect(self.expected_total)
+
+    def expect(self, total: int) -> None:
+        self.expected_total = total
+        if self.received >= total and not self.done.called:
+            self.done.callback(None)
+
+
+async def consume(args: argparse.Namespace) -> None:
+    consumer = LargeConsumer(args.count, args.size, args.verify)
+    stdio.StandardIO(_Expect(consumer))  # type: ignore[arg-type]
+    client = await connect(reactor, args.url)
+    await client.consumer(QUEUE, window_size=args.window, on_message=consumer.on_message)
+    cpu = cpu_seconds()
+    emit("ready", idle_rss=current_rss())
+    await consumer.done
+    emit(
+        "received",
+        received=consumer.received,
+        bytes=consumer.bytes,
+        out_of_order=consumer.out_of_order,
+        wrong_size=consumer.wrong_size,
+        crcs=sorted(consumer.crcs),
+        first=consumer.first,
+        last=consumer.last,
+        cpu=cpu_seconds() - cpu,
+        peak_rss=peak_rss(),
+    )
+    await client.close()
+
+
+def role_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.node_large")
+    roles = parser.add_subparsers(dest="role", required=True)
+    for name in ("producer", "consumer"):
+        role = roles.add_parser(name)
+        role.add_argument("--url", required=True)
+        role.add_argument("--count", type=int, required=True)
+        role.add_argument("--size", type=int, required=True, help="body bytes")
+    roles.choices["producer"].add_argument("--durable", action="store_true")
+    roles.choices["consumer"].add_argument("--verify", action="store_true", help="CRC-32")
+    roles.choices["consumer"].add_argument("--window", type=int, default=MIB, help="bytes")
+    args = parser.parse_args(argv)
+    tune_allocator()
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
+    return run(produce if args.role == "producer" else consume, args)
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Windows:
+    """The producer window the node grants and the consumer's window, in bytes."""
+
+    producer: int = MIB
+    consumer: int = MIB
+
+
+def start_node(
+    directory: Path, stack: ExitStack, deadline: float, producer_window: int
+) -> tuple[Child, int]:
+    """The node benchmark's node, its acceptor granting ``producer_window`` bytes of
+    producer credit; returns it once started, with its core port."""
+    acceptor = 'protocols = ["core"]\n'
+    config = NODE_CONFIG.replace(acceptor, f"{acceptor}producer-window-size = {producer_window}\n")
+    (directory / "node.toml").write_text(config)
+    node = Child(
+        "the node",
+        [str(BIN / "txbridge"), "node", "--config", "node.toml"],
+        directory,
+        directory / "node.stderr",
+    )
+    stack.callback(node.stop)
+    started = node.until(STARTED, deadline)
+    ports = dict(part.split(" on ") for part in started.group(3).split(", "))
+    return node, int(ports["core"].rsplit(":", 1)[1])
+
+
+def _role(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -> Child:
+    child = Child(
+        f"the {role}",
+        [sys.executable, "-m", "benchmarks.node_large", role, *args],
+        ROOT,
+        directory / f"{role}.stderr",
+    )
+    stack.callback(child.stop)
+    return child
+
+
+def one_run(
+    durable: bool,
+    count: int,
+    size: int,
+    *,
+    windows: Windows,
+    verify: bool,
+    seconds: float,
+    profile: Path | None,
+) -> dict[str, Any]:
+    """A fresh node, one producer and one consumer: the figures of that run."""
+    mode = "durable" if durable else "non-durable"
+    deadline = time.monotonic() + seconds
+    with tempfile.TemporaryDirectory(prefix="txbridge-large-bench-") as folder, children() as stack:
+        directory = Path(folder)
+        node, port = start_node(directory, stack, deadline, windows.producer)
+        idle_rss = proc_status(node.pid, "VmRSS")
+        url = f"tcp://127.0.0.1:{port}"
+        common = ["--url", url, "--count", str(count), "--size", str(size)]
+        checks = ["--window", str(windows.consumer), *(["--verify"] if verify else [])]
+        consumer = _role("consumer", [*common, *checks], directory, stack)
+        consumer.event("ready", deadline)
+        spy = None if profile is None else _py_spy(node.pid, profile / mode, directory, stack)
+        node_cpu = proc_cpu(node.pid)
+        durability = ["--durable"] if durable else []
+        producer = _role("producer", [*common, *durability], directory, stack)
+        connected = producer.event("connected", deadline)
+        done = producer.event("done", deadline)
+        consumer.tell(f"sent {done['confirmed']}")
+        received = consumer.event("received", deadline)
+        node_cpu = proc_cpu(node.pid) - node_cpu
+        peak_rss = proc_status(node.pid, "VmHWM")
+        if spy is not None:
+            spy.stop(signal.SIGINT)
+        node_exit = node.stop(signal.SIGTERM)
+    elapsed = received["last"] - done["first_send"]
+    figures = {
+        "mode": mode,
+        "sent": done["sent"],
+        "confirmed": done["confirmed"],
+        "refused": done["refused"],
+        "first_error": done["first_error"],
+        "delivered": received["received"],
+        "bytes": received["bytes"],
+        "out_of_order": received["out_of_order"],
+        "wrong_size": received["wrong_size"],
+        "crc_ok": (not verify) or received["crcs"] == [connected["crc"]],
+        "seconds": elapsed,
+        "mb_per_s": received["bytes"] / MB / elapsed if elapsed > 0 else 0.0,
+        "node_idle_rss": idle_rss,
+        "node_peak_rss": peak_rss,
+        "node_exit": node_exit,
+        "producer_peak_rss": done["peak_rss"],
+        "consumer_peak_rss": received["peak_rss"],
+        "cpu_seconds": {"node": node_cpu, "producer": done["cpu"], "consumer": received["cpu"]},
+        "pids": {"node": node.pid, "producer": producer.pid, "consumer": consumer.pid},
+    }
+    check(figures)
+    return figures
+
+
+def check(run: dict[str, Any]) -> None:
+    """Every message confirmed and delivered once, in order, whole."""
+    problems = []
+    if run["refused"]:
+        problems.append(f"{run['refused']} sends refused (first: {run['first_error']})")
+    if run["confirmed"] != run["sent"] or run["delivered"] != run["sent"]:
+        problems.append(
+            f"{run['sent']} sent, {run['confirmed']} confirmed, {run['delivered']} delivered"
+        )
+    if run["out_of_order"] or run["wrong_size"] or not run["crc_ok"]:
+        problems.append(
+            f"{run['out_of_order']} out of order, {run['wrong_size']} of the wrong size, "
+            f"CRC {'ok' if run['crc_ok'] else 'wrong'}"
+        )
+    if problems:
+        raise BenchmarkError(f"{run['mode']} run: " + "; ".join(problems))
+
+
+def raw_ceiling(total: int) -> dict[str, Any]:
+    """``total`` bytes in 256 KiB frames over plain blocking sockets, process to process."""
+    with peers() as start:
+        reader = start(
+            ["raw-reader", "--url", "tcp://127.0.0.1:0", "--frame-size", str(DEFAULT_CHUNK_SIZE)]
+        )
+        port = reader.until("listening")["port"]
+        start(
+            [
+                "raw-writer",
+                "--url",
+                f"tcp://127.0.0.1:{port}",
+                "--bytes",
+                str(total),
+                "--frame-size",
+                str(DEFAULT_CHUNK_SIZE),
+            ]
+        ).until("done")
+        received = reader.until("received")
+    elapsed = received["elapsed"]
+    rate = received["received"] / MB / elapsed if elapsed > 0 else 0.0
+    return {"seconds": elapsed, "bytes": received["received"], "mb_per_s": rate}
+
+
+def benchmark(
+    *,
+    total: int,
+    size: int,
+    modes: Sequence[str],
+    windows: Windows,
+    verify: bool,
+    seconds: float,
+    profile: Path | None,
+) -> dict[str, Any]:
+    count = max(1, total // size)
+    raw = raw_ceiling(count * size)
+    print(f"{'raw sockets':12} {raw['mb_per_s']:>8,.0f} MB/s (256 KiB frames, ceiling)", flush=True)
+    cases: dict[str, Any] = {}
+    for mode in modes:
+        figures = one_run(
+            mode == "durable",
+            count,
+            size,
+            windows=windows,
+            verify=verify,
+            seconds=seconds,
+            profile=profile,
+        )
+        figures["ratio_ours_to_raw"] = figures["mb_per_s"] / raw["mb_per_s"]
+        figures["target_mb_per_s"] = TARGET_MB_S.get(mode)
+        cases[mode] = figures
+        print(
+            f"{mode:12} {figures['mb_per_s']:>8,.0f} MB/s   ours/raw "
+            f"{figures['ratio_ours_to_raw']:.3f}   node RSS idle "
+            f"{figures['node_idle_rss'] / MIB:.1f} MiB peak {figures['node_peak_rss'] / MIB:.1f} "
+            f"MiB   producer peak {figures['producer_peak_rss'] / MIB:.1f} MiB   consumer "
+            f"peak {figures['consumer_peak_rss'] / MIB:.1f} MiB   CPU s node "
+            f"{figures['cpu_seconds']['node']:.1f} producer "
+            f"{figures['cpu_seconds']['producer']:.1f} consumer "
+            f"{figures['cpu_seconds']['consumer']:.1f}",
+            flush=True,
+        )
+    return {"count": count, "raw": raw, "cases": cases}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("producer", "consumer"):
+        return role_main(argv)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks large")
+    parser.add_argument("--total", default="1GiB", help="bytes per mode (default 1GiB)")
+    parser.add_argument("--size", default="10MiB", help="bytes per message (default 10MiB)")
+    parser.add_argument("--modes", default=",".join(MODES), help="durable,non-durable")
+    parser.add_argument("--producer-window", default="1MiB", help="the node's, default 1MiB")
+    parser.add_argument("--consumer-window", default="1MiB", help="the consumer's, default 1MiB")
+    parser.add_argument("--verify", action="store_true", help="the consumer checks CRC-32s")
+    parser.add_argument("--seconds", type=float, default=600.0, help="bound on each run")
+    parser.add_argument("--profile", type=Path, help="record the node with py-spy into this folder")
+    parser.add_argument("--output", type=Path, help="write the JSON here, not benchmarks/results/")
+    args = parser.parse_args(argv)
+    try:
+        total, size = parse_size(args.total), parse_size(args.size)
+        windows = Windows(parse_size(args.producer_window), parse_size(args.consumer_window))
+    except ValueError as error:
+        parser.error(str(error))
+    modes = [mode for mode in args.modes.split(",") if mode]
+    if not modes or any(mode not in MODES for mode in modes):
+        parser.error(f"--modes takes {','.join(MODES)}, got {args.modes!r}")
+    if size < 1 or total < size:
+        parser.error("--size must be positive and at most --total")
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    try:
+        results = benchmark(
+            total=total,
+            size=size,
+            modes=modes,
+            windows=windows,
+            verify=args.verify,
+            seconds=args.seconds,
+            profile=args.profile,
+        )
+    except BenchmarkError as error:
+        print(f"large-message benchmark failed: {error}", file=sys.stderr)
+        return 1
+    figures = {
+        "total": total,
+        "size": size,
+        "windows": asdict(windows),
+        "rss_target": RSS_TARGET,
+        **results,
+    }
+    if args.output is None:
+        path = save("node_large", figures)
+    else:
+        path = args.output
+        path.write_text(json.dumps({"machine": machine(), **figures}, indent=2) + "\n")
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
