@@ -1,5 +1,6 @@
 """The blocking facade, end to end in a child process (crochet runs its own reactor thread,
-which cannot share the test's reactor) against the node double in that child."""
+which cannot share the test's reactor) against the node double, or a real node, in that
+child."""
 
 from __future__ import annotations
 
@@ -16,4 +17,16 @@ async def test_a_script_sends_receives_and_acks(spawn):
     refused = await child.next_event("refused")
     assert refused["error"] == "consumer on queue 'missing' refused (NOT_FOUND): no queue 'missing'"
     await child.next_event("closed")
+    assert await child.ended == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_without_credit_blocks_up_to_its_timeout_then_raises(spawn):
+    child = spawn("-m", "tests.client.blocking_credit_child", name="blocked producer")
+    blocked = await child.next_event("blocked")
+    # The address takes 20,000 bytes; a 4 KiB window lets a few more in, then no credit.
+    assert 20 <= blocked["sent"] <= 30 and blocked["depth"] == blocked["sent"]
+    assert blocked["error"].startswith("no producer credit for address 'orders' within 0.5s")
+    assert "nothing was sent" in blocked["error"]
+    assert (await child.next_event("after"))["depth"] == blocked["sent"]
     assert await child.ended == 0
