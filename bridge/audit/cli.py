@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--run", help="the run to audit, when the folder holds several")
     parser.add_argument(
-        "--shuffle-partitions", type=int, help="spark.sql.shuffle.partitions (Spark's default)"
+        "--shuffle-partitions",
+        type=int,
+        default=16,
+        help="spark.sql.shuffle.partitions (16: for one machine; more on a cluster)",
     )
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory (2g)")
 
@@ -39,16 +43,54 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+class _Progress:
+    """A spinner naming the audit's current step and, polled from Spark's status tracker
+    twice a second, the tasks of its running stages."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+        self.task = bar.add_task("starting Spark", total=None)
+        self.current = "starting Spark"
+        self.stopped = threading.Event()
+        self.watcher: threading.Thread | None = None
+
+    def step(self, name: str) -> None:
+        self.current = name
+        self.bar.update(self.task, description=f"audit: {name}")
+
+    def watch(self, spark: Any) -> None:
+        tracker = spark.sparkContext.statusTracker()
+
+        def poll() -> None:
+            while not self.stopped.wait(0.5):
+                stages = filter(None, map(tracker.getStageInfo, tracker.getActiveStageIds()))
+                tasks = ", ".join(
+                    f"stage {s.stageId}: {s.numCompletedTasks}/{s.numTasks} tasks" for s in stages
+                )
+                suffix = f" ({tasks})" if tasks else ""
+                self.bar.update(self.task, description=f"audit: {self.current}{suffix}")
+
+        self.watcher = threading.Thread(target=poll, name="audit-progress", daemon=True)
+        self.watcher.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.watcher is not None:
+            self.watcher.join()
+
+
 @contextmanager
-def progress() -> Iterator[Any]:
-    """A spinner naming the audit's current step, with the time it has taken so far."""
+def progress() -> Iterator[_Progress]:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: PLC0415
 
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True
     ) as bar:
-        task = bar.add_task("starting Spark", total=None)
-        yield lambda step: bar.update(task, description=f"audit: {step}")
+        shown = _Progress(bar)
+        try:
+            yield shown
+        finally:
+            shown.stop()
 
 
 def print_headline(report: dict[str, Any], out_dir: Path) -> None:
@@ -68,7 +110,7 @@ def audit_folder(
     *,
     master: str | None = None,
     run: str | None = None,
-    shuffle_partitions: int | None = None,
+    shuffle_partitions: int | None = 16,
     driver_memory: str = "2g",
 ) -> tuple[dict[str, Any], Path]:
     """Start Spark, audit ``run_dir`` with progress, stop Spark: the report and its folder."""
@@ -76,13 +118,18 @@ def audit_folder(
 
     find_files(run_dir, run)  # a folder that is not a run fails before Spark starts
     out = run_dir / "report" if out_dir is None else out_dir
-    with progress() as step:
+    with progress() as shown:
         spark = spark_session(
-            master, shuffle_partitions=shuffle_partitions, driver_memory=driver_memory
+            master,
+            shuffle_partitions=shuffle_partitions,
+            driver_memory=driver_memory,
+            console_progress=False,
         )
         try:
-            report = audit(spark, run_dir, out, run=run, step=step)
+            shown.watch(spark)
+            report = audit(spark, run_dir, out, run=run, step=shown.step)
         finally:
+            shown.stop()
             spark.stop()
     return report, out
 

@@ -28,7 +28,7 @@ def spark_session(
     *,
     shuffle_partitions: int | None = None,
     driver_memory: str = "2g",
-    console_progress: bool = True,
+    console_progress: bool = False,
     app_name: str = "txbridge audit",
 ) -> Any:
     """A Spark session for the audit: ``master`` if given; else the one ``spark-submit``

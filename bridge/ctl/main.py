@@ -14,6 +14,7 @@ from typing import cast
 
 SUBCOMMANDS = (
     "bridge.audit.cli",
+    "bridge.ctl.bench",
     "bridge.ctl.certs",
     "bridge.ctl.node",
     "bridge.ctl.status",

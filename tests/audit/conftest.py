@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 
-def _missing() -> str | None:
+def spark_missing() -> str | None:
     if importlib.util.find_spec("pyspark") is None:
         return "pyspark is not installed (pip install -e '.[audit]')"
     java_home = os.environ.get("JAVA_HOME")
@@ -27,7 +27,7 @@ def _missing() -> str | None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    missing = _missing()
+    missing = spark_missing()
     if missing is not None:
         if os.environ.get("CI"):
             pytest.fail(f"Spark cannot run on CI: {missing}")
