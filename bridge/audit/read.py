@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import attrs
 
@@ -235,8 +236,6 @@ def check(frame: Any, run_dir: Path) -> Checked:
 
 def _relative(file: str, run_dir: Path) -> str:
     """A file named by Spark (a ``file:`` URI) as a path relative to the run folder."""
-    from urllib.parse import unquote, urlparse  # noqa: PLC0415
-
     path = Path(unquote(urlparse(file).path)) if file.startswith("file:") else Path(file)
     try:
         return str(path.relative_to(run_dir.resolve()))

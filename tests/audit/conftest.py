@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shutil
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,6 +24,17 @@ def spark_missing() -> str | None:
     if shutil.which("java") is None and not (java_home and os.path.exists(java_home)):
         return "Java is not installed (Spark needs Java 17 or later)"
     return None
+
+
+def require(module: str) -> ModuleType:
+    """``module`` (of the audit extra), or a skip of the calling test module saying so
+    (a failure on CI)."""
+    if importlib.util.find_spec(module.partition(".")[0]) is None:
+        reason = f"{module} is not installed (pip install -e '.[audit]')"
+        if os.environ.get("CI"):
+            pytest.fail(f"on CI: {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
+    return importlib.import_module(module)
 
 
 @pytest.fixture(scope="session")

@@ -10,15 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from bridge import events
 from bridge.audit.pipeline import audit
 from bridge.audit.read import AuditError, find_files
+from tests.audit.conftest import require
 from tests.audit.logs import RunLog
 from tests.processes import ROOT
+
+pa = require("pyarrow")
+pq = require("pyarrow.parquet")
 
 BIN = Path(sys.executable).parent
 

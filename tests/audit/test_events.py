@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from bridge import events
+from tests.audit.conftest import require
+
+pq = require("pyarrow.parquet")
 
 
 def _ticks(start: int = 0, step: int = 1) -> object:
