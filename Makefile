@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): setup.cfg pyproject.toml scripts/bootstrap
 	sh scripts/bootstrap "$(PYTHON)" "$(VENV)"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --editable '.[test]' --config-settings editable_mode=compat
+	$(BIN)/pip install --quiet --editable '.[test,audit]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)

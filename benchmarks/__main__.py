@@ -12,12 +12,21 @@ SCENARIOS = {
     "security": "benchmarks.security_checks",
     "node": "benchmarks.node_throughput",
     "large": "benchmarks.node_large",
+    "audit-scale": "benchmarks.audit_scale",
 }
 
 
 def main() -> int:
+    if len(sys.argv) >= 2 and sys.argv[1] == "run":
+        from benchmarks.scenarios import main as run_scenario  # noqa: PLC0415
+
+        return run_scenario(sys.argv[2:])
     if len(sys.argv) < 2 or sys.argv[1] not in SCENARIOS:
-        print(f"usage: python -m benchmarks {{{','.join(SCENARIOS)}}} [options]", file=sys.stderr)
+        print(
+            f"usage: python -m benchmarks {{{','.join(SCENARIOS)}}} [options]\n"
+            "       python -m benchmarks run SCENARIO [options]   (= txbridge bench)",
+            file=sys.stderr,
+        )
         return 2
     module = importlib.import_module(SCENARIOS[sys.argv[1]])
     result: int = module.main(sys.argv[2:])

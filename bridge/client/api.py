@@ -22,7 +22,14 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from bridge.client.errors import ClientClosed, ClientError, ConnectionLost, NodeProtocolError
+from bridge import events as event_log
+from bridge.client.errors import (
+    ClientClosed,
+    ClientError,
+    ConnectionLost,
+    NodeProtocolError,
+    Refused,
+)
 from bridge.client.session import (
     DEFAULT_CONFIRMATION_WINDOW_SIZE,
     DEFAULT_CONSUMER_WINDOW_SIZE,
@@ -68,6 +75,83 @@ def _fire(deferred: Deferred[None], error: ClientError | None) -> None:
 def _settling() -> tuple[Deferred[None], Settle]:
     deferred: Deferred[None] = Deferred()
     return deferred, partial(_fire, deferred)
+
+
+class _Trace:
+    """What a traced client records (``connect(trace=...)``): one event per send, send
+    outcome, delivery and acknowledgement, and the spans it waited to be writable.
+
+    Sends are numbered per client and stamped with the ``txb.producer`` and ``txb.seq``
+    headers (kept when the application set both itself, so a resend of the same logical
+    message keeps its identity); deliveries are recorded with the identity they carry.
+    """
+
+    def __init__(self, writer: event_log.EventWriter, producer: str) -> None:
+        self.record = writer.record
+        self.producer = producer
+        self.seq = 0
+
+    def send(
+        self,
+        client: Client,
+        address: str,
+        body: Body,
+        headers: Mapping[str, HeaderValue] | None,
+        on_settled: Callable[[ClientError | None], object] | None,
+    ) -> tuple[dict[str, HeaderValue], Callable[[ClientError | None], None]]:
+        stamped = dict(headers or {})
+        producer = stamped.get(event_log.TRACE_PRODUCER)
+        seq = stamped.get(event_log.TRACE_SEQ)
+        if not isinstance(producer, str) or not isinstance(seq, int):
+            producer, seq = self.producer, self.seq
+            self.seq += 1
+            stamped[event_log.TRACE_PRODUCER] = producer
+            stamped[event_log.TRACE_SEQ] = seq
+        size = len(body) if isinstance(body, bytes | bytearray | memoryview) else None
+        node = client.node_name or None
+        self.record(event_log.SEND_INVOKED, producer, seq, node=node, address=address, size=size)
+
+        def settled(error: ClientError | None) -> None:
+            if error is None:
+                kind, detail = event_log.SEND_CONFIRMED, None
+            else:
+                # A refusal is the node's answer; a lost connection leaves it unknown.
+                kind = (
+                    event_log.SEND_FAILED if isinstance(error, Refused) else event_log.SEND_UNKNOWN
+                )
+                detail = f"{type(error).__name__}: {error}"
+            self.record(
+                kind, producer, seq, node=client.node_name or None, address=address, detail=detail
+            )
+            if on_settled is not None:
+                on_settled(error)
+
+        return stamped, settled
+
+    def not_sent(self, headers: Mapping[str, HeaderValue], address: str, error: Exception) -> None:
+        producer = headers[event_log.TRACE_PRODUCER]
+        seq = headers[event_log.TRACE_SEQ]
+        assert isinstance(producer, str) and isinstance(seq, int)
+        self.record(
+            event_log.SEND_FAILED, producer, seq, address=address, detail=f"not sent: {error}"
+        )
+
+    def delivery(self, client: Client, delivery: Delivery, kind: str, detail: str | None) -> None:
+        message = delivery.message
+        headers = message.headers
+        producer = headers.get(event_log.TRACE_PRODUCER)
+        seq = headers.get(event_log.TRACE_SEQ)
+        file = delivery.body_file
+        self.record(
+            kind,
+            producer if isinstance(producer, str) else None,
+            seq if isinstance(seq, int) else None,
+            message=str(message.id),
+            node=client.node_name or None,
+            address=message.address,
+            size=len(message.body) if file is None else None,
+            detail=detail,
+        )
 
 
 @implementer(IFrameReceiver)
@@ -264,8 +348,10 @@ class Client:
         tls: TLSConfig | None,
         settings: ConnectionSettings | None,
         reconnect: ReconnectPolicy,
+        trace: event_log.EventWriter | None = None,
     ) -> None:
         self._session = session
+        self._trace = None if trace is None else _Trace(trace, session.client_id)
         self.url = url
         self._connection: IFrameConnection | None = None
         self._consumers: dict[int, Consumer] = {}
@@ -320,9 +406,21 @@ class Client:
                 self._writable_waiters.remove(entry)
 
         waiter: Deferred[None] = Deferred(cancel)
+        if self._trace is not None and not self._writable_waiters:
+            self._trace.record(event_log.FLOW_PAUSED, address=address, detail=self._why_paused())
         entry = (address, waiter)
         self._writable_waiters.append(entry)
         return waiter
+
+    def _why_paused(self) -> str:
+        connection = self._connection
+        if connection is None:
+            return "disconnected"
+        if not connection.is_writable:
+            return "connection"
+        if not self._session.is_writable:
+            return "confirmation-window"
+        return "producer-credit"
 
     @property
     def unconfirmed(self) -> int:
@@ -372,18 +470,26 @@ class Client:
     ) -> None:
         """Send without a Deferred: ``on_settled(None)`` on confirmation, or with the error.
         Raises ``ClientError`` at once if the client is closed or ``tx`` is not open."""
+        trace = self._trace
+        if trace is not None:
+            headers, on_settled = trace.send(self, address, body, headers, on_settled)
         if isinstance(body, bytes | bytearray | memoryview):
             message = Message(0, address, durable, headers or {}, bytes(body), duplicate_id)
             file = None
         else:
             message = Message(0, address, durable, headers or {}, b"", duplicate_id)
             file = body
-        self._session.send(
-            message,
-            tx_id=None if tx is None else tx.tx_id,
-            callback=on_settled,
-            body_file=file,
-        )
+        try:
+            self._session.send(
+                message,
+                tx_id=None if tx is None else tx.tx_id,
+                callback=on_settled,
+                body_file=file,
+            )
+        except ClientError as error:
+            if trace is not None:
+                trace.not_sent(message.headers, address, error)
+            raise
         self._flush()
 
     # -- queues -----------------------------------------------------------------------
@@ -483,6 +589,10 @@ class Client:
         tx: Transaction | None,
         settle: Settle | None,
     ) -> None:
+        if self._trace is not None:
+            self._trace.delivery(
+                self, message.delivery, event_log.ACKED, "cumulative" if cumulative else None
+            )
         self._session.ack(
             message.delivery,
             cumulative=cumulative,
@@ -532,6 +642,8 @@ class Client:
         for consumer in consumers.values():
             consumer._fail(error)
         waiters, self._writable_waiters = self._writable_waiters, []
+        if waiters and self._trace is not None:
+            self._trace.record(event_log.FLOW_RESUMED, detail="closed")
         for _, waiter in waiters:
             waiter.errback(error)
         connected, self._connected = self._connected, None
@@ -603,6 +715,10 @@ class Client:
     def _handle(self, events: list[Event]) -> None:
         for event in events:
             if type(event) is Delivery:
+                if self._trace is not None:
+                    count = event.delivery_count
+                    detail = None if count == 1 else f"delivery {count}"
+                    self._trace.delivery(self, event, event_log.RECEIVED, detail)
                 consumer = self._consumers.get(event.consumer_id)
                 if consumer is not None:
                     consumer._deliver(ReceivedMessage(self, event))
@@ -654,6 +770,8 @@ class Client:
             writable = self.is_writable if address is None else self.address_writable(address)
             (ready.append(waiter) if writable else still.append((address, waiter)))
         self._writable_waiters = still
+        if ready and not still and self._trace is not None:
+            self._trace.record(event_log.FLOW_RESUMED)
         for waiter in ready:
             waiter.callback(None)
 
@@ -670,17 +788,26 @@ def connect(
     min_large_message_size: int = DEFAULT_MIN_LARGE_MESSAGE_SIZE,
     reconnect: ReconnectPolicy = NO_RECONNECT,
     settings: ConnectionSettings | None = None,
+    trace: event_log.EventWriter | None = None,
 ) -> Deferred[Client]:
     """Connect and log in to the node at ``url``; fires with the ``Client`` once the node
     accepted the login. Fails with ``AuthenticationFailed`` (the node's words) or
-    ``ConnectionLost`` when no attempt ``reconnect`` allows succeeded."""
+    ``ConnectionLost`` when no attempt ``reconnect`` allows succeeded.
+
+    With ``trace``, the client records its sends, their outcomes, deliveries, acks and
+    flow-control pauses into that event writer (docs/events.md), ``client_id`` (default:
+    the writer's process name) being the producer id."""
     parsed = url if isinstance(url, URL) else parse_url(url)
     session = ClientSession(
-        client_id=client_id or f"txbridge-client@{socket.gethostname()}:{os.getpid()}",
+        client_id=client_id
+        or (trace.process if trace is not None else None)
+        or f"txbridge-client@{socket.gethostname()}:{os.getpid()}",
         user=user,
         password=password,
         confirmation_window_size=confirmation_window_size,
         min_large_message_size=min_large_message_size,
     )
-    client = Client(reactor, parsed, session, tls=tls, settings=settings, reconnect=reconnect)
+    client = Client(
+        reactor, parsed, session, tls=tls, settings=settings, reconnect=reconnect, trace=trace
+    )
     return client._start()

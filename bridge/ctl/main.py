@@ -12,7 +12,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
-SUBCOMMANDS = ("bridge.ctl.certs", "bridge.ctl.node", "bridge.ctl.status", "bridge.ctl.user")
+SUBCOMMANDS = (
+    "bridge.audit.cli",
+    "bridge.ctl.bench",
+    "bridge.ctl.certs",
+    "bridge.ctl.node",
+    "bridge.ctl.status",
+    "bridge.ctl.user",
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
