@@ -65,6 +65,9 @@ class Acceptor:
     protocols: tuple[str, ...]
     connection_ttl: float
     max_frame_size: int
+    stomp_prefetch_count: int = 1000
+    """A STOMP subscription's unacknowledged messages when its SUBSCRIBE names no
+    ``prefetch-count`` (0: no limit)."""
 
 
 @attrs.frozen
@@ -156,7 +159,14 @@ class NodeConfig:
 
 _TOP = ("node", "acceptor", "address", "address-setting", "management", "security")
 _NODE = ("name", "data-dir")
-_ACCEPTOR = ("name", "url", "protocols", "connection-ttl", "max-frame-size")
+_ACCEPTOR = (
+    "name",
+    "url",
+    "protocols",
+    "connection-ttl",
+    "max-frame-size",
+    "stomp-prefetch-count",
+)
 _SETTING_KEYS = (
     "max-size-bytes",
     "address-full-policy",
@@ -254,7 +264,13 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
     max_frame = _size(table.get("max-frame-size", "4MiB"), source, frame_key)
     if not 1024 <= max_frame < 2**32:
         raise ConfigError(source, frame_key, "expected at least 1KiB and below 4GiB")
-    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame)
+    prefetch = expect_int(
+        table.get("stomp-prefetch-count", 1000),
+        source,
+        key_path(prefix, "stomp-prefetch-count"),
+        minimum=0,
+    )
+    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame, prefetch)
 
 
 def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:
