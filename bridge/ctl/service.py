@@ -119,12 +119,12 @@ class NodeService(Service):
                     f"acceptor {acceptor.name!r}: one acceptor serves one protocol; give "
                     f"each of {', '.join(acceptor.protocols)} an acceptor of its own"
                 )
-            where = f"acceptor {acceptor.name!r} at {acceptor.url}"
+            what = f"acceptor {acceptor.name!r} at {acceptor.url}"
             if acceptor.protocols == ("stomp",):
                 listening = stomp.listen(acceptor.url, settings=stomp_settings(acceptor))
             else:
                 listening = head.listen(acceptor.url, settings=connection_settings(acceptor))
-            self.ports[acceptor.name] = await _listening(where, listening)
+            self.ports[acceptor.name] = await _listening(what, listening)
         if config.management is not None:
             site = management_site(
                 broker,
