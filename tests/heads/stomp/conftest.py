@@ -57,10 +57,12 @@ class RawClient(Protocol):
         self.parser = FrameParser(Limits(max_body=64 * 1024 * 1024), SERVER_COMMANDS)
         self.frames: list[Frame] = []
         self.heart_beats = 0
-        self.lost: Deferred[Failure] = Deferred()
+        self.received = bytearray()
+        self.lost: Deferred[BaseException] = Deferred()
         self._waiting: list[tuple[Callable[[], bool], Deferred[None]]] = []
 
     def dataReceived(self, data: bytes) -> None:
+        self.received += data
         self.parser.feed(data)
         while True:
             event = self.parser.next_event()
@@ -75,7 +77,7 @@ class RawClient(Protocol):
         self._wake()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self.lost.callback(reason)
+        self.lost.callback(reason.value)
         self._wake()
 
     def _wake(self) -> None:
@@ -139,7 +141,7 @@ class RawClient(Protocol):
         await self.until(lambda: bool(self.of("CONNECTED") or self.of("ERROR")))
         return self.frames[-1]
 
-    def close(self) -> Deferred[Failure]:
+    def close(self) -> Deferred[BaseException]:
         if not self.lost.called:
             assert self.transport is not None
             self.transport.loseConnection()
