@@ -158,7 +158,6 @@ class Listener(stomp.ConnectionListener):  # type: ignore[misc]
         self.disconnected = False
         self.heartbeat_timeouts = 0
         self.on_message_hook: Callable[[Any], None] | None = None
-        self._waiting: list[tuple[Callable[[], bool], Deferred[None]]] = []
 
     def on_message(self, frame: Any) -> None:
         reactor.callFromThread(self._record, self.messages.append, frame)
@@ -179,18 +178,27 @@ class Listener(stomp.ConnectionListener):  # type: ignore[misc]
         add(item)
         if self.on_message_hook is not None and item is not None and add == self.messages.append:
             self.on_message_hook(item)
-        for test, waiter in list(self._waiting):
+        for test, waiter in list(_WAITING):
             if test():
-                self._waiting.remove((test, waiter))
+                _WAITING.remove((test, waiter))
                 waiter.callback(None)
 
     async def until(self, test: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+        """Wait (bounded) until ``test()`` holds; any listener's event checks it again, so
+        it may look at several clients."""
         if test():
             return
         waiter: Deferred[None] = Deferred()
-        self._waiting.append((test, waiter))
+        _WAITING.append((test, waiter))
         waiter.addTimeout(timeout, reactor)
-        await waiter
+        try:
+            await waiter
+        finally:
+            if (test, waiter) in _WAITING:
+                _WAITING.remove((test, waiter))
+
+
+_WAITING: list[tuple[Callable[[], bool], Deferred[None]]] = []
 
 
 CONNECTIONS = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}
@@ -356,6 +364,24 @@ def _run(node: StompNode) -> Iterator[StompNode]:
 @pytest.fixture
 def stomp_node(tmp_path: Path) -> Iterator[StompNode]:
     yield from _run(StompNode(tmp_path))
+
+
+@pytest.fixture
+def make_node(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``await make_node(settings=..., tls=...)``: nodes with their own settings, started
+    inside a test and stopped after it."""
+    before = set(threading.enumerate())
+    started: list[StompNode] = []
+
+    async def make(**options: Any) -> StompNode:
+        node = StompNode(tmp_path / f"node-{len(started)}", **options)
+        started.append(node)
+        return await node.start()
+
+    yield make
+    for node in started:
+        pytest_twisted.blockon(Deferred.fromCoroutine(node.stop()))
+    _join_new_threads(before)
 
 
 USERS = {

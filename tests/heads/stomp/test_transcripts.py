@@ -190,14 +190,6 @@ async def test_frames_before_connect_are_refused(stomp_node):
     assert b"SEND before CONNECT" in error.body
 
 
-@pytest.fixture
-def small_node(tmp_path):
-    from tests.heads.stomp.conftest import StompNode, _run
-
-    limits = Limits(max_body=1024, max_headers=10, max_header_bytes=512)
-    yield from _run(StompNode(tmp_path, settings=StompSettings(limits=limits, ttl=None)))
-
-
 @pytest.mark.parametrize(
     ("data", "message", "detail"),
     [
@@ -208,8 +200,10 @@ def small_node(tmp_path):
     ],
 )
 @pytest_twisted.ensureDeferred
-async def test_oversized_frames_and_headers_are_refused_early(small_node, data, message, detail):
-    client = await connected(small_node)
+async def test_oversized_frames_and_headers_are_refused_early(make_node, data, message, detail):
+    limits = Limits(max_body=1024, max_headers=10, max_header_bytes=512)
+    node = await make_node(settings=StompSettings(limits=limits, ttl=None))
+    client = await connected(node)
     client.write(data)  # no NUL: the node refuses before the frame could end
     error = await client.error()
     assert error.header("message") == message
