@@ -536,11 +536,20 @@ class StompSession:
             return name, None
         self._may_create(destination, name)
         self._check(name, Permission.SEND)
-        if self._broker.config.routing_for(name) is routing:
+        if routing is Routing.ANYCAST:
+            return name, self._create_anycast(name)
+        if self._broker.config.routing_for(name) is Routing.MULTICAST:
             return name, None  # the broker creates it on the first message
-        if routing is Routing.MULTICAST:
-            return None, None  # nobody subscribed: a multicast address would drop it
-        return name, Deferred.fromCoroutine(
+        return None, None  # nobody subscribed: a multicast address would drop it
+
+    def _create_anycast(self, name: str) -> Deferred[Any] | None:
+        """Create the anycast address ``name`` and its queue: at once where anycast is the
+        default routing (the broker stores the queue in the background, as for a send),
+        else through the store, to wait for."""
+        if self._broker.config.routing_for(name) is Routing.ANYCAST:
+            self._broker.auto_create(name)
+            return None
+        return Deferred.fromCoroutine(
             self._broker.create_queue(name, name, durable=True, routing=Routing.ANYCAST)
         )
 
@@ -631,15 +640,13 @@ class StompSession:
             exists = self._routing(destination, name, Routing.ANYCAST)
             if exists and name not in self._broker.queues:
                 raise StompError("no such destination", f"{destination}: no queue {name!r}")
-            creating = None
-            if not exists:
-                self._may_create(destination, name)
-                self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
-                creating = Deferred.fromCoroutine(
-                    self._broker.create_queue(name, name, durable=True, routing=Routing.ANYCAST)
-                )
+            if exists:
+                self._check(name, Permission.CONSUME, name)
+                return None
+            self._may_create(destination, name)
+            self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
             self._check(name, Permission.CONSUME, name)
-            return creating
+            return self._create_anycast(name)
         exists = self._routing(destination, name, Routing.MULTICAST)
         if subscription.durable:
             queue_name = self._durable_name(headers, subscription.id)
