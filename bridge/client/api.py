@@ -208,6 +208,12 @@ class ReceivedMessage:
         return self.delivery.delivery_count
 
     @property
+    def redelivered(self) -> bool:
+        """Whether the node handed this message out before (a consumer crashed, closed or
+        gave it back without acknowledging it), as STOMP's ``redelivered`` says."""
+        return self.delivery.delivery_count > 1
+
+    @property
     def is_large(self) -> bool:
         return self.delivery.body_file is not None
 

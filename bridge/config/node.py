@@ -69,6 +69,9 @@ class Acceptor:
     producer_window_size: int = 1024 * 1024
     """Producer credit per address the node grants each connection (Artemis's
     ``producer-window-size``); -1: no producer flow control."""
+    stomp_prefetch_count: int = 1000
+    """A STOMP subscription's unacknowledged messages when its SUBSCRIBE names no
+    ``prefetch-count`` (0: no limit)."""
 
 
 @attrs.frozen
@@ -170,6 +173,7 @@ _ACCEPTOR = (
     "connection-ttl",
     "max-frame-size",
     "producer-window-size",
+    "stomp-prefetch-count",
 )
 _SETTING_KEYS = (
     "max-size-bytes",
@@ -272,7 +276,13 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
     window = _size(table.get("producer-window-size", "1MiB"), source, window_key, unlimited=True)
     if window == 0 or window >= 2**31:
         raise ConfigError(source, window_key, "expected -1 (no limit) or 1 byte to below 2GiB")
-    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame, window)
+    prefetch = expect_int(
+        table.get("stomp-prefetch-count", 1000),
+        source,
+        key_path(prefix, "stomp-prefetch-count"),
+        minimum=0,
+    )
+    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame, window, prefetch)
 
 
 def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:

@@ -29,6 +29,8 @@ from twisted.python.failure import Failure
 from bridge.config.node import Acceptor, NodeConfig
 from bridge.ctl.management import management_site
 from bridge.heads.core import CoreHead
+from bridge.heads.stomp import StompHead, StompSettings
+from bridge.heads.stomp.frames import Limits
 from bridge.node.broker import Broker
 from bridge.store.sqlite import SQLiteMessageStore
 from security import SecurityStore
@@ -58,6 +60,17 @@ def node_id(data_dir: Path) -> str:
         return value
 
 
+def stomp_settings(acceptor: Acceptor) -> StompSettings:
+    """A STOMP acceptor's settings: frames up to its max-frame-size, heart-beats offered at
+    a third of its TTL (as the core transport pings)."""
+    return StompSettings(
+        limits=Limits(max_body=acceptor.max_frame_size),
+        ttl=acceptor.connection_ttl,
+        heart_beat=acceptor.connection_ttl / 3,
+        prefetch=acceptor.stomp_prefetch_count,
+    )
+
+
 def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
     """The transport settings of an acceptor's connections (heartbeats at a third of
     the TTL, so two can be lost before the peer gives up)."""
@@ -77,6 +90,7 @@ class NodeService(Service):
         self.exit_on_failure = exit_on_failure
         self.broker: Broker | None = None
         self.head: CoreHead | None = None
+        self.stomp: StompHead | None = None
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -100,26 +114,30 @@ class NodeService(Service):
         self.head = head = CoreHead(
             broker, security, node_name=config.name, node_id=identity, reactor=self.reactor
         )
+        self.stomp = stomp = StompHead(broker, security, reactor=self.reactor)
         for acceptor in config.acceptors:
-            if "stomp" in acceptor.protocols:
+            if len(acceptor.protocols) > 1:
                 raise StartupError(
-                    f"acceptor {acceptor.name!r}: the stomp protocol is not served yet"
+                    f"acceptor {acceptor.name!r}: one acceptor serves one protocol; give "
+                    f"each of {', '.join(acceptor.protocols)} an acceptor of its own"
                 )
-            self.ports[acceptor.name] = await _listening(
-                f"acceptor {acceptor.name!r} at {acceptor.url}",
-                head.listen(
+            what = f"acceptor {acceptor.name!r} at {acceptor.url}"
+            if acceptor.protocols == ("stomp",):
+                listening = stomp.listen(acceptor.url, settings=stomp_settings(acceptor))
+            else:
+                listening = head.listen(
                     acceptor.url,
                     settings=connection_settings(acceptor),
                     producer_window_size=acceptor.producer_window_size,
-                ),
-            )
+                )
+            self.ports[acceptor.name] = await _listening(what, listening)
         if config.management is not None:
             site = management_site(
                 broker,
                 security,
                 node_id=identity,
                 reactor=self.reactor,
-                connections=lambda: head.connections,
+                connections=lambda: head.connections + stomp.connections,
                 producers_blocked=lambda: head.producers_blocked,
             )
             where = config.management
@@ -172,6 +190,9 @@ class NodeService(Service):
         if self.head is not None:
             await self.head.close_connections("the node is shutting down")
             self.head = None
+        if self.stomp is not None:
+            await self.stomp.close_connections("the node is shutting down")
+            self.stomp = None
         if self.broker is not None:
             broker, self.broker = self.broker, None
             await broker.close()

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
 from bridge.config.node import parse_node_config
 from bridge.ctl.service import NodeService, StartupError, node_id
 from bridge.protocol import PACKET_TYPES
 from bridge.protocol import packets as p
 from tests.heads.conftest import Peer, message
+from tests.heads.stomp.conftest import RawClient
 from transport.endpoints import connect
 
 
@@ -82,16 +84,42 @@ async def test_a_busy_port_stops_the_start_and_names_the_acceptor(tmp_path):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_stomp_acceptor_is_refused_until_the_stomp_head_exists(tmp_path):
+async def test_a_stomp_acceptor_serves_stomp_beside_the_core_one(tmp_path):
     service = NodeService(
         config(
             tmp_path,
-            acceptor=[{"name": "st", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"]}],
+            acceptor=[
+                {"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]},
+                {"name": "st", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"]},
+            ],
         ),
         reactor,
         exit_on_failure=False,
     )
     service.startService()
-    with pytest.raises(StartupError, match="acceptor 'st': the stomp protocol is not served"):
+    await service.started
+    client = RawClient()
+    port = service.ports["st"].getHost().port
+    await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), client)
+    connected = await client.connect()
+    assert connected.command == "CONNECTED"
+    await service.stopService()
+    error = await client.error()
+    assert error.header("message") == "connection closed by the node"
+    assert error.body == b"the node is shutting down"
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_acceptor_of_two_protocols_is_refused(tmp_path):
+    service = NodeService(
+        config(
+            tmp_path,
+            acceptor=[{"name": "both", "url": "tcp://127.0.0.1:0", "protocols": ["core", "stomp"]}],
+        ),
+        reactor,
+        exit_on_failure=False,
+    )
+    service.startService()
+    with pytest.raises(StartupError, match="acceptor 'both': one acceptor serves one protocol"):
         await service.started
     await service.stopService()

@@ -1,0 +1,383 @@
+"""STOMP frames, sans-IO: bytes in, events out (h11 style), and frames back to bytes.
+
+The parser is fed bytes with ``feed`` and asked for one event at a time with
+``next_event``: a :class:`Frame`, a :class:`HeartBeat` (an end of line between frames) or
+:data:`NEED_DATA`. Pulling one event at a time lets the session stop parsing while it
+waits (for a login, a queue being stored) and switch the header escaping when a version is
+negotiated, with the bytes after the CONNECT frame still unparsed.
+
+What the parser accepts, per the STOMP 1.2 specification and the older versions:
+lines end in ``\\n`` or ``\\r\\n``; a ``content-length`` header gives the body's length
+(the body may then hold NULs), otherwise the body ends at the first NUL; header values
+are UTF-8; from 1.1 on, ``\\n``, ``\\c`` and ``\\\\`` (and from 1.2 ``\\r``) are escapes, any
+other backslash sequence is an error; CONNECT and CONNECTED frames are never escaped.
+Every size is bounded (:class:`Limits`): a frame that would exceed one is refused as soon
+as that is known, before its bytes arrive, so a hostile peer costs at most its limits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+
+import attrs
+
+
+class Command(StrEnum):
+    """Every STOMP command, client and server."""
+
+    CONNECT = "CONNECT"
+    STOMP = "STOMP"
+    SEND = "SEND"
+    SUBSCRIBE = "SUBSCRIBE"
+    UNSUBSCRIBE = "UNSUBSCRIBE"
+    ACK = "ACK"
+    NACK = "NACK"
+    BEGIN = "BEGIN"
+    COMMIT = "COMMIT"
+    ABORT = "ABORT"
+    DISCONNECT = "DISCONNECT"
+    CONNECTED = "CONNECTED"
+    MESSAGE = "MESSAGE"
+    RECEIPT = "RECEIPT"
+    ERROR = "ERROR"
+
+
+CLIENT_COMMANDS = frozenset(
+    {
+        Command.CONNECT,
+        Command.STOMP,
+        Command.SEND,
+        Command.SUBSCRIBE,
+        Command.UNSUBSCRIBE,
+        Command.ACK,
+        Command.NACK,
+        Command.BEGIN,
+        Command.COMMIT,
+        Command.ABORT,
+        Command.DISCONNECT,
+    }
+)
+SERVER_COMMANDS = frozenset({Command.CONNECTED, Command.MESSAGE, Command.RECEIPT, Command.ERROR})
+_UNESCAPED_COMMANDS = frozenset({Command.CONNECT, Command.STOMP, Command.CONNECTED})
+
+
+class Version(StrEnum):
+    """The protocol versions, in the order of preference."""
+
+    V1_0 = "1.0"
+    V1_1 = "1.1"
+    V1_2 = "1.2"
+
+
+@attrs.frozen(slots=True)
+class Frame:
+    """One STOMP frame. ``headers`` keeps every header in order, repeats included; the
+    first of a repeated header is the one that counts (``header``)."""
+
+    command: Command
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def header_map(self) -> dict[str, str]:
+        """The headers as a dict, the first of a repeated header winning."""
+        return dict(reversed(self.headers))
+
+
+@attrs.frozen(slots=True)
+class HeartBeat:
+    """An end of line between frames: the peer is alive."""
+
+
+class NeedData:
+    """No whole event in the bytes fed so far."""
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = NeedData()
+HEART_BEAT = HeartBeat()
+Event = Frame | HeartBeat
+
+
+@attrs.frozen
+class Limits:
+    """The most a peer may send in one frame."""
+
+    max_body: int = 4 * 1024 * 1024
+    max_headers: int = 1000
+    max_header_bytes: int = 64 * 1024
+    """The command and header lines together."""
+
+
+class FrameError(Exception):
+    """The bytes are not a STOMP frame this node accepts. ``message`` is short (for an
+    ERROR frame's header), ``detail`` says more (for its body)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(f"{message}: {detail}" if detail else message)
+        self.message = message
+        self.detail = detail or message
+
+
+_LF = 0x0A
+_CR = 0x0D
+_HEAD_END = re.compile(rb"\n\r?\n")
+_DIGITS = re.compile(r"[0-9]{1,19}")
+_ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
+_UNESCAPES_11 = {"n": "\n", "c": ":", "\\": "\\"}
+_UNESCAPES_12 = {**_UNESCAPES_11, "r": "\r"}
+_ESCAPES_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
+_ESCAPES_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
+
+
+def _shown(data: bytes | str, limit: int = 40) -> str:
+    """A short, printable rendering of what a peer sent, for an error message."""
+    text = repr(data[:limit])
+    return text + ("..." if len(data) > limit else "")
+
+
+class FrameParser:
+    """Bytes to events, one event per ``next_event`` call."""
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        commands: Iterable[Command] = CLIENT_COMMANDS,
+        version: Version | None = None,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.version = version
+        """The negotiated version (None before CONNECT: headers are read unescaped)."""
+        self._commands = {command.value.encode(): command for command in commands}
+        self._buffer = bytearray()
+        self._pos = 0
+        self._scan = 0
+        """Where the search for the end of the headers or body goes on from."""
+        self._head: tuple[Command, tuple[tuple[str, str], ...], int | None] | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes fed and not yet returned as events."""
+        return len(self._buffer) - self._pos
+
+    def feed(self, data: bytes) -> None:
+        if self._pos and self._pos == len(self._buffer):
+            self._buffer.clear()
+            self._scan -= self._pos
+            self._pos = 0
+        self._buffer += data
+
+    def next_event(self) -> Event | NeedData:
+        """The next whole event, or NEED_DATA; FrameError if the bytes break the rules."""
+        if self._head is None:
+            event = self._start()
+            if event is not None:
+                return event
+            if self._head is None:
+                return self._need_data()
+        return self._body()
+
+    def _need_data(self) -> NeedData:
+        if self._pos > 64 * 1024:
+            del self._buffer[: self._pos]
+            self._scan -= self._pos
+            self._pos = 0
+        return NEED_DATA
+
+    def _start(self) -> HeartBeat | None:
+        """A heart-beat, or the frame's headers parsed into ``_head`` (None either way
+        when more bytes are needed)."""
+        buffer, pos = self._buffer, self._pos
+        if pos >= len(buffer):
+            return None
+        first = buffer[pos]
+        if first == _LF:
+            self._pos = self._scan = pos + 1
+            return HEART_BEAT
+        if first == _CR:
+            if pos + 1 >= len(buffer):
+                return None
+            if buffer[pos + 1] != _LF:
+                raise FrameError("malformed frame", "a carriage return not followed by a line feed")
+            self._pos = self._scan = pos + 2
+            return HEART_BEAT
+        limit = self.limits.max_header_bytes
+        end = _HEAD_END.search(buffer, max(pos, self._scan))
+        if end is None:
+            if len(buffer) - pos > limit:
+                raise self._headers_too_long()
+            self._scan = max(pos, len(buffer) - 2)
+            return None
+        if end.start() - pos > limit:
+            raise self._headers_too_long()
+        self._head = self._parse_head(bytes(buffer[pos : end.start()]))
+        self._pos = self._scan = end.end()
+        return None
+
+    def _headers_too_long(self) -> FrameError:
+        return FrameError(
+            "frame headers too long",
+            f"the command and headers of a frame may take at most "
+            f"{self.limits.max_header_bytes} bytes",
+        )
+
+    def _parse_head(self, head: bytes) -> tuple[Command, tuple[tuple[str, str], ...], int | None]:
+        lines = head.split(b"\n")
+        name = lines[0].removesuffix(b"\r")
+        command = self._commands.get(name)
+        if command is None:
+            raise FrameError("unknown command", f"{_shown(name)} is not a STOMP client command")
+        if len(lines) - 1 > self.limits.max_headers:
+            raise FrameError(
+                "too many headers",
+                f"{command} frame has {len(lines) - 1} headers; at most "
+                f"{self.limits.max_headers} are accepted",
+            )
+        unescape = self._unescaper(command)
+        headers = []
+        length: int | None = None
+        for raw in lines[1:]:
+            line = raw.removesuffix(b"\r")
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise FrameError(
+                    "header not UTF-8", f"header line {_shown(line)} is not UTF-8"
+                ) from None
+            key, colon, value = text.partition(":")
+            if not colon:
+                raise FrameError("malformed header", f"header line {_shown(text)} has no colon")
+            if unescape is not None:
+                key, value = unescape(key), unescape(value)
+            if key == "content-length" and length is None:
+                length = self._length(value)
+            headers.append((key, value))
+        return command, tuple(headers), length
+
+    def _length(self, value: str) -> int:
+        if not _DIGITS.fullmatch(value):
+            raise FrameError(
+                "malformed content-length", f"content-length {_shown(value)} is not a number"
+            )
+        length = int(value)
+        if length > self.limits.max_body:
+            raise self._body_too_long(length)
+        return length
+
+    def _body_too_long(self, length: int | None = None) -> FrameError:
+        size = f"of {length} bytes " if length is not None else ""
+        return FrameError(
+            "frame too large",
+            f"a frame body {size}exceeds the limit of {self.limits.max_body} bytes",
+        )
+
+    def _unescaper(self, command: Command) -> Callable[[str], str] | None:
+        version = self.version
+        if version is None or version is Version.V1_0 or command in _UNESCAPED_COMMANDS:
+            return None
+        table = _UNESCAPES_12 if version is Version.V1_2 else _UNESCAPES_11
+
+        def replace(match: re.Match[str]) -> str:
+            found = table.get(match.group(1))
+            if found is None:
+                raise FrameError(
+                    "malformed header",
+                    f"{_shown(match.group(0))} is not an escape sequence of STOMP {version}",
+                )
+            return found
+
+        def unescape(text: str) -> str:
+            return _ESCAPE.sub(replace, text) if "\\" in text else text
+
+        return unescape
+
+    def _body(self) -> Frame | NeedData:
+        assert self._head is not None
+        command, headers, length = self._head
+        buffer, pos = self._buffer, self._pos
+        if length is not None:
+            end = pos + length
+            if len(buffer) <= end:
+                return self._need_data()
+            if buffer[end] != 0:
+                raise FrameError(
+                    "malformed frame",
+                    f"the {length} bytes of body that content-length announced are not "
+                    "followed by a NUL",
+                )
+        else:
+            end = buffer.find(0, self._scan)
+            if end < 0:
+                if len(buffer) - pos > self.limits.max_body:
+                    raise self._body_too_long()
+                self._scan = len(buffer)
+                return self._need_data()
+            if end - pos > self.limits.max_body:
+                raise self._body_too_long(end - pos)
+        body = bytes(buffer[pos:end]) if end > pos else b""
+        self._head = None
+        self._pos = self._scan = end + 1
+        return Frame(command, headers, body)
+
+
+def _escaper(version: Version, command: Command) -> Callable[[str], str]:
+    if command in _UNESCAPED_COMMANDS or version is Version.V1_0:
+        return _check_plain
+    if version is Version.V1_1:
+        return _escape_11
+
+    def escape(text: str) -> str:
+        return text.translate(_ESCAPES_12)
+
+    return escape
+
+
+def _check_plain(text: str) -> str:
+    if "\n" in text or "\r" in text:
+        raise ValueError(f"{text!r}: a line break cannot be sent in this header")
+    return text
+
+
+def _escape_11(text: str) -> str:
+    if "\r" in text:
+        raise ValueError(f"{text!r}: STOMP 1.1 has no way to send a carriage return")
+    return text.translate(_ESCAPES_11)
+
+
+def encodable(version: Version, key: str, value: str) -> bool:
+    """Whether a header can be sent in ``version`` (1.0 escapes nothing, 1.1 no ``\\r``)."""
+    if version is Version.V1_2:
+        return True
+    if version is Version.V1_1:
+        return "\r" not in key and "\r" not in value
+    return not any(c in key for c in ":\r\n") and "\n" not in value and "\r" not in value
+
+
+def serialize(frame: Frame, version: Version) -> list[bytes]:
+    """The frame's bytes, as parts to write (the body is not copied). The caller sets
+    ``content-length`` when the body may hold a NUL."""
+    escape = _escaper(version, frame.command)
+    lines = [frame.command.value]
+    for key, value in frame.headers:
+        if version is Version.V1_0 and ":" in key:
+            raise ValueError(f"{key!r}: STOMP 1.0 has no way to send a colon in a header name")
+        lines.append(f"{escape(key)}:{escape(value)}")
+    lines.append("\n")
+    head = "\n".join(lines).encode("utf-8")
+    if frame.body:
+        return [head, frame.body, b"\0"]
+    return [head + b"\0"]
+
+
+def serialize_bytes(frame: Frame, version: Version) -> bytes:
+    """The frame as one bytes object (for tests and transcripts)."""
+    return b"".join(serialize(frame, version))

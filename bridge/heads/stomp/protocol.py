@@ -1,0 +1,435 @@
+"""The STOMP head's Twisted glue: bytes to the parser, events to the session, frames out.
+
+STOMP has its own framing, so a connection here is a plain Twisted ``Protocol`` rather than
+the transport's framed connection, with the same discipline: it registers itself as the
+one push producer on its transport and judges writability with the transport's
+:class:`~transport.outbound.OutboundQueue` water marks, so deliveries stop while the
+client does not read; a reactor turn's frames leave in one ``writeSequence``; reading
+pauses for as long as anything asks it to (a session step waiting on the node, too many
+persistent sends waiting for the store, and the node's BLOCK policy once it has one:
+``pause_reading("address-full")``), and the silence of a peer that is not read does not
+count against its TTL.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from cryptography import x509
+from OpenSSL import SSL
+from twisted.internet.abstract import FileDescriptor
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import (
+    IAddress,
+    IDelayedCall,
+    IListeningPort,
+    IPushProducer,
+    IReactorTime,
+    ISystemHandle,
+)
+from twisted.internet.protocol import Factory, Protocol, connectionDone
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from bridge.heads.stomp.frames import NEED_DATA, Frame, FrameError, FrameParser, Version, serialize
+from bridge.heads.stomp.interfaces import IStompTransport
+from bridge.heads.stomp.session import StompSession, StompSettings
+from bridge.node.broker import Broker
+from security import SecurityStore
+from security.subject import SecurityAuth, Subject
+from transport.endpoints import server_endpoint
+from transport.outbound import OutboundQueue
+from transport.tls import TLSConfig
+from transport.urls import URL
+
+log = Logger()
+
+HEART_BEAT = b"\n"
+IO_SIZE = 256 * 1024
+"""Bytes read or sent per socket call (as the core transport's ``io_size``)."""
+
+
+class _Wire(typing.Protocol):
+    """What this connection uses of a Twisted TCP or TLS transport."""
+
+    def writeSequence(self, data: Iterable[bytes]) -> None: ...
+    def loseConnection(self) -> None: ...
+    def abortConnection(self) -> None: ...
+    def registerProducer(self, producer: IPushProducer, streaming: bool) -> None: ...
+    def unregisterProducer(self) -> None: ...
+    def pauseProducing(self) -> None: ...
+    def resumeProducing(self) -> None: ...
+    def getPeer(self) -> IAddress: ...
+
+
+class StompHead:
+    """STOMP on one node: a protocol per connection, and the live ones, so the node can
+    count them and close them at shutdown."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        security: SecurityStore,
+        *,
+        reactor: Any,
+    ) -> None:
+        self.broker = broker
+        self.security = security
+        self.reactor = reactor
+        self._live: set[StompProtocol] = set()
+        self._cleanups: set[Deferred[None]] = set()
+
+    @property
+    def connections(self) -> int:
+        return len(self._live)
+
+    def listen(
+        self,
+        url: str | URL,
+        *,
+        settings: StompSettings | None = None,
+        tls: TLSConfig | None = None,
+    ) -> Deferred[IListeningPort]:
+        """Accept STOMP connections at ``url`` (``tcp://`` or ``tls://``)."""
+        factory = StompFactory(self, settings or StompSettings())
+        listening: Deferred[IListeningPort] = server_endpoint(self.reactor, url, tls).listen(
+            factory
+        )
+        return listening
+
+    def authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
+        """Log in, in the reactor's thread pool (a password hash takes a while) unless
+        security is off."""
+        if not self.security.enabled:
+            return succeed(self.security.authenticate(auth))
+        pool = self.reactor.getThreadPool()
+        result: Deferred[Subject] = deferToThreadPool(
+            self.reactor, pool, self.security.authenticate, auth
+        )
+        return result
+
+    def opened(self, protocol: StompProtocol) -> None:
+        self._live.add(protocol)
+
+    def closed(self, protocol: StompProtocol, cleanup: Deferred[None]) -> None:
+        self._live.discard(protocol)
+        self._cleanups.add(cleanup)
+        cleanup.addBoth(lambda _: self._cleanups.discard(cleanup))
+
+    async def close_connections(self, reason: str) -> None:
+        """End every connection with an ERROR giving ``reason``; returns once their
+        sessions gave back what they held."""
+        live = list(self._live)
+        for protocol in live:
+            protocol.shut_down(reason)
+        for protocol in live:
+            await protocol.finished
+        for cleanup in list(self._cleanups):
+            await cleanup
+
+
+class StompFactory(Factory):
+    """Builds the connections of one acceptor."""
+
+    def __init__(self, head: StompHead, settings: StompSettings) -> None:
+        self.head = head
+        self.settings = settings
+
+    def buildProtocol(self, addr: IAddress | None) -> StompProtocol:
+        return StompProtocol(self.head, self.settings)
+
+
+@implementer(IPushProducer, IStompTransport)
+class StompProtocol(Protocol):
+    """One STOMP connection."""
+
+    def __init__(self, head: StompHead, settings: StompSettings) -> None:
+        self._head = head
+        self.settings = settings
+        self._clock: IReactorTime = head.reactor
+        self._parser = FrameParser(settings.limits)
+        self._out = OutboundQueue(settings.high_water, settings.low_water)
+        self._session: StompSession | None = None
+        self._wire: _Wire | None = None
+        self._registered = False
+        self._paused: Counter[str] = Counter()
+        self._pumping = False
+        self._closing = False
+        self._flushing = False
+        self._announced_writable = True
+        self._turn_call: IDelayedCall | None = None
+        self._send_timer: LoopingCall | None = None
+        self._silence_timer: LoopingCall | None = None
+        self._silence_limit: float | None = settings.ttl
+        self._last_received = 0.0
+        self.peer = "?"
+        self.finished: Deferred[None] = Deferred()
+        """Fires once the connection is gone and its session gave back what it held."""
+
+    # -- IStompTransport ------------------------------------------------------------------
+
+    @property
+    def is_writable(self) -> bool:
+        return self._out.writable and not self._closing
+
+    def send(self, frame: Frame) -> None:
+        if self._closing:
+            return
+        assert self._session is not None
+        parts = serialize(frame, self._session.version or Version.V1_0)
+        self._push(parts)
+
+    def _push(self, parts: list[bytes]) -> None:
+        self._out.push(parts, sum(map(len, parts)))
+        if self._turn_call is None:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+        if self._announced_writable and not self._out.writable:
+            # At once, not at the end of the turn: a queue draining into this
+            # connection stops here, with at most one message over the mark.
+            self._announce()
+
+    def close(self) -> None:
+        if self._closing or self._wire is None:
+            return
+        self._closing = True
+        self._stop_timers()
+        if self._paused:
+            self._wire.resumeProducing()  # closing needs the peer's end: listen again
+        if self._turn_call is not None:
+            self._turn_call.cancel()
+            self._turn_call = None
+        self._unregister()
+        parts = self._out.take_all()
+        if parts:
+            self._wire.writeSequence(parts)
+        self._wire.loseConnection()
+
+    def pause_reading(self, reason: str) -> None:
+        first = not self._paused
+        self._paused[reason] += 1
+        if first and self._wire is not None and not self._closing:
+            self._wire.pauseProducing()
+
+    def resume_reading(self, reason: str) -> None:
+        if self._paused[reason] <= 0:
+            return
+        self._paused[reason] -= 1
+        if self._paused[reason] == 0:
+            del self._paused[reason]
+        if self._paused or self._closing:
+            return
+        self._last_received = self._clock.seconds()
+        self._pump()
+        if not self._paused and not self._closing and self._wire is not None:
+            self._wire.resumeProducing()
+
+    def set_heart_beats(self, send_every: float | None, silence_limit: float | None) -> None:
+        if self._send_timer is not None and self._send_timer.running:
+            self._send_timer.stop()
+        self._send_timer = None
+        if send_every is not None:
+            self._send_timer = self._timer(self._heart_beat, send_every)
+        self._silence_limit = silence_limit
+        self._start_silence_timer()
+
+    def peer_certificates(self) -> list[x509.Certificate]:
+        handle: object = (
+            ISystemHandle(self.transport).getHandle()
+            if ISystemHandle.providedBy(self.transport)
+            else None
+        )
+        if not isinstance(handle, SSL.Connection):
+            return []
+        verified = handle.get_verified_chain(as_cryptography=True)
+        if verified:
+            return list(verified)
+        leaf = handle.get_peer_certificate(as_cryptography=True)
+        return [leaf] if leaf is not None else []
+
+    # -- the node's view ------------------------------------------------------------------
+
+    def shut_down(self, reason: str) -> None:
+        """The node is stopping: an ERROR saying so, then close."""
+        if self._session is not None:
+            self._session.close(reason)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _end_of_turn(self) -> None:
+        self._turn_call = None
+        self._flush()
+        self._announce()
+
+    def _flush(self) -> None:
+        out = self._out
+        if out.transport_paused or not out.queued or self._wire is None:
+            return
+        out.transport_producing()
+        budget = self.settings.high_water
+        self._flushing = True
+        try:
+            while out.queued and not out.transport_paused and budget > 0:
+                parts = out.take(budget)
+                budget -= sum(map(len, parts))
+                self._wire.writeSequence(parts)
+        finally:
+            self._flushing = False
+        if out.queued and not out.transport_paused and self._turn_call is None:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    def _announce(self) -> None:
+        changes = self._out.changes_to_announce()
+        if not changes or self._session is None:
+            return
+        writable = changes[-1]
+        if writable is not self._announced_writable:
+            self._announced_writable = writable
+            self._session.writability_changed(writable)
+
+    def pauseProducing(self) -> None:
+        self._out.transport_paused_by_peer()
+        if not self._flushing and self._turn_call is None and not self._closing:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    def resumeProducing(self) -> None:
+        self._out.transport_resumed()
+        self._flush()
+        self._announce()
+
+    def stopProducing(self) -> None:
+        """The transport is going away; connectionLost does the clean-up."""
+
+    # -- reading --------------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._last_received = self._clock.seconds()
+        self._parser.feed(data)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Hand the session every whole event, while nothing pauses reading."""
+        if self._pumping:
+            return
+        session = self._session
+        assert session is not None
+        parser = self._parser
+        self._pumping = True
+        try:
+            while not self._paused and not self._closing:
+                parser.version = session.version
+                try:
+                    event = parser.next_event()
+                except FrameError as error:
+                    log.info(
+                        "closing STOMP connection from {peer}: {error}", peer=self.peer, error=error
+                    )
+                    session.protocol_error(error)
+                    return
+                if event is NEED_DATA:
+                    return
+                session.event_received(event)  # type: ignore[arg-type]
+        finally:
+            self._pumping = False
+
+    # -- heart-beats and silence ----------------------------------------------------------
+
+    def _timer(self, tick: Any, period: float) -> LoopingCall:
+        timer = LoopingCall(tick)
+        timer.clock = self._clock
+        timer.start(period, now=False)
+        return timer
+
+    def _heart_beat(self) -> None:
+        if not self._closing and not self._out.queued:
+            self._push([HEART_BEAT])
+
+    def _start_silence_timer(self) -> None:
+        if self._silence_timer is not None and self._silence_timer.running:
+            self._silence_timer.stop()
+        self._silence_timer = None
+        if self._silence_limit is not None:
+            self._silence_timer = self._timer(self._check_silence, self._silence_limit / 4)
+
+    def _check_silence(self) -> None:
+        now = self._clock.seconds()
+        limit = self._silence_limit
+        if self._paused and not self._closing:
+            self._last_received = now  # this side chose not to read: not the peer's silence
+            return
+        if limit is None or now - self._last_received <= limit or self._wire is None:
+            return
+        log.warn(
+            "nothing from STOMP peer {peer} for {silent:.1f}s (limit {limit}s); dropping it",
+            peer=self.peer,
+            silent=now - self._last_received,
+            limit=limit,
+        )
+        self._closing = True
+        self._stop_timers()
+        self._unregister()
+        self._wire.abortConnection()
+
+    def _stop_timers(self) -> None:
+        for timer in (self._send_timer, self._silence_timer):
+            if timer is not None and timer.running:
+                timer.stop()
+        self._send_timer = self._silence_timer = None
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        wire = self._wire = typing.cast(_Wire, self.transport)
+        peer = wire.getPeer()
+        host, port = getattr(peer, "host", None), getattr(peer, "port", None)
+        if host is None:
+            self.peer = str(peer)
+        else:
+            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._last_received = self._clock.seconds()
+        self._tune_socket_io()
+        wire.registerProducer(self, True)
+        self._registered = True
+        self._session = StompSession(
+            self._head.broker,
+            self._head.security,
+            self,
+            clock=self._clock,
+            authenticate=self._head.authenticate,
+            settings=self.settings,
+        )
+        self._start_silence_timer()
+        self._head.opened(self)
+
+    def _tune_socket_io(self) -> None:
+        """Read and send IO_SIZE bytes per socket call on the TCP transport beneath
+        (under TLS, the wrapped one), as the core transport does."""
+        inner: object = self.transport
+        while inner is not None and not isinstance(inner, FileDescriptor):
+            inner = getattr(inner, "transport", None)
+        if isinstance(inner, FileDescriptor):
+            inner.bufferSize = IO_SIZE
+            inner.SEND_LIMIT = max(IO_SIZE, FileDescriptor.SEND_LIMIT)
+
+    def _unregister(self) -> None:
+        if self._registered and self._wire is not None:
+            self._registered = False
+            self._wire.unregisterProducer()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._closing = True
+        self._stop_timers()
+        if self._turn_call is not None:
+            self._turn_call.cancel()
+            self._turn_call = None
+        assert self._session is not None
+        cleanup = self._session.connection_lost()
+        self._head.closed(self, cleanup)
+        cleanup.chainDeferred(self.finished)

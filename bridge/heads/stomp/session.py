@@ -1,0 +1,1055 @@
+"""One STOMP connection's session on the node: frames in, broker calls and frames out.
+
+Sans-IO: the session is handed parsed events and writability changes, and answers through
+an :class:`IStompTransport` (send a frame, close, pause or resume reading, heart-beats).
+docs/stomp.md describes what a client sees; the choices in short:
+
+- Versions 1.0 to 1.2, the highest both sides speak. CONNECT's login and passcode, and a
+  TLS client certificate, go to the SecurityStore; every SEND, SUBSCRIBE, ACK and NACK is
+  checked against the subject's permissions.
+- Bad input (a malformed frame, a refused operation, a wrong header) is an ERROR frame
+  whose ``message`` header says what and whose body says why, then the connection closes,
+  as the specification asks. Nothing else on the node is affected.
+- A RECEIPT is a confirmation: for a persistent SEND it goes once the store holds the
+  message, and receipts go out in the order of their frames.
+- While a step waits on the node (a login, a durable queue being stored) the session
+  stops reading, so frames are handled in order and nothing piles up.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from enum import Enum, auto
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from bridge.config.node import Routing
+from bridge.heads.core.session import DUPLICATE_ID_HEADER
+from bridge.heads.stomp.destinations import (
+    Destination,
+    DestinationError,
+    Kind,
+    parse_destination,
+)
+from bridge.heads.stomp.frames import (
+    Command,
+    Event,
+    Frame,
+    FrameError,
+    HeartBeat,
+    Limits,
+    Version,
+    encodable,
+)
+from bridge.heads.stomp.interfaces import IStompTransport
+from bridge.message import HeaderValue, Message
+from bridge.node.broker import AddressNotFound, Broker, NodeError, Transaction
+from bridge.node.queue import Delivery, QueueError
+from bridge.node.selector import SelectorError, compile_selector
+from security import SecurityStore
+from security.errors import AuthenticationFailed, PermissionDenied
+from security.permissions import Permission
+from security.subject import SecurityAuth, Subject
+
+log = Logger()
+
+SERVER = "txbridge/0.1.0"
+VERSIONS = (Version.V1_2, Version.V1_1, Version.V1_0)
+DELIVERY_COUNT_HEADER = "delivery-count"
+"""On every MESSAGE: how many times the node has handed the message out (1 the first
+time); above 1 the MESSAGE also says ``redelivered:true``."""
+
+SET_BY_NODE = frozenset({"message-id", "subscription", "ack", "redelivered", DELIVERY_COUNT_HEADER})
+"""Headers the node sets on MESSAGE frames: a SEND that sets one is refused."""
+_SEND_FRAME_HEADERS = frozenset(
+    {"destination", "content-length", "receipt", "transaction", "persistent"}
+)
+"""Headers of the SEND frame itself, not of the message (``persistent`` is its
+durability)."""
+_MESSAGE_FRAME_HEADERS = SET_BY_NODE | {"destination", "content-length", "persistent"}
+
+BUSY = "session"
+"""The reason the session gives when it pauses reading while a step waits on the node."""
+STORE = "store"
+"""The reason it gives while too many persistent sends wait for the store."""
+
+
+class StompError(Exception):
+    """What the client did wrong: the ERROR frame's ``message`` and its body."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(f"{message}: {detail}")
+        self.message = message
+        self.detail = detail
+
+
+class AckMode(Enum):
+    AUTO = "auto"
+    CLIENT = "client"
+    CLIENT_INDIVIDUAL = "client-individual"
+
+
+class State(Enum):
+    AWAITING_CONNECT = auto()
+    AUTHENTICATING = auto()
+    OPEN = auto()
+    DISCONNECTING = auto()
+    """DISCONNECT or an ERROR: nothing more is read; receipts still go out."""
+    CLOSED = auto()
+
+
+@attrs.frozen
+class StompSettings:
+    """How the node's STOMP connections behave (from the acceptor's configuration)."""
+
+    limits: Limits = attrs.Factory(Limits)
+    ttl: float | None = 60.0
+    """Drop a peer silent for this long (before CONNECT, or when it sends heart-beats:
+    then at least twice its interval)."""
+    heart_beat: float | None = 20.0
+    """The interval the node offers to send heart-beats at, and asks to receive them."""
+    prefetch: int = 1000
+    """Unacknowledged messages per subscription when SUBSCRIBE names none (0: no limit)."""
+    high_water: int = 128 * 1024
+    low_water: int = 32 * 1024
+    max_unstored: int = 8 * 1024 * 1024
+    """Body bytes of persistent sends waiting for the store before reading pauses."""
+
+
+@attrs.define(eq=False)
+class _Subscription:
+    """A SUBSCRIBE of this connection, a consumer on one queue."""
+
+    id: str
+    key: int
+    """The connection's number for it, the first part of its ack ids."""
+    queue: str
+    consumer_id: int
+    ack: AckMode
+    prefetch: int | None
+    destination: str
+    """The destination its MESSAGE frames carry."""
+    address: str
+    temporary: bool = False
+    durable: bool = False
+    active: bool = False
+    ready: bool = True
+    unacked: dict[int, int] = attrs.Factory(dict)
+    """Delivery id -> message id, oldest first."""
+    by_message: dict[int, int] = attrs.Factory(dict)
+    """Message id -> delivery id (for the ACK of STOMP 1.0 and 1.1, by message-id)."""
+    auto_acked: int = 0
+    """The last delivery of an auto subscription, acknowledged at the end of the turn."""
+
+
+@attrs.define(eq=False)
+class _Outstanding:
+    """A frame's effect waiting for the store; the receipt (if any) goes out in turn."""
+
+    receipt: str | None
+    size: int = 0
+    done: bool = False
+    close: bool = False
+
+
+@attrs.define(eq=False)
+class _Transaction:
+    tx: Transaction
+    nacks: list[tuple[_Subscription, list[int], bool]] = attrs.Factory(list)
+
+
+Authenticate = Callable[[SecurityAuth], "Deferred[Subject]"]
+
+
+class StompSession:
+    """The node's side of one STOMP connection."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        security: SecurityStore,
+        transport: IStompTransport,
+        *,
+        clock: IReactorTime,
+        authenticate: Authenticate,
+        settings: StompSettings | None = None,
+    ) -> None:
+        self._broker = broker
+        self._security = security
+        self._transport = transport
+        self._clock = clock
+        self._authenticate = authenticate
+        self.settings = settings or StompSettings()
+        self.state = State.AWAITING_CONNECT
+        self.version: Version | None = None
+        self.subject: Subject | None = None
+        self.client_id: str | None = None
+        self.id = uuid.uuid4().hex
+        self._writable = True
+        self._subscriptions: dict[str, _Subscription] = {}
+        self._by_key: dict[int, _Subscription] = {}
+        self._keys = 0
+        self._transactions: dict[str, _Transaction] = {}
+        self._outstanding: deque[_Outstanding] = deque()
+        self._unstored = 0
+        self._store_paused = False
+        self._auto_ack_call: IDelayedCall | None = None
+        self._auto_acks: list[_Subscription] = []
+        self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
+            Command.SEND: self._send,
+            Command.SUBSCRIBE: self._subscribe,
+            Command.UNSUBSCRIBE: self._unsubscribe,
+            Command.ACK: self._ack,
+            Command.NACK: self._nack,
+            Command.BEGIN: self._begin,
+            Command.COMMIT: self._commit,
+            Command.ABORT: self._abort,
+            Command.DISCONNECT: self._disconnect,
+        }
+
+    # -- input ----------------------------------------------------------------------------
+
+    def event_received(self, event: Event) -> None:
+        """Act on one frame or heart-beat."""
+        if isinstance(event, HeartBeat) or self.state not in (
+            State.OPEN,
+            State.AWAITING_CONNECT,
+        ):
+            return
+        headers = event.header_map()
+        try:
+            if event.command in (Command.CONNECT, Command.STOMP):
+                if self.state is not State.AWAITING_CONNECT:
+                    raise StompError("already connected", f"a second {event.command} frame")
+                self._connect(headers)
+            elif self.state is State.AWAITING_CONNECT:
+                raise StompError(
+                    "not connected", f"{event.command} before CONNECT: send CONNECT first"
+                )
+            else:
+                self._handlers[event.command](event, headers)
+        except StompError as error:
+            self._fail(error.message, error.detail, headers.get("receipt"))
+
+    def protocol_error(self, error: FrameError) -> None:
+        """The bytes from the peer are not a frame this node accepts."""
+        if self.state not in (State.DISCONNECTING, State.CLOSED):
+            self._fail(error.message, error.detail)
+
+    def writability_changed(self, writable: bool) -> None:
+        """Deliveries stop while the connection is not writable and go on once it is."""
+        self._writable = writable
+        for subscription in list(self._subscriptions.values()):
+            self._update_ready(subscription)
+
+    def close(self, reason: str) -> None:
+        """The node ends the connection (shutting down): an ERROR saying why, then close."""
+        if self.state not in (State.DISCONNECTING, State.CLOSED):
+            self._fail("connection closed by the node", reason)
+
+    def connection_lost(self) -> Deferred[None]:
+        """Give back what the connection held: unacknowledged messages return to their
+        queues (counted as delivered), open transactions roll back, the queues of its
+        non-durable topic subscriptions go. Fires once that is stored."""
+        self.state = State.CLOSED
+        self._flush_auto_acks()
+        if self._auto_ack_call is not None and self._auto_ack_call.active():
+            self._auto_ack_call.cancel()
+        subscriptions = list(self._subscriptions.values())
+        self._subscriptions.clear()
+        self._by_key.clear()
+        transactions = list(self._transactions.values())
+        self._transactions.clear()
+        self._outstanding.clear()
+        return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
+
+    async def _give_back(
+        self, subscriptions: list[_Subscription], transactions: list[_Transaction]
+    ) -> None:
+        for transaction in transactions:
+            await self._quietly(Deferred.fromCoroutine(self._broker.rollback(transaction.tx)))
+        for subscription in subscriptions:
+            await self._quietly(Deferred.fromCoroutine(self._remove(subscription, False)))
+
+    @staticmethod
+    async def _quietly(work: Deferred[None]) -> None:
+        try:
+            await work
+        except Exception:
+            log.failure("cleaning up a closed STOMP session failed")
+
+    # -- output ---------------------------------------------------------------------------
+
+    def _emit(self, frame: Frame) -> None:
+        if self.state is not State.CLOSED:
+            self._transport.send(frame)
+
+    def _fail(self, message: str, detail: str, receipt: str | None = None) -> None:
+        """An ERROR frame, then the connection closes."""
+        headers = [("message", message), ("content-type", "text/plain")]
+        if receipt is not None:
+            headers.append(("receipt-id", receipt))
+        body = detail.encode("utf-8")
+        headers.append(("content-length", str(len(body))))
+        self._emit(Frame(Command.ERROR, tuple(headers), body))
+        self._closing()
+
+    def _closing(self) -> None:
+        if self.state is not State.CLOSED:
+            self.state = State.DISCONNECTING
+        self._transport.close()
+
+    def _then(
+        self,
+        work: Deferred[Any],
+        done: Callable[[Any], None],
+        receipt: str | None,
+        failed: Callable[[Failure], None] | None = None,
+    ) -> None:
+        """Stop reading until ``work`` fires, then run ``done`` with its result (or
+        ``failed``, by default an ERROR naming the failure)."""
+        self._transport.pause_reading(BUSY)
+
+        def succeeded(result: Any) -> None:
+            if self.state is State.CLOSED:
+                return
+            try:
+                done(result)
+            except StompError as error:
+                self._fail(error.message, error.detail, receipt)
+            self._transport.resume_reading(BUSY)
+
+        def refused(failure: Failure) -> None:
+            if self.state is State.CLOSED:
+                return
+            if failed is not None:
+                failed(failure)
+            else:
+                self._fail(*_describe(failure), receipt)
+            self._transport.resume_reading(BUSY)
+
+        work.addCallbacks(succeeded, refused)
+
+    def _after(self, work: Deferred[Any] | None, receipt: str | None, size: int = 0) -> None:
+        """Send the receipt (if any) once ``work`` is stored and every earlier frame's
+        receipt has gone; a failure to store is an ERROR."""
+        if work is None and not self._outstanding:
+            if receipt is not None:
+                self._emit(Frame(Command.RECEIPT, (("receipt-id", receipt),)))
+            return
+        entry = _Outstanding(receipt, size, done=work is None)
+        self._outstanding.append(entry)
+        if size:
+            self._unstored += size
+            if self._unstored > self.settings.max_unstored and not self._store_paused:
+                self._store_paused = True
+                self._transport.pause_reading(STORE)
+        if work is not None:
+            work.addCallbacks(
+                lambda _: self._stored(entry),
+                lambda failure: self._store_failed(entry, failure),
+            )
+
+    def _stored(self, entry: _Outstanding) -> None:
+        entry.done = True
+        if entry.size:
+            self._unstored -= entry.size
+            if self._store_paused and self._unstored <= self.settings.max_unstored // 2:
+                self._store_paused = False
+                self._transport.resume_reading(STORE)
+        outstanding = self._outstanding
+        while outstanding and outstanding[0].done:
+            first = outstanding.popleft()
+            if first.receipt is not None:
+                self._emit(Frame(Command.RECEIPT, (("receipt-id", first.receipt),)))
+            if first.close:
+                self._closing()
+
+    def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
+        if self.state is State.CLOSED:
+            return
+        log.failure("a STOMP send or acknowledgement could not be stored", failure)
+        self._fail("not stored", f"the node could not store it: {failure.getErrorMessage()}")
+
+    # -- connecting -----------------------------------------------------------------------
+
+    def _connect(self, headers: dict[str, str]) -> None:
+        version = _negotiate(headers.get("accept-version"))
+        if version is None:
+            self._emit(
+                Frame(
+                    Command.ERROR,
+                    (
+                        ("version", ",".join(v.value for v in reversed(VERSIONS))),
+                        ("message", "unsupported version"),
+                        ("content-type", "text/plain"),
+                    ),
+                    f"this node speaks STOMP {', '.join(reversed(VERSIONS))}; the client "
+                    f"accepts {headers.get('accept-version')!r}".encode(),
+                )
+            )
+            self._closing()
+            return
+        send, receive = _heart_beat(headers.get("heart-beat", "0,0"))
+        self.version = version
+        self.client_id = headers.get("client-id") or None
+        auth = SecurityAuth(
+            user=headers.get("login"),
+            password=headers.get("passcode"),
+            peer_certificates=tuple(self._transport.peer_certificates()),
+            remote_address=self._transport.peer,
+            protocol="stomp",
+        )
+        self.state = State.AUTHENTICATING
+        self._then(
+            self._authenticate(auth),
+            lambda subject: self._connected(subject, send, receive),
+            None,
+            self._refused,
+        )
+
+    def _connected(self, subject: Subject, client_send: int, client_receive: int) -> None:
+        if self.state is not State.AUTHENTICATING:
+            return
+        self.subject = subject
+        self.state = State.OPEN
+        ours = round(self.settings.heart_beat * 1000) if self.settings.heart_beat else 0
+        send_every = max(ours, client_receive) / 1000 if ours and client_receive else None
+        expect_every = max(ours, client_send) / 1000 if ours and client_send else None
+        silence: float | None = None
+        if expect_every is not None:
+            silence = max(self.settings.ttl or 0.0, 2 * expect_every)
+        self._transport.set_heart_beats(send_every, silence)
+        assert self.version is not None
+        self._emit(
+            Frame(
+                Command.CONNECTED,
+                (
+                    ("version", self.version.value),
+                    ("heart-beat", f"{ours},{ours}"),
+                    ("server", SERVER),
+                    ("session", self.id),
+                ),
+            )
+        )
+
+    def _refused(self, failure: Failure) -> None:
+        if self.state is not State.AUTHENTICATING:
+            return
+        if not failure.check(AuthenticationFailed):
+            log.failure("a STOMP login failed unexpectedly", failure)
+        self._fail("authentication failed", "authentication failed")
+
+    # -- permissions and destinations -----------------------------------------------------
+
+    def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
+        assert self.subject is not None
+        try:
+            self._security.check(self.subject, address, permission, queue)
+        except PermissionDenied as denied:
+            raise StompError("permission denied", str(denied)) from None
+
+    def _may_create(self, destination: Destination, name: str) -> None:
+        """Using a missing address creates it: that needs create-address, and the
+        address's settings must allow it."""
+        self._check(name, Permission.CREATE_ADDRESS)
+        if not self._broker.may_create_address(name):
+            raise StompError(
+                "no such destination",
+                f"{destination}: address {name!r} does not exist and auto-create-addresses "
+                "is off for it",
+            )
+
+    def _routing(self, destination: Destination, name: str, routing: Routing) -> bool:
+        """Whether address ``name`` exists; StompError if its routing is not ``routing``."""
+        address = self._broker.addresses.get(name)
+        if address is None:
+            return False
+        if address.routing is not routing:
+            other = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
+            raise StompError(
+                "wrong destination type",
+                f"{destination} names address {name!r}, which is {address.routing.value}: "
+                f"use {other}{name}",
+            )
+        return True
+
+    def _existing_queue(self, destination: Destination) -> str:
+        """The address of the existing queue an /amq/queue/ destination names."""
+        queue = self._broker.queues.get(destination.name)
+        if queue is None:
+            raise StompError("no such destination", f"{destination}: no queue {destination.name!r}")
+        return queue.address
+
+    # -- sending --------------------------------------------------------------------------
+
+    def _send(self, frame: Frame, headers: dict[str, str]) -> None:
+        destination = _destination(headers)
+        for name in SET_BY_NODE:
+            if name in headers:
+                raise StompError(
+                    "header not allowed",
+                    f"SEND may not set the {name!r} header: the node sets it on MESSAGE frames",
+                )
+        tx = self._transaction(headers.get("transaction"))
+        receipt = headers.get("receipt")
+        address, creating = self._send_address(destination)
+        if address is None:
+            self._after(None, receipt)
+            return
+        message_headers: dict[str, HeaderValue] = {
+            key: value for key, value in headers.items() if key not in _SEND_FRAME_HEADERS
+        }
+        duplicate = message_headers.get(DUPLICATE_ID_HEADER)
+        message = Message(
+            0,
+            address,
+            headers.get("persistent") == "true",
+            message_headers,
+            frame.body,
+            duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
+        )
+        if creating is None:
+            self._publish(message, tx, receipt)
+        else:
+            self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
+
+    def _send_address(self, destination: Destination) -> tuple[str | None, Deferred[Any] | None]:
+        """Where a SEND goes: the address (None: nowhere, a topic nobody subscribed to),
+        and the creation to wait for first, if any."""
+        name = destination.name
+        if destination.kind is Kind.AMQ_QUEUE:
+            address = self._existing_queue(destination)
+            self._routing(destination, address, Routing.ANYCAST)
+            self._check(address, Permission.SEND)
+            return address, None
+        routing = Routing.ANYCAST if destination.kind is Kind.QUEUE else Routing.MULTICAST
+        if self._routing(destination, name, routing):
+            self._check(name, Permission.SEND)
+            return name, None
+        self._may_create(destination, name)
+        self._check(name, Permission.SEND)
+        if routing is Routing.ANYCAST:
+            return name, self._create_anycast(name)
+        if self._broker.config.routing_for(name) is Routing.MULTICAST:
+            return name, None  # the broker creates it on the first message
+        return None, None  # nobody subscribed: a multicast address would drop it
+
+    def _create_anycast(self, name: str) -> Deferred[Any] | None:
+        """Create the anycast address ``name`` and its queue: at once where anycast is the
+        default routing (the broker stores the queue in the background, as for a send),
+        else through the store, to wait for."""
+        if self._broker.config.routing_for(name) is Routing.ANYCAST:
+            self._broker.auto_create(name)
+            return None
+        return Deferred.fromCoroutine(
+            self._broker.create_queue(name, name, durable=True, routing=Routing.ANYCAST)
+        )
+
+    def _publish(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
+        try:
+            routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
+        except AddressNotFound as missing:
+            raise StompError("no such destination", str(missing)) from None
+        if isinstance(routed, Deferred):
+            self._after(routed, receipt, len(message.body))
+        elif receipt is not None:
+            self._after(None, receipt)
+
+    # -- subscribing ----------------------------------------------------------------------
+
+    def _subscribe(self, frame: Frame, headers: dict[str, str]) -> None:
+        destination = _destination(headers)
+        sub_id = headers.get("id")
+        if sub_id is None:
+            if self.version is not Version.V1_0:
+                raise StompError("missing header", "SUBSCRIBE needs an 'id' header")
+            sub_id = str(destination)
+        if sub_id in self._subscriptions:
+            raise StompError("duplicate subscription", f"subscription id {sub_id!r} is in use")
+        ack = _ack_mode(headers.get("ack", "auto"))
+        prefetch = self._prefetch(headers)
+        selector = headers.get("selector") or None
+        if selector is not None:
+            try:
+                compile_selector(selector)
+            except SelectorError as error:
+                raise StompError("bad selector", f"selector {selector!r}: {error}") from None
+        durable = destination.kind is Kind.TOPIC and _durable(headers)
+        self._keys += 1
+        subscription = _Subscription(
+            sub_id,
+            self._keys,
+            queue="",
+            consumer_id=self._broker.next_consumer_id(),
+            ack=ack,
+            prefetch=prefetch,
+            destination=str(destination),
+            address=destination.name,
+            durable=durable,
+        )
+        creating = self._subscription_queue(subscription, destination, headers, selector)
+        self._subscriptions[sub_id] = subscription
+        self._by_key[subscription.key] = subscription
+        receipt = headers.get("receipt")
+        consumer_filter = selector if destination.kind is not Kind.TOPIC else None
+        if creating is None:
+            self._consume(subscription, consumer_filter, receipt)
+        else:
+            self._then(
+                creating, lambda _: self._consume(subscription, consumer_filter, receipt), receipt
+            )
+
+    def _prefetch(self, headers: dict[str, str]) -> int | None:
+        text = headers.get("prefetch-count") or headers.get("activemq.prefetchSize")
+        if text is None:
+            value = self.settings.prefetch
+        elif text.isdigit() and len(text) < 10:
+            value = int(text)
+        else:
+            raise StompError("bad header", f"prefetch-count {text!r} is not a number >= 0")
+        return value or None
+
+    def _subscription_queue(
+        self,
+        subscription: _Subscription,
+        destination: Destination,
+        headers: dict[str, str],
+        selector: str | None,
+    ) -> Deferred[Any] | None:
+        """Name (and create if needed) the queue a subscription consumes from; checks the
+        permissions. Returns the creation to wait for, if any."""
+        name = destination.name
+        if destination.kind is Kind.AMQ_QUEUE:
+            subscription.queue = name
+            subscription.address = self._existing_queue(destination)
+            address = self._broker.addresses[subscription.address]
+            prefix = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
+            subscription.destination = f"{prefix}{subscription.address}"
+            self._check(subscription.address, Permission.CONSUME, name)
+            return None
+        if destination.kind is Kind.QUEUE:
+            subscription.queue = name
+            exists = self._routing(destination, name, Routing.ANYCAST)
+            if exists and name not in self._broker.queues:
+                raise StompError("no such destination", f"{destination}: no queue {name!r}")
+            if exists:
+                self._check(name, Permission.CONSUME, name)
+                return None
+            self._may_create(destination, name)
+            self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
+            self._check(name, Permission.CONSUME, name)
+            return self._create_anycast(name)
+        exists = self._routing(destination, name, Routing.MULTICAST)
+        if subscription.durable:
+            queue_name = self._durable_name(headers, subscription.id)
+            subscription.queue = queue_name
+            existing = self._broker.queues.get(queue_name)
+            if existing is not None:
+                if existing.address != name or not self._broker.is_durable(queue_name):
+                    raise StompError(
+                        "subscription name in use",
+                        f"queue {queue_name!r} exists and is not a durable subscription of "
+                        f"{destination}: choose another subscription name",
+                    )
+                self._check(name, Permission.CONSUME, queue_name)
+                return None
+            permission = Permission.CREATE_DURABLE_QUEUE
+        else:
+            queue_name = f"{name}.stomp-{self.id}-{subscription.key}"
+            subscription.queue = queue_name
+            subscription.temporary = True
+            permission = Permission.CREATE_NON_DURABLE_QUEUE
+        if not exists:
+            self._may_create(destination, name)
+        self._check(name, permission, queue_name)
+        self._check(name, Permission.CONSUME, queue_name)
+        return Deferred.fromCoroutine(
+            self._broker.create_queue(
+                queue_name,
+                name,
+                durable=subscription.durable,
+                filter=selector,
+                routing=Routing.MULTICAST,
+            )
+        )
+
+    def _durable_name(self, headers: dict[str, str], sub_id: str) -> str:
+        """The queue of a durable topic subscription: ``CLIENT-ID.NAME`` (as Artemis names
+        it), NAME being ``activemq.subscriptionName`` or else the subscription id."""
+        name = headers.get("activemq.subscriptionName") or sub_id
+        return f"{self.client_id}.{name}" if self.client_id else name
+
+    def _consume(
+        self, subscription: _Subscription, consumer_filter: str | None, receipt: str | None
+    ) -> None:
+        if self._subscriptions.get(subscription.id) is not subscription:
+            return
+        subscription.active = True
+        self._broker.consume(
+            subscription.queue,
+            subscription.consumer_id,
+            lambda delivery: self._deliver(subscription, delivery),
+            filter=consumer_filter,
+        )
+        self._update_ready(subscription)
+        self._after(None, receipt)
+
+    def _update_ready(self, subscription: _Subscription) -> None:
+        """A consumer takes messages while the connection is writable and its
+        unacknowledged messages are fewer than its prefetch."""
+        if not subscription.active:
+            return
+        ready = self._writable and (
+            subscription.prefetch is None or len(subscription.unacked) < subscription.prefetch
+        )
+        if ready is not subscription.ready:
+            subscription.ready = ready
+            self._broker.queue(subscription.queue).set_ready(subscription.consumer_id, ready)
+
+    def _deliver(self, subscription: _Subscription, delivery: Delivery) -> None:
+        message = delivery.message
+        count = delivery.delivery_count
+        body = message.body
+        headers = [
+            ("subscription", subscription.id),
+            ("message-id", str(message.id)),
+            ("destination", subscription.destination),
+        ]
+        if subscription.ack is AckMode.AUTO:
+            subscription.auto_acked = delivery.delivery_id
+            self._auto_acks.append(subscription)
+            if self._auto_ack_call is None:
+                self._auto_ack_call = self._clock.callLater(0, self._flush_auto_acks)
+        else:
+            subscription.unacked[delivery.delivery_id] = message.id
+            if self.version is Version.V1_2:
+                headers.append(("ack", f"{subscription.key}-{delivery.delivery_id}"))
+            else:
+                subscription.by_message[message.id] = delivery.delivery_id
+            if subscription.prefetch is not None and (
+                len(subscription.unacked) >= subscription.prefetch
+            ):
+                self._update_ready(subscription)
+        headers += (
+            ("content-length", str(len(body))),
+            ("redelivered", "true" if count > 1 else "false"),
+            (DELIVERY_COUNT_HEADER, str(count)),
+        )
+        if message.durable:
+            headers.append(("persistent", "true"))
+        if message.headers:
+            headers += _message_headers(message.headers, self.version or Version.V1_0)
+        self._emit(Frame(Command.MESSAGE, tuple(headers), body))
+
+    def _flush_auto_acks(self) -> None:
+        """Acknowledge, for each auto subscription, what it was sent this turn: one
+        cumulative acknowledgement each."""
+        self._auto_ack_call = None
+        acks, self._auto_acks = self._auto_acks, []
+        for subscription in dict.fromkeys(acks):
+            if not subscription.auto_acked:
+                continue
+            last, subscription.auto_acked = subscription.auto_acked, 0
+            try:
+                done = self._broker.acknowledge(
+                    subscription.queue, subscription.consumer_id, last, cumulative=True
+                )
+            except QueueError:
+                continue  # the consumer has gone, its messages returned
+            done.addErrback(_log_settle_failure)
+
+    def _unsubscribe(self, frame: Frame, headers: dict[str, str]) -> None:
+        sub_id = headers.get("id")
+        if sub_id is None and self.version is Version.V1_0:
+            sub_id = headers.get("destination")
+        if sub_id is None:
+            raise StompError("missing header", "UNSUBSCRIBE needs an 'id' header")
+        receipt = headers.get("receipt")
+        forget = _durable(headers)
+        subscription = self._subscriptions.get(sub_id)
+        if subscription is None:
+            if forget:
+                self._forget_durable(self._durable_name(headers, sub_id), receipt)
+                return
+            raise StompError("no such subscription", f"no subscription with id {sub_id!r}")
+        if forget and subscription.durable:
+            queue = self._broker.queue(subscription.queue)
+            self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, subscription.queue)
+        del self._subscriptions[sub_id]
+        del self._by_key[subscription.key]
+        self._flush_auto_acks()
+        removing = Deferred.fromCoroutine(self._remove(subscription, forget))
+        self._then(removing, lambda _: self._after(None, receipt), receipt)
+
+    async def _remove(self, subscription: _Subscription, forget: bool) -> None:
+        """Stop a subscription's consumer; delete its queue if it was temporary, or
+        durable and ``forget``."""
+        name = subscription.queue
+        if subscription.active and name in self._broker.queues:
+            await self._broker.close_consumer(name, subscription.consumer_id)
+        delete = subscription.temporary or (forget and subscription.durable)
+        if delete and name in self._broker.queues:
+            queue = self._broker.queue(name)
+            if not queue.consumer_ids:
+                await self._broker.delete_queue(name)
+
+    def _forget_durable(self, queue_name: str, receipt: str | None) -> None:
+        """UNSUBSCRIBE with ``durable:true`` of a durable subscription not open here."""
+        queue = self._broker.queues.get(queue_name)
+        if queue is None or not self._broker.is_durable(queue_name):
+            raise StompError(
+                "no such subscription", f"no durable subscription queue {queue_name!r}"
+            )
+        self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, queue_name)
+        if queue.consumer_ids:
+            raise StompError(
+                "subscription in use",
+                f"durable subscription {queue_name!r} has {len(queue.consumer_ids)} consumer(s)",
+            )
+        deleting = Deferred.fromCoroutine(self._broker.delete_queue(queue_name))
+        self._then(deleting, lambda _: self._after(None, receipt), receipt)
+
+    # -- acknowledging --------------------------------------------------------------------
+
+    def _target(self, command: Command, headers: dict[str, str]) -> tuple[_Subscription, int]:
+        """The subscription and delivery an ACK or NACK names: by ``id`` (1.2, the
+        MESSAGE's ``ack``), or by ``message-id`` (and ``subscription``, 1.1)."""
+        ack_id = headers.get("id")
+        if self.version is Version.V1_2:
+            if ack_id is None:
+                raise StompError("missing header", f"{command} needs an 'id' header")
+            key, _, delivery = ack_id.partition("-")
+            subscription = self._by_key.get(int(key)) if key.isdigit() else None
+            if subscription is not None and delivery.isdigit():
+                delivery_id = int(delivery)
+                if delivery_id in subscription.unacked:
+                    return subscription, delivery_id
+            raise StompError(
+                "unknown ack id",
+                f"{command} id {ack_id!r} names no message awaiting acknowledgement on this "
+                "connection",
+            )
+        message_id = headers.get("message-id")
+        if message_id is None or not message_id.isdigit():
+            raise StompError("missing header", f"{command} needs a 'message-id' header")
+        number = int(message_id)
+        sub_id = headers.get("subscription")
+        candidates = (
+            [self._subscriptions[sub_id]]
+            if sub_id is not None and sub_id in self._subscriptions
+            else list(self._subscriptions.values())
+            if sub_id is None
+            else []
+        )
+        for subscription in candidates:
+            found = subscription.by_message.get(number)
+            if found is not None:
+                return subscription, found
+        raise StompError(
+            "unknown message",
+            f"{command} of message {message_id} names no message awaiting acknowledgement "
+            "on this connection",
+        )
+
+    def _settling(
+        self, command: Command, headers: dict[str, str]
+    ) -> tuple[_Subscription, list[int]]:
+        """The deliveries an ACK or NACK settles: in ``client`` mode, every one up to
+        the one named (cumulative), in ``client-individual`` mode that one."""
+        subscription, delivery_id = self._target(command, headers)
+        if subscription.ack is AckMode.AUTO:
+            raise StompError(
+                "not acknowledged by the client",
+                f"subscription {subscription.id!r} acknowledges automatically (ack:auto)",
+            )
+        self._check(subscription.address, Permission.CONSUME, subscription.queue)
+        if subscription.ack is AckMode.CLIENT_INDIVIDUAL:
+            return subscription, [delivery_id]
+        return subscription, [d for d in subscription.unacked if d <= delivery_id]
+
+    def _settled(self, subscription: _Subscription, delivery_ids: list[int]) -> None:
+        for delivery_id in delivery_ids:
+            message_id = subscription.unacked.pop(delivery_id)
+            subscription.by_message.pop(message_id, None)
+        self._update_ready(subscription)
+
+    def _ack(self, frame: Frame, headers: dict[str, str]) -> None:
+        subscription, deliveries = self._settling(Command.ACK, headers)
+        tx = self._transaction(headers.get("transaction"))
+        last = deliveries[-1]
+        self._settled(subscription, deliveries)
+        try:
+            done = self._broker.acknowledge(
+                subscription.queue,
+                subscription.consumer_id,
+                last,
+                cumulative=subscription.ack is AckMode.CLIENT,
+                tx=tx.tx if tx is not None else None,
+            )
+        except QueueError as error:
+            raise StompError("unknown message", str(error)) from None
+        receipt = headers.get("receipt")
+        if receipt is not None:
+            self._after(done, receipt)
+        else:
+            done.addErrback(_log_settle_failure)
+
+    def _nack(self, frame: Frame, headers: dict[str, str]) -> None:
+        subscription, deliveries = self._settling(Command.NACK, headers)
+        tx = self._transaction(headers.get("transaction"))
+        requeue = headers.get("requeue", "true") != "false"
+        if tx is not None:
+            tx.nacks.append((subscription, deliveries, requeue))
+        else:
+            self._give_up(subscription, deliveries, requeue)
+        self._after(None, headers.get("receipt"))
+
+    def _give_up(self, subscription: _Subscription, deliveries: list[int], requeue: bool) -> None:
+        """NACK: back to the queue for redelivery, or dropped (requeue:false)."""
+        if self._by_key.get(subscription.key) is not subscription:
+            return  # unsubscribed since: its messages went back already
+        deliveries = [d for d in deliveries if d in subscription.unacked]
+        self._settled(subscription, deliveries)
+        for delivery_id in deliveries:
+            try:
+                done = self._broker.nack(
+                    subscription.queue, subscription.consumer_id, delivery_id, requeue=requeue
+                )
+            except QueueError:
+                continue
+            done.addErrback(_log_settle_failure)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def _transaction(self, name: str | None) -> _Transaction | None:
+        if name is None:
+            return None
+        tx = self._transactions.get(name)
+        if tx is None:
+            raise StompError("no such transaction", f"transaction {name!r} is not open")
+        return tx
+
+    def _transaction_name(self, command: Command, headers: dict[str, str]) -> str:
+        name = headers.get("transaction")
+        if name is None:
+            raise StompError("missing header", f"{command} needs a 'transaction' header")
+        return name
+
+    def _begin(self, frame: Frame, headers: dict[str, str]) -> None:
+        name = self._transaction_name(Command.BEGIN, headers)
+        if name in self._transactions:
+            raise StompError("transaction in use", f"transaction {name!r} is already open")
+        self._transactions[name] = _Transaction(self._broker.begin())
+        self._after(None, headers.get("receipt"))
+
+    def _end(self, command: Command, headers: dict[str, str]) -> _Transaction:
+        name = self._transaction_name(command, headers)
+        tx = self._transaction(name)
+        assert tx is not None
+        del self._transactions[name]
+        return tx
+
+    def _commit(self, frame: Frame, headers: dict[str, str]) -> None:
+        tx = self._end(Command.COMMIT, headers)
+        for subscription, deliveries, requeue in tx.nacks:
+            self._give_up(subscription, deliveries, requeue)
+        self._after(Deferred.fromCoroutine(self._broker.commit(tx.tx)), headers.get("receipt"))
+
+    def _abort(self, frame: Frame, headers: dict[str, str]) -> None:
+        tx = self._end(Command.ABORT, headers)
+        self._after(Deferred.fromCoroutine(self._broker.rollback(tx.tx)), headers.get("receipt"))
+
+    def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
+        """Answer the receipt once every earlier frame's effect is stored, then close."""
+        self.state = State.DISCONNECTING
+        self._after(None, headers.get("receipt"))
+        if self._outstanding:
+            self._outstanding[-1].close = True
+        else:
+            self._closing()
+
+
+def _negotiate(accepted: str | None) -> Version | None:
+    if accepted is None:
+        return Version.V1_0
+    offered = {part.strip() for part in accepted.split(",")}
+    return next((version for version in VERSIONS if version.value in offered), None)
+
+
+def _heart_beat(text: str) -> tuple[int, int]:
+    send, comma, receive = text.partition(",")
+    if comma and send.strip().isdigit() and receive.strip().isdigit():
+        return int(send), int(receive)
+    raise StompError("malformed header", f"heart-beat {text!r} is not two numbers: 'cx,cy'")
+
+
+def _destination(headers: dict[str, str]) -> Destination:
+    text = headers.get("destination")
+    if text is None:
+        raise StompError("missing header", "the frame needs a 'destination' header")
+    try:
+        return parse_destination(text)
+    except DestinationError as error:
+        raise StompError("bad destination", str(error)) from None
+
+
+def _ack_mode(text: str) -> AckMode:
+    try:
+        return AckMode(text)
+    except ValueError:
+        raise StompError(
+            "bad header", f"ack {text!r} is not one of auto, client, client-individual"
+        ) from None
+
+
+def _durable(headers: Mapping[str, str]) -> bool:
+    """Whether SUBSCRIBE/UNSUBSCRIBE names a durable subscription (RabbitMQ's
+    ``durable``/``persistent``, ActiveMQ's ``activemq.subscriptionName``)."""
+    return (
+        headers.get("durable") == "true"
+        or headers.get("persistent") == "true"
+        or "activemq.subscriptionName" in headers
+    )
+
+
+def _message_headers(headers: Mapping[str, HeaderValue], version: Version) -> list[tuple[str, str]]:
+    """A message's own headers as STOMP headers: strings as they are, booleans as
+    true/false, numbers in decimal, bytes as UTF-8 text. Those the node sets on MESSAGE
+    frames, and those the version cannot carry, are left out."""
+    out = []
+    for key, value in headers.items():
+        if key in _MESSAGE_FRAME_HEADERS:
+            continue
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, bytes):
+            text = value.decode("utf-8", "replace")
+        else:
+            text = str(value)
+        if version is Version.V1_2 or encodable(version, key, text):
+            out.append((key, text))
+    return out
+
+
+def _describe(failure: Failure) -> tuple[str, str]:
+    """An ERROR's message and body for a step that failed on the node."""
+    if failure.check(AddressNotFound):
+        return "no such destination", failure.getErrorMessage()
+    if failure.check(NodeError, SelectorError):
+        return "refused", failure.getErrorMessage()
+    log.failure("a STOMP request failed", failure)
+    return "internal error", f"the node failed: {failure.getErrorMessage()}"
+
+
+def _log_settle_failure(failure: Failure) -> None:
+    log.failure("storing a STOMP acknowledgement failed", failure)
