@@ -11,6 +11,7 @@ SCENARIOS = {
     "store": "benchmarks.store_throughput",
     "security": "benchmarks.security_checks",
     "node": "benchmarks.node_throughput",
+    "stomp": "benchmarks.stomp_throughput",
 }
 
 
