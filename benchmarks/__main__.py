@@ -13,6 +13,7 @@ SCENARIOS = {
     "node": "benchmarks.node_throughput",
     "large": "benchmarks.node_large",
     "audit-scale": "benchmarks.audit_scale",
+    "stomp": "benchmarks.stomp_throughput",
 }
 
 

@@ -51,6 +51,9 @@ from transport.urls import URL
 log = Logger()
 
 HEART_BEAT = b"\n"
+CLOSE_TIMEOUT = 10.0
+"""Seconds a closing connection may take to send what it holds before it is cut: a peer
+that does not read must not keep it (and the node's shutdown) waiting."""
 IO_SIZE = 256 * 1024
 """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
 
@@ -164,6 +167,7 @@ class StompProtocol(Protocol):
         self._flushing = False
         self._announced_writable = True
         self._turn_call: IDelayedCall | None = None
+        self._abort_call: IDelayedCall | None = None
         self._send_timer: LoopingCall | None = None
         self._silence_timer: LoopingCall | None = None
         self._silence_limit: float | None = settings.ttl
@@ -209,6 +213,7 @@ class StompProtocol(Protocol):
         if parts:
             self._wire.writeSequence(parts)
         self._wire.loseConnection()
+        self._abort_call = self._clock.callLater(CLOSE_TIMEOUT, self._wire.abortConnection)
 
     def pause_reading(self, reason: str) -> None:
         first = not self._paused
@@ -426,9 +431,10 @@ class StompProtocol(Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
         self._stop_timers()
-        if self._turn_call is not None:
-            self._turn_call.cancel()
-            self._turn_call = None
+        for call in (self._turn_call, self._abort_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._turn_call = self._abort_call = None
         assert self._session is not None
         cleanup = self._session.connection_lost()
         self._head.closed(self, cleanup)

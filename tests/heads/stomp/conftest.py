@@ -144,6 +144,7 @@ class RawClient(Protocol):
     def close(self) -> Deferred[BaseException]:
         if not self.lost.called:
             assert self.transport is not None
+            self.transport.resumeProducing()
             self.transport.loseConnection()
         return self.lost
 
@@ -244,7 +245,12 @@ class StompPy:
         return self.listener.messages[:count]
 
     async def disconnect(self) -> None:
-        if self.conn.is_connected():
+        if self.listener.errors:
+            # The node closed the connection after its ERROR; stomp.py's reader would
+            # spin on a TLS socket closed so, until told to stop.
+            self.conn.transport.running = False
+            await deferToThread(self.conn.transport.disconnect_socket)
+        elif self.conn.is_connected():
             receipt = f"bye-{time.monotonic_ns()}"
             await self.call("disconnect", receipt=receipt)
 
@@ -331,12 +337,12 @@ class StompNode:
         assert self.core_port is not None and self.core is not None
         for client in self.stomp_clients:
             await client.disconnect()
+        for raw in self.raw_clients:
+            await raw.close()
         await self.port.stopListening()
         await self.core_port.stopListening()
         await self.head.close_connections("node stopping")
         await self.core.close_connections("node stopping")
-        for raw in self.raw_clients:
-            await raw.close()
         await self.broker.close()
 
     async def restart(self) -> StompNode:
