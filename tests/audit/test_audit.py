@@ -196,3 +196,17 @@ def test_latency_throughput_pauses_rss_and_faults(spark: Any, tmp_path: Path) ->
     page = (out / "index.html").read_text()
     assert all(f'src="{name}"' in page for name in report["plots"])
     assert "report.json" in page
+
+
+def test_order_is_checked_per_receiving_process_across_seconds(spark: Any, tmp_path: Path) -> None:
+    log = RunLog(tmp_path)
+    receipts = {0: 900, 2: 950, 1: 1100, 3: 1200, 5: 2400, 4: 2500, 6: 3000}
+    for seq, at in receipts.items():
+        log.message("p2", seq, seq, receipts=(at,))
+    # Received by another process, before all of them: a stream of its own.
+    log.message("p2", 7, 7, receipts=(100,), consumer="consumer-1")
+    log.close()
+    delivery = audit(spark, tmp_path)["delivery"]
+    # seq 1 after seq 2 (an earlier second), seq 4 after seq 5 (the same second)
+    assert delivery["order_violations"] == 2
+    assert delivery["per_producer"]["p2"]["order_violations"] == 2
