@@ -991,14 +991,26 @@ def _heart_beat(text: str) -> tuple[int, int]:
     raise StompError("malformed header", f"heart-beat {text!r} is not two numbers: 'cx,cy'")
 
 
+_DESTINATIONS: dict[str, Destination] = {}
+_DESTINATIONS_KEPT = 1024
+"""Parsed destinations, kept (a few, the most used are re-added) for the hot path."""
+
+
 def _destination(headers: dict[str, str]) -> Destination:
     text = headers.get("destination")
     if text is None:
         raise StompError("missing header", "the frame needs a 'destination' header")
+    found = _DESTINATIONS.get(text)
+    if found is not None:
+        return found
     try:
-        return parse_destination(text)
+        parsed = parse_destination(text)
     except DestinationError as error:
         raise StompError("bad destination", str(error)) from None
+    if len(_DESTINATIONS) >= _DESTINATIONS_KEPT:
+        _DESTINATIONS.clear()
+    _DESTINATIONS[text] = parsed
+    return parsed
 
 
 def _ack_mode(text: str) -> AckMode:

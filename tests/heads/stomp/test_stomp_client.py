@@ -40,7 +40,7 @@ async def test_a_topic_delivers_to_every_subscriber_and_a_queue_to_one(stomp_nod
         await client.call("subscribe", "/queue/work", id="q", ack="auto", headers={"receipt": "q"})
         await client.receipt("q")
     producer = await stomp_node.client()
-    await producer.confirmed_send("/topic/news", b"flash", **{"x-tag": "1"})
+    await producer.confirmed_send("/topic/news", b"flash", **{"x-tag": "1", "ключ": "値 ✓"})
     for n in range(4):
         await producer.confirmed_send("/queue/work", f"job {n}".encode())
     for client in (one, two):
@@ -50,6 +50,7 @@ async def test_a_topic_delivers_to_every_subscriber_and_a_queue_to_one(stomp_nod
         [flash] = [m for m in client.listener.messages if m.body == b"flash"]
         assert flash.headers["destination"] == "/topic/news"
         assert flash.headers["x-tag"] == "1"
+        assert flash.headers["ключ"] == "値 ✓"
     await one.listener.until(
         lambda: sum(m.body.startswith(b"job") for c in (one, two) for m in c.listener.messages) == 4
     )
