@@ -185,36 +185,19 @@ def delivery(table: Any, checked: Checked) -> dict[str, Any]:
 
 def order_violations(table: Any) -> dict[str, int]:
     """Per producer: first receipts that came after a later message's, per receiving
-    process: a sequence below the highest one that process received before it.
-
-    The highest sequence before each receipt is the greater of the running maximum within
-    its second (a window per process, producer and second, so the sorting is spread over
-    many partitions rather than one per producer) and the maximum of all earlier seconds
-    (a window over the small per-second table)."""
+    process (a running maximum of the sequence over each process's receipts in time)."""
     F = _functions()
     from pyspark.sql import Window  # noqa: PLC0415
 
-    stream = ["rx_process", "producer"]
-    receipts = table.where(F.col("rx_ts").isNotNull()).select(
-        *stream, "seq", "rx_ts", F.floor(F.col("rx_ts") / F.lit(NS)).alias("second")
-    )
-    within = (
-        Window.partitionBy(*stream, "second")
+    earlier = (
+        Window.partitionBy("rx_process", "producer")
         .orderBy("rx_ts", "seq")
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    earlier = (
-        Window.partitionBy(*stream).orderBy("second").rowsBetween(Window.unboundedPreceding, -1)
-    )
-    seconds = (
-        receipts.groupBy(*stream, "second")
-        .agg(F.max("seq").alias("highest"))
-        .select(*stream, "second", F.max("highest").over(earlier).alias("highest_earlier"))
-    )
     rows = (
-        receipts.select(*stream, "second", "seq", F.max("seq").over(within).alias("highest_within"))
-        .join(F.broadcast(seconds), [*stream, "second"])
-        .where(F.col("seq") < F.greatest("highest_within", "highest_earlier"))
+        table.where(F.col("rx_ts").isNotNull())
+        .select("producer", "seq", F.max("seq").over(earlier).alias("highest_before"))
+        .where(F.col("seq") < F.col("highest_before"))
         .groupBy("producer")
         .count()
         .collect()
