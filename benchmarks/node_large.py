@@ -49,20 +49,20 @@ from twisted.internet import reactor, stdio
 from twisted.internet.defer import Deferred
 from twisted.logger import globalLogBeginner, textFileLogObserver
 
+from benchmarks import node_throughput
 from benchmarks.node_peers import _Expect, cpu_seconds, run
 from benchmarks.node_throughput import (
-    BIN,
     NODE_CONFIG,
-    STARTED,
     BenchmarkError,
     Child,
     _py_spy,
     children,
     proc_cpu,
     proc_status,
+    role_process,
 )
 from benchmarks.peers import current_rss, emit, peak_rss
-from benchmarks.runner import ROOT, machine, peers, save
+from benchmarks.runner import machine, peers, save
 from bridge.client.api import ReceivedMessage, connect
 from bridge.client.errors import ClientError
 from bridge.client.session import DEFAULT_CHUNK_SIZE
@@ -252,28 +252,11 @@ def start_node(
     producer credit; returns it once started, with its core port."""
     acceptor = 'protocols = ["core"]\n'
     config = NODE_CONFIG.replace(acceptor, f"{acceptor}producer-window-size = {producer_window}\n")
-    (directory / "node.toml").write_text(config)
-    node = Child(
-        "the node",
-        [str(BIN / "txbridge"), "node", "--config", "node.toml"],
-        directory,
-        directory / "node.stderr",
-    )
-    stack.callback(node.stop)
-    started = node.until(STARTED, deadline)
-    ports = dict(part.split(" on ") for part in started.group(3).split(", "))
-    return node, int(ports["core"].rsplit(":", 1)[1])
+    return node_throughput.start_node(directory, stack, deadline, config)
 
 
 def _role(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -> Child:
-    child = Child(
-        f"the {role}",
-        [sys.executable, "-m", "benchmarks.node_large", role, *args],
-        ROOT,
-        directory / f"{role}.stderr",
-    )
-    stack.callback(child.stop)
-    return child
+    return role_process("benchmarks.node_large", role, args, directory, stack)
 
 
 def one_run(

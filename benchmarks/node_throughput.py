@@ -202,9 +202,16 @@ def children() -> Iterator[ExitStack]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def start_node(directory: Path, stack: ExitStack, deadline: float) -> tuple[Child, int]:
-    """A node in ``directory``; returns it once started, with its core port."""
-    (directory / "node.toml").write_text(NODE_CONFIG)
+def start_node(
+    directory: Path,
+    stack: ExitStack,
+    deadline: float,
+    config: str = NODE_CONFIG,
+    acceptor: str = "core",
+) -> tuple[Child, int]:
+    """A node in ``directory`` on ``config``; returns it once started, with the port of
+    its ``acceptor``."""
+    (directory / "node.toml").write_text(config)
     node = Child(
         "the node",
         [str(BIN / "txbridge"), "node", "--config", "node.toml"],
@@ -214,18 +221,25 @@ def start_node(directory: Path, stack: ExitStack, deadline: float) -> tuple[Chil
     stack.callback(node.stop)
     started = node.until(STARTED, deadline)
     ports = dict(part.split(" on ") for part in started.group(3).split(", "))
-    return node, int(ports["core"].rsplit(":", 1)[1])
+    return node, int(ports[acceptor].rsplit(":", 1)[1])
 
 
-def peer(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -> Child:
+def role_process(
+    module: str, role: str, args: Sequence[str], directory: Path, stack: ExitStack
+) -> Child:
+    """``python -m MODULE ROLE ARGS``: a benchmark's producer or consumer process."""
     child = Child(
         f"the {role}",
-        [sys.executable, "-m", "benchmarks.node_peers", role, *args],
+        [sys.executable, "-m", module, role, *args],
         ROOT,
         directory / f"{role}.stderr",
     )
     stack.callback(child.stop)
     return child
+
+
+def peer(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -> Child:
+    return role_process("benchmarks.node_peers", role, args, directory, stack)
 
 
 @dataclass(frozen=True)

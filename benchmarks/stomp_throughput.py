@@ -40,17 +40,17 @@ from typing import Any
 import stomp
 
 from benchmarks.node_throughput import (
-    BIN,
-    STARTED,
     BenchmarkError,
     Child,
     children,
     median_of,
     proc_cpu,
     proc_status,
+    role_process,
+    start_node,
 )
 from benchmarks.peers import SEQ_BYTES, Payloads, emit, peak_rss
-from benchmarks.runner import ROOT, machine, save
+from benchmarks.runner import machine, save
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -223,28 +223,11 @@ def consumer(args: argparse.Namespace) -> int:
 
 
 def _start_node(directory: Path, stack: ExitStack, deadline: float) -> tuple[Child, int]:
-    (directory / "node.toml").write_text(NODE_CONFIG)
-    node = Child(
-        "the node",
-        [str(BIN / "txbridge"), "node", "--config", "node.toml"],
-        directory,
-        directory / "node.stderr",
-    )
-    stack.callback(node.stop)
-    started = node.until(STARTED, deadline)
-    ports = dict(part.split(" on ") for part in started.group(3).split(", "))
-    return node, int(ports["stomp"].rsplit(":", 1)[1])
+    return start_node(directory, stack, deadline, NODE_CONFIG, acceptor="stomp")
 
 
 def _client(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -> Child:
-    child = Child(
-        f"the {role}",
-        [sys.executable, "-m", "benchmarks.stomp_throughput", role, *args],
-        ROOT,
-        directory / f"{role}.stderr",
-    )
-    stack.callback(child.stop)
-    return child
+    return role_process("benchmarks.stomp_throughput", role, args, directory, stack)
 
 
 def one_run(persistent: bool, count: int, seconds: float, ack_every: int) -> dict[str, Any]:
