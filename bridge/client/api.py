@@ -362,6 +362,8 @@ class Client:
         self._connection: IFrameConnection | None = None
         self._consumers: dict[int, Consumer] = {}
         self._writable_waiters: list[tuple[str | None, Deferred[None]]] = []
+        self._closed_waiters: list[Deferred[ClientError]] = []
+        self._closed_by: ClientError | None = None
         self._connected: Deferred[Client] | None = Deferred()
         self._closed = False
         clock = cast(IReactorTime, reactor)
@@ -387,6 +389,17 @@ class Client:
     @property
     def node_name(self) -> str:
         return self._session.node_name
+
+    @property
+    def node_id(self) -> str:
+        """The id of the node the client is logged in to (empty before the first login)."""
+        return self._session.node_id
+
+    @property
+    def is_closed(self) -> bool:
+        """Closed for good: by ``close``, a refused login, or the connection lost with no
+        reconnection left."""
+        return self._closed
 
     @property
     def is_writable(self) -> bool:
@@ -640,8 +653,20 @@ class Client:
             self._connection.close()
         return self._reconnector.stop()
 
+    def when_closed(self) -> Deferred[ClientError]:
+        """Fires with the error that ended the client: its connection lost for good, a
+        refused login, or ``close``. Whoever keeps a client (a bridge) learns here that it
+        has to make another."""
+        if self._closed_by is not None:
+            return succeed(self._closed_by)
+        waiter: Deferred[ClientError] = Deferred(self._closed_waiters.remove)
+        self._closed_waiters.append(waiter)
+        return waiter
+
     def _fail(self, error: ClientError) -> None:
         self._closed = True
+        if self._closed_by is None:
+            self._closed_by = error
         self._session.close(error)
         self._after()
         consumers, self._consumers = self._consumers, {}
@@ -655,6 +680,9 @@ class Client:
         connected, self._connected = self._connected, None
         if connected is not None:
             connected.errback(error)
+        closed, self._closed_waiters = self._closed_waiters, []
+        for closed_waiter in closed:
+            closed_waiter.callback(error)
 
     def _exhausted(self, exhausted: ReconnectAttemptsExhausted) -> None:
         if not self._closed:
