@@ -14,6 +14,7 @@ SCENARIOS = {
     "large": "benchmarks.node_large",
     "audit-scale": "benchmarks.audit_scale",
     "stomp": "benchmarks.stomp_throughput",
+    "bridge": "benchmarks.bridge_throughput",
 }
 
 
