@@ -34,6 +34,8 @@ from bridge.client.session import (
     DEFAULT_CONFIRMATION_WINDOW_SIZE,
     DEFAULT_CONSUMER_WINDOW_SIZE,
     DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+    AddressInfo,
+    Answered,
     ClientSession,
     ConsumerLost,
     Delivery,
@@ -389,6 +391,12 @@ class Client:
         return self._session.node_name
 
     @property
+    def node_id(self) -> str:
+        """The node's unique id, from its CONNECTED ("" before the first login); stable
+        across its restarts, and shared by a live/backup pair."""
+        return self._session.node_id
+
+    @property
     def is_writable(self) -> bool:
         """Whether to send now: connected, the confirmation window not full, nothing
         waiting, and the connection writable."""
@@ -527,6 +535,21 @@ class Client:
         """Delete queue ``name`` and its messages."""
         deferred, settle = _settling()
         return self._call(deferred, lambda: self._session.delete_queue(name, settle))
+
+    def address_info(self, address: str) -> Deferred[AddressInfo]:
+        """How ``address`` is set up on the node, or would be if created on first use
+        (asking creates nothing). Needs the ``send`` permission on it. Asked again after a
+        reconnection until the node answers."""
+        answered: Deferred[AddressInfo] = Deferred()
+
+        def failed(error: ClientError | None) -> None:
+            if error is not None:
+                answered.errback(error)
+
+        return self._call(
+            answered,
+            lambda: self._session.address_info(address, answer=answered.callback, callback=failed),
+        )
 
     def _call(self, deferred: Deferred[Any], call: Callable[[], object]) -> Deferred[Any]:
         try:
@@ -733,6 +756,11 @@ class Client:
                     self._settle(callback, None)
             elif type(event) is Settled:
                 self._settle(event.callback, event.error)
+            elif type(event) is Answered:
+                try:
+                    event.callback(event.info)
+                except Exception:
+                    log.failure("a query's callback failed")
             elif type(event) is Ready:
                 self._ready(event)
             elif type(event) is ConsumerLost:
