@@ -387,6 +387,7 @@ class Broker:
 
         def not_stored(failure: Failure) -> Failure:
             memory.release(held)
+            _forget(detection)
             return failure
 
         return _all(writes).addCallbacks(
@@ -455,9 +456,14 @@ class Broker:
             tx.sends.append((message, bindings, durable))
             tx.writes.extend(writes)
             return routed
+
+        def not_paged(failure: Failure) -> Failure:
+            self._unpage(message, address, bindings)
+            _forget(detection)
+            return failure
+
         return _all(writes).addCallbacks(
-            lambda _: self._after_page(message, bindings, durable, routed),
-            lambda failure: self._unpage(message, address, bindings) or failure,
+            lambda _: self._after_page(message, bindings, durable, routed), not_paged
         )
 
     @staticmethod
@@ -553,9 +559,7 @@ class Broker:
             write.addErrback(lambda failure: failure.trap(TransactionRolledBack))
         for message, bindings, paged in tx.sends:
             address = self._addresses[message.address]
-            detection = address.detection(message)
-            if detection is not None:
-                detection.cache.discard(detection.duplicate_id)
+            _forget(address.detection(message))
             if paged is not None:
                 self._unpage(message, address, bindings)
             if message.large is not None:
@@ -644,6 +648,13 @@ def _discard(message: Message) -> None:
     """Delete a large message's body file (the message goes nowhere, or nowhere more)."""
     if message.large is not None:
         Path(message.large.path).unlink(missing_ok=True)
+
+
+def _forget(detection: Detection | None) -> None:
+    """A send that did not happen (its write failed, its transaction rolled back) leaves
+    its duplicate id free, so that its resend gets through."""
+    if detection is not None:
+        detection.cache.discard(detection.duplicate_id)
 
 
 def _log_failure(failure: Failure, what: str) -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred
 
 from bridge.message import BRIDGE_DUPLICATE_ID, LargeBody, Message
 from bridge.node.broker import AddressFull, AddressNotFound, Broker, Routed
+from bridge.store.errors import InvalidOperation
 from tests.node.test_broker import Brokers, brokers, take
 
 __all__ = ["brokers"]
@@ -189,3 +191,22 @@ async def test_addresses_starting_with_a_dollar_are_the_nodes_own(brokers: Broke
     with pytest.raises(AddressNotFound, match="reserved for the node"):
         await broker.create_queue("q", "$x", durable=True)
     assert not broker.has_address("$bridge.orders") and not broker.has_address("$x")
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["stored", "paged"])
+@pytest_twisted.ensureDeferred
+async def test_a_send_whose_write_failed_leaves_its_id_free(brokers: Brokers, paged: bool) -> None:
+    """The store refuses a message it cannot encode (a header int beyond 64 bits): the send
+    failed, so its resend, with the same id, must get through rather than be dropped."""
+    broker = await brokers(address=[{"name": "orders", "max-size-bytes": 1000}])
+    if paged:
+        await publish(broker, Message(0, "orders", True, {}, b"f" * 1000))
+    for message in (
+        bridged("orders", b"b:1"),
+        Message(0, "orders", True, {}, b"p", duplicate_id=b"p:1"),
+    ):
+        unwritable = attrs.evolve(message, headers={**message.headers, "n": 1 << 64})
+        with pytest.raises(InvalidOperation, match="does not fit in 64 bits"):
+            await publish(broker, unwritable)
+        assert not (await publish(broker, message)).duplicate
+        assert (await publish(broker, message)).duplicate
