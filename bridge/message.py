@@ -33,6 +33,11 @@ import attrs
 
 HeaderValue = str | int | float | bool | bytes
 
+BRIDGE_DUPLICATE_ID = "_TXB_BRIDGE_DUP_ID"
+"""The header (a bytes value) a core bridge puts on each message it forwards: its
+duplicate-detection id, checked against the target address's bridge cache rather than its
+producers' (Artemis's ``_AMQ_BRIDGE_DUP``)."""
+
 VERSION = 1
 _DURABLE = 0x01
 _HAS_DUPLICATE_ID = 0x02
@@ -85,6 +90,12 @@ class Message:
     duplicate_id: bytes | None = None
     timestamp_ns: int = 0
     large: LargeBody | None = attrs.field(default=None, eq=False)
+
+    @property
+    def bridge_duplicate_id(self) -> bytes | None:
+        """The ``BRIDGE_DUPLICATE_ID`` header's value; None if absent or not bytes."""
+        value = self.headers.get(BRIDGE_DUPLICATE_ID)
+        return value if isinstance(value, bytes) else None
 
     @cached_property
     def size(self) -> int:

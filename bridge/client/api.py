@@ -34,6 +34,8 @@ from bridge.client.session import (
     DEFAULT_CONFIRMATION_WINDOW_SIZE,
     DEFAULT_CONSUMER_WINDOW_SIZE,
     DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+    AddressInfo,
+    Answered,
     ClientSession,
     ConsumerLost,
     Delivery,
@@ -392,7 +394,8 @@ class Client:
 
     @property
     def node_id(self) -> str:
-        """The id of the node the client is logged in to (empty before the first login)."""
+        """The node's unique id, from its CONNECTED ("" before the first login); stable
+        across its restarts, and shared by a live/backup pair."""
         return self._session.node_id
 
     @property
@@ -540,6 +543,21 @@ class Client:
         """Delete queue ``name`` and its messages."""
         deferred, settle = _settling()
         return self._call(deferred, lambda: self._session.delete_queue(name, settle))
+
+    def address_info(self, address: str) -> Deferred[AddressInfo]:
+        """How ``address`` is set up on the node, or would be if created on first use
+        (asking creates nothing). Needs the ``send`` permission on it. Asked again after a
+        reconnection until the node answers."""
+        answered: Deferred[AddressInfo] = Deferred()
+
+        def failed(error: ClientError | None) -> None:
+            if error is not None:
+                answered.errback(error)
+
+        return self._call(
+            answered,
+            lambda: self._session.address_info(address, answer=answered.callback, callback=failed),
+        )
 
     def _call(self, deferred: Deferred[Any], call: Callable[[], object]) -> Deferred[Any]:
         try:
@@ -761,6 +779,11 @@ class Client:
                     self._settle(callback, None)
             elif type(event) is Settled:
                 self._settle(event.callback, event.error)
+            elif type(event) is Answered:
+                try:
+                    event.callback(event.info)
+                except Exception:
+                    log.failure("a query's callback failed")
             elif type(event) is Ready:
                 self._ready(event)
             elif type(event) is ConsumerLost:

@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 
 from bridge.client import api
 from bridge.client.errors import ClientError
-from bridge.client.session import DEFAULT_CONSUMER_WINDOW_SIZE
+from bridge.client.session import DEFAULT_CONSUMER_WINDOW_SIZE, AddressInfo
 from bridge.message import HeaderValue
 from bridge.protocol import Routing
 
@@ -189,6 +189,10 @@ class BlockingClient:
 
     def delete_queue(self, name: str) -> None:
         _wait(self._client.delete_queue, self.timeout, name)
+
+    def address_info(self, address: str) -> AddressInfo:
+        """How ``address`` is set up on the node (``api.Client.address_info``)."""
+        return cast(AddressInfo, _wait(self._client.address_info, self.timeout, address))
 
     def consumer(
         self,

@@ -57,6 +57,7 @@ from bridge.protocol import (
     Packet,
     PacketFormatError,
     ProducerCredits,
+    QueryAddress,
     Routing,
     Send,
     SendConfirmed,
@@ -69,6 +70,7 @@ from bridge.protocol import (
     decode_packet,
     encode_packet,
 )
+from bridge.protocol import AddressInfo as AddressInfoPacket
 
 DEFAULT_CONFIRMATION_WINDOW_SIZE = 1024 * 1024
 """Bytes of sends that may be unconfirmed (Artemis's ``confirmation-window-size``)."""
@@ -89,6 +91,30 @@ Frame = tuple[int, bytes]
 def default_spool() -> IO[bytes]:
     """Where a large delivery's body goes: memory up to 1 MiB, then a temporary file."""
     return tempfile.SpooledTemporaryFile(max_size=DEFAULT_SPOOL_MEMORY)
+
+
+@attrs.frozen
+class AddressInfo:
+    """How an address is set up on the node (its answer to ``address_info``).
+
+    For an address that does not exist (``exists`` false), the settings it would be
+    created with on first use, which it is when ``auto_create``. ``routing`` is
+    "anycast" or "multicast", or "" when the address neither exists nor would be created;
+    ``max_size_bytes`` is -1 for no limit; ``address_full_policy`` is "PAGE", "BLOCK",
+    "FAIL" or "DROP"; ``id_cache_size`` is how many duplicate ids it keeps.
+    """
+
+    name: str
+    exists: bool
+    routing: str
+    max_size_bytes: int
+    address_full_policy: str
+    id_cache_size: int
+    auto_create: bool
+
+
+Answer = Callable[[AddressInfo], object]
+"""Called once with a query's answer (its errors go to the query's ``Settle``)."""
 
 
 # -- events ----------------------------------------------------------------------------
@@ -153,7 +179,15 @@ class Delivery:
     epoch: int
 
 
-Event = Ready | LoginRefused | SendsConfirmed | Settled | ConsumerLost | Delivery
+@attrs.frozen
+class Answered:
+    """A query is answered: call ``callback(info)``."""
+
+    callback: Answer
+    info: AddressInfo
+
+
+Event = Ready | LoginRefused | SendsConfirmed | Settled | ConsumerLost | Delivery | Answered
 
 
 # -- bookkeeping -----------------------------------------------------------------------
@@ -205,6 +239,7 @@ class _Kind:
     COMMIT = "commit"
     ROLLBACK = "rollback"
     ACK = "ack"
+    ADDRESS = "address"
 
 
 @attrs.define
@@ -215,6 +250,8 @@ class _Request:
     frame: Frame
     subject: int = 0
     sent: bool = False
+    answer: Callable[[AddressInfoPacket], object] | None = None
+    """For a query: what to do with its answer."""
 
 
 @attrs.define
@@ -332,10 +369,11 @@ class ClientSession:
         self._handlers: dict[type[Packet], Callable[[Packet], None]] = {
             SendConfirmed: self._on_confirmed,  # type: ignore[dict-item]
             Deliver: self._on_deliver,  # type: ignore[dict-item]
-            Ok: self._on_ok,  # type: ignore[dict-item]
-            Failed: self._on_failed,  # type: ignore[dict-item]
+            Ok: self._answered,  # type: ignore[dict-item]
+            Failed: self._answered,  # type: ignore[dict-item]
             SendFailed: self._on_send_failed,  # type: ignore[dict-item]
             ProducerCredits: self._on_producer_credits,  # type: ignore[dict-item]
+            AddressInfoPacket: self._on_address_info,  # type: ignore[dict-item]
             DeliverLargeBegin: self._on_large_begin,  # type: ignore[dict-item]
             DeliverLargeChunk: self._on_large_chunk,  # type: ignore[dict-item]
         }
@@ -477,6 +515,9 @@ class ClientSession:
             kind = request.kind
             if kind == _Kind.QUEUE and not request.sent:
                 continue  # it goes on the next connection
+            if kind == _Kind.ADDRESS:
+                request.sent = False  # asking changes nothing: ask again on the next one
+                continue
             del self._requests[request_id]
             if kind == _Kind.CREATE_CONSUMER:
                 continue  # the consumer is created again on the next connection
@@ -582,10 +623,13 @@ class ClientSession:
         subject: int = 0,
         *,
         now: bool = True,
+        answer: Callable[[AddressInfoPacket], object] | None = None,
     ) -> int:
         self._check_open()
         request_id = self._next_request
-        request = _Request(kind, what, callback, encode_packet(build(request_id)), subject)
+        request = _Request(
+            kind, what, callback, encode_packet(build(request_id)), subject, answer=answer
+        )
         self._next_request = request_id + 1
         self._requests[request_id] = request
         if now and self._is_ready:
@@ -596,19 +640,30 @@ class ClientSession:
         request.sent = True
         self._out.append(request.frame)
 
-    def _on_ok(self, packet: Ok) -> None:
-        self._answered(packet.request_id, None)
-
-    def _on_failed(self, packet: Failed) -> None:
-        self._answered(packet.request_id, packet)
-
-    def _answered(self, request_id: int, failed: Failed | None) -> None:
-        request = self._requests.pop(request_id, None)
+    def _take_request(self, packet: Ok | Failed | AddressInfoPacket) -> _Request:
+        """The request ``packet`` answers, no longer pending; NodeProtocolError if there is
+        none, or if it is the wrong kind of answer (only a query gets ADDRESS_INFO, and
+        a query gets no OK)."""
+        request_id = packet.request_id
+        request = self._requests.get(request_id)
         if request is None or not request.sent:
             raise NodeProtocolError(
                 f"the node answered request {request_id}, which it was not sent"
             )
-        error = None if failed is None else refused(request.what, failed.code, failed.message)
+        if type(packet) is not Failed and (
+            (request.kind == _Kind.ADDRESS) != (type(packet) is AddressInfoPacket)
+        ):
+            raise NodeProtocolError(
+                f"the node answered request {request_id} ({request.what}) with {packet.TYPE.name}"
+            )
+        del self._requests[request_id]
+        return request
+
+    def _answered(self, packet: Ok | Failed) -> None:
+        request = self._take_request(packet)
+        error = (
+            refused(request.what, packet.code, packet.message) if type(packet) is Failed else None
+        )
         kind = request.kind
         if kind == _Kind.CREATE_CONSUMER:
             consumer = self._consumers.get(request.subject)
@@ -650,6 +705,36 @@ class ClientSession:
         self._request(
             _Kind.QUEUE, f"delete queue {name!r}", callback, lambda rid: DeleteQueue(rid, name)
         )
+
+    def address_info(self, address: str, *, answer: Answer, callback: Settle) -> None:
+        """Ask how ``address`` is set up: ``answer`` hears the node's ADDRESS_INFO,
+        ``callback`` only an error. Asked again after a reconnection until answered."""
+
+        def answered(packet: AddressInfoPacket) -> None:
+            routing = packet.routing
+            info = AddressInfo(
+                address,
+                packet.exists,
+                "" if routing is None else routing.name.lower(),
+                packet.max_size_bytes,
+                packet.address_full_policy.name,
+                packet.id_cache_size,
+                packet.auto_create,
+            )
+            self._events.append(Answered(answer, info))
+
+        self._request(
+            _Kind.ADDRESS,
+            f"query of address {address!r}",
+            callback,
+            lambda rid: QueryAddress(rid, address),
+            answer=answered,
+        )
+
+    def _on_address_info(self, packet: AddressInfoPacket) -> None:
+        request = self._take_request(packet)
+        assert request.answer is not None
+        request.answer(packet)
 
     # -- transactions -----------------------------------------------------------------
 

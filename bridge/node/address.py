@@ -4,11 +4,16 @@ Anycast: each message goes to ONE of the address's queues whose filter it matche
 queues taking turns (usually there is one, named like the address). Multicast: each
 message goes to EVERY subscription queue whose filter it matches. A message no queue takes
 is dropped (there is nobody to keep it for), as in Artemis.
+
+Each address keeps two duplicate-id caches of its ``id-cache-size``: one for producers'
+ids, one for the ids core bridges put on what they forward (Artemis's bridge cache), so
+a busy bridge never pushes a producer's ids out, nor the other way round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import attrs
 
@@ -18,9 +23,22 @@ from bridge.node.duplicates import DuplicateIdCache
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import Filter, Queue
 
+BRIDGE_KEY_PREFIX = "$bridge."
+"""The store keeps an address's bridge ids under this prefix and its name (no address
+name starts with ``$``), its producers' ids under its name."""
+
 
 class AddressError(Exception):
     """A binding that cannot be made or undone, named."""
+
+
+class Detection(NamedTuple):
+    """How a message's repeats are found: its id, the cache that holds it and the key the
+    store keeps that cache under."""
+
+    cache: DuplicateIdCache
+    key: str
+    duplicate_id: bytes
 
 
 @attrs.frozen
@@ -36,14 +54,16 @@ class Binding:
 
 
 class Address:
-    """An address's routing, its bindings, its duplicate-id cache and its memory."""
+    """An address's routing, its bindings, its duplicate-id caches and its memory."""
 
     def __init__(
         self,
         name: str,
         routing: Routing,
         settings: AddressSettings,
+        *,
         recovered_ids: Iterable[bytes] = (),
+        recovered_bridge_ids: Iterable[bytes] = (),
         node_memory: NodeMemory | None = None,
     ) -> None:
         self.name = name
@@ -56,6 +76,7 @@ class Address:
             NodeMemory() if node_memory is None else node_memory,
         )
         self.duplicates = DuplicateIdCache(settings.id_cache_size, recovered_ids)
+        self.bridge_duplicates = DuplicateIdCache(settings.id_cache_size, recovered_bridge_ids)
         self._bindings: dict[str, Binding] = {}
         self._turn = 0
 
@@ -77,9 +98,16 @@ class Address:
         except KeyError:
             raise AddressError(f"address {self.name!r} has no queue {queue_name!r}") from None
 
-    def is_duplicate(self, message: Message) -> bool:
-        """Whether the message's duplicate id was seen (a repeat to acknowledge and drop)."""
-        return message.duplicate_id is not None and message.duplicate_id in self.duplicates
+    def detection(self, message: Message) -> Detection | None:
+        """Where the message's repeats are detected: a bridge id in the bridge cache (its
+        producer's id, if any, was checked where it was first sent, and is not used here),
+        else its producer's duplicate id in the producers' cache; None without either."""
+        bridge_id = message.bridge_duplicate_id
+        if bridge_id is not None:
+            return Detection(self.bridge_duplicates, BRIDGE_KEY_PREFIX + self.name, bridge_id)
+        if message.duplicate_id is not None:
+            return Detection(self.duplicates, self.name, message.duplicate_id)
+        return None
 
     def route(self, message: Message) -> list[Binding]:
         """The bindings the message goes to (none: it is dropped)."""

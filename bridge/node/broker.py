@@ -12,11 +12,16 @@ its queues keep only its place, reading it back in order when consumers catch up
 blocks (the heads withhold producer credits), fails the send, or drops it. A large
 message's body is a file from the store's folder (``large_body_path``); the file goes
 when the last queue holding the message lets it go.
+
+Duplicate detection keeps two caches per address (``bridge.node.address``): producers'
+ids, and core bridges' ids (the ``BRIDGE_DUPLICATE_ID`` header), stored under the keys
+``ADDRESS`` and ``$bridge.ADDRESS``. Address names starting with ``$`` are the node's own:
+no client creates one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -26,7 +31,7 @@ from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
 from bridge.message import HeaderValue, Message
-from bridge.node.address import Address, Binding
+from bridge.node.address import BRIDGE_KEY_PREFIX, Address, Binding, Detection
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
 from bridge.node.selector import compile_selector
@@ -93,6 +98,8 @@ class Broker:
         self.memory = NodeMemory(config.global_max_size)
         self._large_refs: dict[int, int] = {}
         """Queues still holding each large message (its file goes at zero)."""
+        self._recovered_ids: dict[str, Sequence[bytes]] = {}
+        """Stored duplicate ids, by store key, of addresses not created yet since the start."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -100,6 +107,7 @@ class Broker:
         """Recover queues, messages and duplicate ids; declare configured addresses."""
         recovered = await self.store.open(self.config.global_max_size)
         self._next_id = recovered.highest_message_id + 1
+        self._recovered_ids = dict(recovered.duplicate_ids)
         self._recover(recovered)
         for declared in self.config.addresses:
             address = self._address(declared.name, create=True)
@@ -110,11 +118,7 @@ class Broker:
         for record in recovered.queues:
             address = self._addresses.get(record.address)
             if address is None:
-                address = self._new_address(
-                    record.address,
-                    Routing(record.routing),
-                    recovered.duplicate_ids.get(record.address, ()),
-                )
+                address = self._new_address(record.address, Routing(record.routing))
             queue = self._new_queue(record.name, address)
             address.bind(queue, _filter(record.filter), durable=True)
             self._queues[record.name] = queue
@@ -131,8 +135,17 @@ class Broker:
 
     # -- addresses and queues -------------------------------------------------------------
 
-    def _new_address(self, name: str, routing: Routing, ids: Iterable[bytes] = ()) -> Address:
-        address = Address(name, routing, self.config.settings_for(name), ids, self.memory)
+    def _new_address(self, name: str, routing: Routing) -> Address:
+        """Create an address, its duplicate-id caches refilled from what the store kept for
+        it (whether it comes back from a queue record, the configuration or a first use)."""
+        address = Address(
+            name,
+            routing,
+            self.config.settings_for(name),
+            recovered_ids=self._recovered_ids.pop(name, ()),
+            recovered_bridge_ids=self._recovered_ids.pop(BRIDGE_KEY_PREFIX + name, ()),
+            node_memory=self.memory,
+        )
         self._addresses[name] = address
         return address
 
@@ -144,9 +157,7 @@ class Broker:
         if address is not None:
             return address
         if not create and not self.may_create_address(name):
-            raise AddressNotFound(
-                f"address {name!r} does not exist and auto-create-addresses is off for it"
-            )
+            raise self.not_creatable(name)
         return self._new_address(name, routing or self.config.routing_for(name))
 
     def _auto_queue(self, address: Address) -> None:
@@ -177,8 +188,19 @@ class Broker:
         return name in self._addresses
 
     def may_create_address(self, name: str) -> bool:
-        """Whether a missing address of this name is created on first use."""
-        return self.config.settings_for(name).auto_create_addresses
+        """Whether a missing address of this name is created on first use (never one whose
+        name starts with ``$``: those are the node's own, as its duplicate-id keys)."""
+        return not name.startswith("$") and self.config.settings_for(name).auto_create_addresses
+
+    @staticmethod
+    def not_creatable(name: str) -> AddressNotFound:
+        """The error for a missing address that ``may_create_address`` refuses, saying why."""
+        why = (
+            "names starting with '$' are reserved for the node"
+            if name.startswith("$")
+            else "auto-create-addresses is off for it"
+        )
+        return AddressNotFound(f"address {name!r} does not exist and {why}")
 
     @property
     def addresses(self) -> Mapping[str, Address]:
@@ -308,7 +330,8 @@ class Broker:
         if message.large is None:
             message = message.with_id(self._next_id)
             self._next_id += 1
-        if address.is_duplicate(message):
+        detection = address.detection(message)
+        if detection is not None and detection.duplicate_id in detection.cache:
             _discard(message)
             return Routed((), duplicate=True)
         bindings = address.route(message)
@@ -331,9 +354,8 @@ class Broker:
                     f"max-size-bytes {memory.max_size}, global-max-size "
                     f"{memory.node.max_size}) and its address-full-policy is FAIL"
                 )
-        duplicate_id = message.duplicate_id
-        if duplicate_id is not None:
-            address.duplicates.add(duplicate_id)
+        if detection is not None:
+            detection.cache.add(detection.duplicate_id)
         routed = Routed(tuple([b.queue.name for b in bindings]))
         if message.large is not None:
             if bindings:
@@ -341,7 +363,7 @@ class Broker:
             else:
                 _discard(message)
         if paged:
-            return self._page(message, address, bindings, routed, tx)
+            return self._page(message, address, bindings, routed, tx, detection=detection)
         stored = (
             [name for name in routed.queues if name in self._durable] if message.durable else []
         )
@@ -353,11 +375,7 @@ class Broker:
             return routed
         store_tx = tx.store_tx if tx is not None else None
         writes = [self.store.add(message, stored, tx=store_tx)]
-        if duplicate_id is not None:
-            keep = address.settings.id_cache_size
-            writes.append(
-                self.store.store_duplicate_id(message.address, duplicate_id, keep, tx=store_tx)
-            )
+        self._store_detection(detection, writes, store_tx)
         if tx is not None:
             tx.sends.append((message, bindings, None))
             tx.writes.extend(writes)
@@ -369,11 +387,25 @@ class Broker:
 
         def not_stored(failure: Failure) -> Failure:
             memory.release(held)
+            _forget(detection)
             return failure
 
         return _all(writes).addCallbacks(
             lambda _: self._after_store(message, bindings, routed, memory, held), not_stored
         )
+
+    def _store_detection(
+        self, detection: Detection | None, writes: list[Deferred[None]], store_tx: TxId | None
+    ) -> None:
+        """Store a send's duplicate id with it, in the same group commit (or transaction),
+        under its cache's key; a cache of size 0 keeps nothing, so nothing is stored."""
+        if detection is not None and detection.cache.size:
+            cache = detection.cache
+            writes.append(
+                self.store.store_duplicate_id(
+                    detection.key, detection.duplicate_id, cache.size, tx=store_tx
+                )
+            )
 
     def _after_store(
         self,
@@ -401,6 +433,8 @@ class Broker:
         bindings: list[Binding],
         routed: Routed,
         tx: Transaction | None,
+        *,
+        detection: Detection | None,
     ) -> Routed | Deferred[Routed]:
         """Write the message to the store and give its queues only its place: durable
         queues have it as a stored message, the others as a page."""
@@ -414,13 +448,7 @@ class Broker:
             writes.append(self.store.add(message, sorted(durable), tx=store_tx))
         if transient:
             writes.append(self.store.page(message, transient, tx=store_tx))
-        if message.duplicate_id is not None:
-            keep = address.settings.id_cache_size
-            writes.append(
-                self.store.store_duplicate_id(
-                    message.address, message.duplicate_id, keep, tx=store_tx
-                )
-            )
+        self._store_detection(detection, writes, store_tx)
         size = message.size
         for _ in bindings:
             address.memory.paged(size)
@@ -428,9 +456,14 @@ class Broker:
             tx.sends.append((message, bindings, durable))
             tx.writes.extend(writes)
             return routed
+
+        def not_paged(failure: Failure) -> Failure:
+            self._unpage(message, address, bindings)
+            _forget(detection)
+            return failure
+
         return _all(writes).addCallbacks(
-            lambda _: self._after_page(message, bindings, durable, routed),
-            lambda failure: self._unpage(message, address, bindings) or failure,
+            lambda _: self._after_page(message, bindings, durable, routed), not_paged
         )
 
     @staticmethod
@@ -526,8 +559,7 @@ class Broker:
             write.addErrback(lambda failure: failure.trap(TransactionRolledBack))
         for message, bindings, paged in tx.sends:
             address = self._addresses[message.address]
-            if message.duplicate_id is not None:
-                address.duplicates.discard(message.duplicate_id)
+            _forget(address.detection(message))
             if paged is not None:
                 self._unpage(message, address, bindings)
             if message.large is not None:
@@ -616,6 +648,13 @@ def _discard(message: Message) -> None:
     """Delete a large message's body file (the message goes nowhere, or nowhere more)."""
     if message.large is not None:
         Path(message.large.path).unlink(missing_ok=True)
+
+
+def _forget(detection: Detection | None) -> None:
+    """A send that did not happen (its write failed, its transaction rolled back) leaves
+    its duplicate id free, so that its resend gets through."""
+    if detection is not None:
+        detection.cache.discard(detection.duplicate_id)
 
 
 def _log_failure(failure: Failure, what: str) -> None:

@@ -31,6 +31,8 @@ from bridge.message import Message, MessageFormatError, decode_message, encode_m
 from bridge.protocol.packets import (
     PACKET_CLASSES,
     Ack,
+    AddressFullPolicy,
+    AddressInfo,
     CloseConsumer,
     Connect,
     Connected,
@@ -48,6 +50,7 @@ from bridge.protocol.packets import (
     Packet,
     PacketType,
     ProducerCredits,
+    QueryAddress,
     Routing,
     Send,
     SendConfirmed,
@@ -116,6 +119,7 @@ _BE_U16 = struct.Struct(">H")
 _BE_U32 = struct.Struct(">I")
 _BE_I32 = struct.Struct(">i")
 _BE_U64 = struct.Struct(">Q")
+_BE_I64 = struct.Struct(">q")
 
 
 class _Int(_Wire):
@@ -299,6 +303,7 @@ U16 = _Int("u16", _BE_U16, 0, 0xFFFF)
 U32 = _Int("u32", _BE_U32, 0, 0xFFFF_FFFF)
 U64 = _Int("u64", _BE_U64, 0, 0xFFFF_FFFF_FFFF_FFFF)
 WINDOW = _Int("i32 window", _BE_I32, -1, 0x7FFF_FFFF)
+SIZE = _Int("i64 size", _BE_I64, -1, 0x7FFF_FFFF_FFFF_FFFF)
 BOOL = _Bool()
 STR = _Text("str16", _BE_U16)
 TEXT = _Text("str32", _BE_U32)
@@ -307,6 +312,7 @@ MESSAGE = _MessageWire("message", header_only=False)
 MESSAGE_HEADER = _MessageWire("message header", header_only=True)
 CODE = _Enum("error code u16", _BE_U16, ErrorCode)
 ROUTING = _Enum("routing u8", _BE_U8, Routing)
+POLICY = _Enum("policy u8", _BE_U8, AddressFullPolicy)
 
 
 @attrs.frozen
@@ -439,6 +445,17 @@ LAYOUTS: dict[type[Packet], Layout] = {
         _layout(TxBegin, ("request_id", U64), ("tx_id", U64)),
         _layout(TxCommit, ("request_id", U64), ("tx_id", U64)),
         _layout(TxRollback, ("request_id", U64), ("tx_id", U64)),
+        _layout(QueryAddress, ("request_id", U64), ("address", STR)),
+        _layout(
+            AddressInfo,
+            ("request_id", U64),
+            ("exists", BOOL),
+            ("auto_create", BOOL),
+            ("routing", _Optional(ROUTING)),
+            ("max_size_bytes", SIZE),
+            ("address_full_policy", POLICY),
+            ("id_cache_size", U64),
+        ),
     )
 }
 """Every packet's generic codec, by packet class."""

@@ -62,6 +62,9 @@ class PacketType(IntEnum):
     TX_BEGIN = 96
     TX_COMMIT = 97
     TX_ROLLBACK = 98
+    # Addresses (112-127)
+    QUERY_ADDRESS = 112
+    ADDRESS_INFO = 113
 
 
 PACKET_TYPES: frozenset[int] = frozenset(PacketType)
@@ -96,6 +99,19 @@ class Routing(IntEnum):
     """Each message goes to one queue: the queue of the address's name."""
     MULTICAST = 2
     """Each message goes to every queue (subscription) of the address."""
+
+
+class AddressFullPolicy(IntEnum):
+    """What a full address does with the next send (Artemis's address-full policies)."""
+
+    PAGE = 1
+    """Keep it in the store, not in memory."""
+    BLOCK = 2
+    """Withhold producer credits until there is room."""
+    FAIL = 3
+    """Refuse it (SEND_FAILED, ADDRESS_FULL)."""
+    DROP = 4
+    """Confirm it and drop it."""
 
 
 # Connection
@@ -407,6 +423,39 @@ class TxRollback:
     tx_id: int
 
 
+# Addresses
+
+
+@attrs.frozen
+class QueryAddress:
+    """client -> node: how is ``address`` set up? Answered ADDRESS_INFO (or FAILED)."""
+
+    TYPE: ClassVar[PacketType] = PacketType.QUERY_ADDRESS
+
+    request_id: int
+    address: str
+
+
+@attrs.frozen
+class AddressInfo:
+    """node -> client: the answer to QUERY_ADDRESS ``request_id``.
+
+    For an address that does not exist (``exists`` false), the settings it would get if
+    created on first use, which it is when ``auto_create``; ``routing`` is None when it
+    neither exists nor would be created. ``max_size_bytes`` is an i64 (-1: unlimited).
+    """
+
+    TYPE: ClassVar[PacketType] = PacketType.ADDRESS_INFO
+
+    request_id: int
+    exists: bool
+    auto_create: bool
+    routing: Routing | None
+    max_size_bytes: int
+    address_full_policy: AddressFullPolicy
+    id_cache_size: int
+
+
 Packet = (
     Connect
     | Connected
@@ -431,6 +480,8 @@ Packet = (
     | TxBegin
     | TxCommit
     | TxRollback
+    | QueryAddress
+    | AddressInfo
 )
 """Any core protocol packet."""
 
@@ -458,5 +509,7 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     TxBegin,
     TxCommit,
     TxRollback,
+    QueryAddress,
+    AddressInfo,
 )
 """Every packet class, in frame-type order."""

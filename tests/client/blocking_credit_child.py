@@ -1,6 +1,6 @@
 """Child process for test_blocking: a real node (broker and core head) in crochet's
-reactor thread with a small BLOCK address, and the blocking client sending to it until the
-node withholds its credit. Prints JSON lines."""
+reactor thread with a small BLOCK address, and the blocking client asking how it is set
+up, then sending to it until the node withholds its credit. Prints JSON lines."""
 
 from __future__ import annotations
 
@@ -71,6 +71,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         broker, url = start(Path(folder))
         with connect(url, timeout=0.5) as client:
+            info = client.address_info("orders")
+            event(
+                "address",
+                routing=info.routing,
+                max=info.max_size_bytes,
+                policy=info.address_full_policy,
+            )
             sent = 0
             try:
                 for _ in range(1000):

@@ -23,6 +23,8 @@ async def test_a_script_sends_receives_and_acks(spawn):
 @pytest_twisted.ensureDeferred
 async def test_a_send_without_credit_blocks_up_to_its_timeout_then_raises(spawn):
     child = spawn("-m", "tests.client.blocking_credit_child", name="blocked producer")
+    address = await child.next_event("address")
+    assert (address["routing"], address["max"], address["policy"]) == ("anycast", 20000, "BLOCK")
     blocked = await child.next_event("blocked")
     # The address takes 20,000 bytes; a 4 KiB window lets a few more in, then no credit.
     assert 20 <= blocked["sent"] <= 30 and blocked["depth"] == blocked["sent"]

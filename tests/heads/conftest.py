@@ -118,12 +118,12 @@ class Peer:
         await self.until(lambda: len(self.of(kind)) >= count)
         return self.of(kind)[count - 1]
 
-    async def reply(self, request_id: int) -> p.Ok | p.Failed:
+    async def reply(self, request_id: int) -> p.Ok | p.Failed | p.AddressInfo:
         def answered() -> list[Any]:
             return [
                 r
                 for r in self.received
-                if isinstance(r, p.Ok | p.Failed) and r.request_id == request_id
+                if isinstance(r, p.Ok | p.Failed | p.AddressInfo) and r.request_id == request_id
             ]
 
         await self.until(lambda: bool(answered()))

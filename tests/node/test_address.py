@@ -7,16 +7,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.config.node import AddressSettings, Routing
-from bridge.message import Message
-from bridge.node.address import Address, AddressError
+from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
+from bridge.node.address import Address, AddressError, Detection
 from bridge.node.duplicates import DuplicateIdCache
 from bridge.node.queue import Queue
 
 
-def message(n: int, duplicate_id: bytes | None = None, **headers: str) -> Message:
+def message(n: int, duplicate_id: bytes | None = None, **headers: HeaderValue) -> Message:
     return Message(
         id=n, address="orders", durable=False, headers=headers, body=b"", duplicate_id=duplicate_id
     )
+
+
+def bridged(n: int, bridge_id: HeaderValue, duplicate_id: bytes | None = None) -> Message:
+    return message(n, duplicate_id, **{BRIDGE_DUPLICATE_ID: bridge_id})
+
+
+def seen(address: Address, message: Message) -> bool:
+    detection = address.detection(message)
+    return detection is not None and detection.duplicate_id in detection.cache
 
 
 def names(bindings) -> list[str]:  # type: ignore[no-untyped-def]
@@ -68,11 +77,40 @@ def test_duplicates_are_recognised_from_the_recovered_cache():
     address = Address(
         "orders", Routing.ANYCAST, AddressSettings(id_cache_size=2), recovered_ids=[b"a", b"b"]
     )
-    assert address.is_duplicate(message(1, b"a"))
-    assert not address.is_duplicate(message(2, b"c"))
-    assert not address.is_duplicate(message(3))
+    assert seen(address, message(1, b"a"))
+    assert not seen(address, message(2, b"c"))
+    assert not seen(address, message(3))
     address.duplicates.add(b"c")
-    assert not address.is_duplicate(message(4, b"a"))  # evicted: the cache keeps the newest 2
+    assert not seen(address, message(4, b"a"))  # evicted: the cache keeps the newest 2
+
+
+def test_a_bridge_id_is_detected_in_the_bridge_cache_only():
+    address = Address(
+        "orders",
+        Routing.ANYCAST,
+        AddressSettings(id_cache_size=2),
+        recovered_ids=[b"p"],
+        recovered_bridge_ids=[b"b"],
+    )
+    assert address.detection(bridged(1, b"b")) == Detection(
+        address.bridge_duplicates, "$bridge.orders", b"b"
+    )
+    assert address.detection(message(2, b"p")) == Detection(address.duplicates, "orders", b"p")
+    assert seen(address, bridged(3, b"b")) and seen(address, message(4, b"p"))
+    assert not seen(address, bridged(5, b"p"))  # a producer's id is no bridge id
+    assert not seen(address, message(6, b"b"))  # and the other way round
+    # A forwarded message's producer id was checked where it was first sent: not here.
+    assert not seen(address, bridged(7, b"new", duplicate_id=b"p"))
+
+
+def test_a_bridge_header_that_is_not_bytes_is_no_bridge_id():
+    address = Address("orders", Routing.ANYCAST, AddressSettings(), recovered_ids=[b"p"])
+    assert bridged(1, b"x").bridge_duplicate_id == b"x"
+    for value in ("x", 1, True):
+        assert bridged(2, value).bridge_duplicate_id is None
+        assert address.detection(bridged(3, value)) is None
+        assert seen(address, bridged(4, value, duplicate_id=b"p"))  # the producer's id counts
+    assert message(5).bridge_duplicate_id is None
 
 
 def test_a_zero_sized_cache_keeps_nothing():

@@ -11,6 +11,8 @@ from bridge.message import Message, encode_message
 from bridge.protocol import (
     PACKET_CLASSES,
     Ack,
+    AddressFullPolicy,
+    AddressInfo,
     CloseConsumer,
     Connect,
     Connected,
@@ -29,6 +31,7 @@ from bridge.protocol import (
     PacketFormatError,
     PacketType,
     ProducerCredits,
+    QueryAddress,
     Routing,
     Send,
     SendConfirmed,
@@ -128,6 +131,17 @@ GOLDEN: list[tuple[Packet, int, str]] = [
     (TxBegin(9, 100), 96, "0000000000000009 | 0000000000000064"),
     (TxCommit(10, 100), 97, "000000000000000a | 0000000000000064"),
     (TxRollback(11, 101), 98, "000000000000000b | 0000000000000065"),
+    (QueryAddress(12, "orders"), 112, "000000000000000c | 0006 6f7264657273"),
+    (
+        AddressInfo(12, True, True, Routing.ANYCAST, 1 << 20, AddressFullPolicy.BLOCK, 20000),
+        113,
+        "000000000000000c | 01 | 01 | 01 01 | 0000000000100000 | 02 | 0000000000004e20",
+    ),
+    (
+        AddressInfo(13, False, False, None, -1, AddressFullPolicy.PAGE, 0),
+        113,
+        "000000000000000d | 00 | 00 | 00 | ffffffffffffffff | 01 | 0000000000000000",
+    ),
 ]
 
 
@@ -241,6 +255,36 @@ def test_the_golden_messages_are_bridge_message_encodings():
             "00000001 | 000000000000000c | 00000003 78797a | 02",
             r"DELIVER_LARGE_CHUNK\.last at offset 19: flag byte is 2",
         ),
+        (
+            112,
+            "000000000000000c | 0007 6f7264657273",
+            r"QUERY_ADDRESS\.address at offset 8: truncated: 7 bytes declared, 6 remain",
+        ),
+        (
+            113,
+            "000000000000000c | 01 | 01 | 01 03 | 0000000000100000 | 02 | 0000000000004e20",
+            r"ADDRESS_INFO\.routing at offset 10: 3 is not a valid Routing",
+        ),
+        (
+            113,
+            "000000000000000c | 01 | 01 | 00 | fffffffffffffffe | 02 | 0000000000004e20",
+            r"ADDRESS_INFO\.max_size_bytes at offset 11: -2 is not in -1\.\.9223372036854775807",
+        ),
+        (
+            113,
+            "000000000000000c | 01 | 01 | 00 | ffffffffffffffff | 05 | 0000000000004e20",
+            r"ADDRESS_INFO\.address_full_policy at offset 19: 5 is not a valid AddressFullPolicy",
+        ),
+        (
+            113,
+            "000000000000000c | 01 | 02 | 00 | ffffffffffffffff | 01 | 0000000000004e20",
+            r"ADDRESS_INFO\.auto_create at offset 9: flag byte is 2",
+        ),
+        (
+            113,
+            "000000000000000c | 01 | 01 | 00 | ffffffffffffffff | 01 | 00000000",
+            r"ADDRESS_INFO\.id_cache_size at offset 20: truncated: 8 bytes needed, 4 remain",
+        ),
         (15, "", r"frame type 15: not a core protocol packet type"),
         (99, "00", r"frame type 99: not a core protocol packet type"),
     ],
@@ -303,6 +347,26 @@ def with_header(name: str, value: object) -> Message:
             r"SEND_LARGE_BEGIN\.message: a large message's body must be empty",
         ),
         (SendLargeChunk(1, "text", False), r"SEND_LARGE_CHUNK\.data: str is not bytes"),  # type: ignore[arg-type]
+        (
+            AddressInfo(1, True, True, None, -2, AddressFullPolicy.PAGE, 0),
+            r"ADDRESS_INFO\.max_size_bytes: -2 is not an integer in -1\.\.9223372036854775807",
+        ),
+        (
+            AddressInfo(1, True, True, None, 1 << 63, AddressFullPolicy.PAGE, 0),
+            r"ADDRESS_INFO\.max_size_bytes: 9223372036854775808 is not an integer",
+        ),
+        (
+            AddressInfo(1, True, True, None, -1, "PAGE", 0),  # type: ignore[arg-type]
+            r"ADDRESS_INFO\.address_full_policy: 'PAGE' is not a AddressFullPolicy",
+        ),
+        (
+            AddressInfo(1, True, True, "anycast", -1, AddressFullPolicy.PAGE, 0),  # type: ignore[arg-type]
+            r"ADDRESS_INFO\.routing: 'anycast' is not a Routing",
+        ),
+        (
+            AddressInfo(1, True, True, None, -1, AddressFullPolicy.PAGE, -1),
+            r"ADDRESS_INFO\.id_cache_size: -1 is not an integer",
+        ),
     ],
 )
 def test_unencodable_packets_name_the_packet_and_field(packet, error):

@@ -16,6 +16,8 @@ from bridge.protocol import (
     PACKET_CLASSES,
     PACKET_TYPES,
     Ack,
+    AddressFullPolicy,
+    AddressInfo,
     CloseConsumer,
     Connect,
     Connected,
@@ -34,6 +36,7 @@ from bridge.protocol import (
     PacketFormatError,
     PacketType,
     ProducerCredits,
+    QueryAddress,
     Routing,
     Send,
     SendConfirmed,
@@ -53,6 +56,7 @@ U32 = st.integers(0, 0xFFFF_FFFF)
 U64 = st.integers(0, 0xFFFF_FFFF_FFFF_FFFF)
 I64 = st.integers(-(1 << 63), (1 << 63) - 1)
 WINDOW = st.integers(-1, 0x7FFF_FFFF)
+SIZES = st.integers(-1, (1 << 63) - 1)
 NAMES = st.text(max_size=30)
 TEXTS = st.text(max_size=200)
 DATA = st.binary(max_size=500)
@@ -105,6 +109,17 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     TxBegin: st.builds(TxBegin, U64, U64),
     TxCommit: st.builds(TxCommit, U64, U64),
     TxRollback: st.builds(TxRollback, U64, U64),
+    QueryAddress: st.builds(QueryAddress, U64, NAMES),
+    AddressInfo: st.builds(
+        AddressInfo,
+        U64,
+        st.booleans(),
+        st.booleans(),
+        st.none() | st.sampled_from(Routing),
+        SIZES,
+        st.sampled_from(AddressFullPolicy),
+        U64,
+    ),
 }
 PACKETS = st.one_of(*STRATEGIES.values())
 HOT_PATH = (Send, SendConfirmed, Deliver, ConsumerCredits, Ack)

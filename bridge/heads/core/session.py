@@ -8,8 +8,9 @@ enforced here; a packet that breaks one raises :class:`SessionError`, and the re
 closes that connection only.
 
 Security: the subject from CONNECT is checked for every operation's permission (send,
-consume, browse, create/delete of queues and addresses); a denial is a FAILED or
-SEND_FAILED naming the permission and address, and the session goes on.
+consume, browse, create/delete of queues and addresses; an address query needs send); a
+denial is a FAILED or SEND_FAILED naming the permission and address, and the session goes
+on.
 
 Confirmations are batched: the sends of one reactor turn that are done (durable ones once
 their group commit fired) are confirmed by one SEND_CONFIRMED at the end of the turn.
@@ -197,6 +198,7 @@ class CoreSession:
             p.TxBegin: self._tx_begin,  # type: ignore[dict-item]
             p.TxCommit: self._tx_commit,  # type: ignore[dict-item]
             p.TxRollback: self._tx_rollback,  # type: ignore[dict-item]
+            p.QueryAddress: self._query_address,  # type: ignore[dict-item]
         }
 
     # -- input ----------------------------------------------------------------------------
@@ -316,10 +318,7 @@ class CoreSession:
             return
         self._check(address, Permission.CREATE_ADDRESS)
         if not self._broker.may_create_address(address):
-            raise Refused(
-                p.ErrorCode.NOT_FOUND,
-                f"address {address!r} does not exist and auto-create-addresses is off for it",
-            )
+            raise Refused(p.ErrorCode.NOT_FOUND, str(self._broker.not_creatable(address)))
 
     # -- requests -------------------------------------------------------------------------
 
@@ -384,6 +383,36 @@ class CoreSession:
             return Deferred.fromCoroutine(self._broker.delete_queue(packet.name))
 
         self._answer(packet.request_id, work)
+
+    def _query_address(self, packet: p.QueryAddress) -> None:
+        """ADDRESS_INFO: the address's routing and settings, or for a missing one those it
+        would be created with; asking needs the send permission and creates nothing."""
+        name = packet.address
+        try:
+            self._check(name, Permission.SEND)
+        except Refused as refused:
+            self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
+            return
+        address = self._broker.addresses.get(name)
+        auto_create = self._broker.may_create_address(name)
+        if address is not None:
+            routing: ConfigRouting | None = address.routing
+            settings = address.settings
+        else:
+            config = self._broker.config
+            settings = config.settings_for(name)
+            routing = config.routing_for(name) if auto_create else None
+        self._emit(
+            p.AddressInfo(
+                packet.request_id,
+                address is not None,
+                auto_create,
+                None if routing is None else p.Routing[routing.name],
+                settings.max_size_bytes,
+                p.AddressFullPolicy[settings.address_full_policy.name],
+                settings.id_cache_size,
+            )
+        )
 
     def _queue(self, name: str) -> Queue:
         try:
