@@ -19,6 +19,7 @@ from bridge.config.bridges import (
 from bridge.config.node import all_bridges, load_node_config
 from bridge.message import Message
 from security.errors import ConfigError
+from tests.processes import ROOT
 from transport.urls import parse_url
 
 EXAMPLE = """\
@@ -95,6 +96,11 @@ def test_the_issue_example_loads_as_written_in_the_node_file(tmp_path, mypkg):
     )
     assert config.bridges_dir is None
     assert all_bridges(config) == LoadedBridges(config.bridges)
+
+
+def test_the_reference_shows_the_example_that_loads():
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    assert f"```toml\n{EXAMPLE}```" in reference
 
 
 def test_the_defaults_are_artemis_s():
