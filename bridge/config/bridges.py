@@ -17,7 +17,14 @@ from typing import Any, cast
 
 import attrs
 
-from bridge.config.checks import expect_name, expect_size, expect_url, read_document, required
+from bridge.config.checks import (
+    expect_name,
+    expect_producer_window,
+    expect_size,
+    expect_url,
+    read_document,
+    required,
+)
 from bridge.config.units import UNLIMITED
 from bridge.message import Message
 from bridge.node.selector import SelectorError, compile_selector
@@ -73,28 +80,6 @@ class BridgeConfig:
     unconfirmed messages to the queue."""
 
 
-_KEYS = (
-    "name",
-    "queue",
-    "target",
-    "forwarding-address",
-    "filter",
-    "transformer",
-    "user",
-    "password",
-    "confirmation-window-size",
-    "producer-window-size",
-    "min-large-message-size",
-    "retry-interval",
-    "retry-interval-multiplier",
-    "max-retry-interval",
-    "reconnect-attempts",
-    "use-duplicate-detection",
-    "concurrency",
-    "pending-ack-timeout",
-)
-
-
 def _targets(value: object, source: str, key: str) -> tuple[URL, ...]:
     if isinstance(value, str):
         return (expect_url(value, source, key),)
@@ -142,15 +127,6 @@ def _window(value: object, source: str, key: str) -> int:
     return size
 
 
-def _producer_window(value: object, source: str, key: str) -> int:
-    size = expect_size(value, source, key, unlimited=True)
-    if size == 0 or size >= 2**31:
-        raise ConfigError(
-            source, key, "expected -1 (what the target grants) or 1 byte to below 2GiB"
-        )
-    return size
-
-
 def _at_least_a_byte(value: object, source: str, key: str) -> int:
     size = expect_size(value, source, key)
     if size < 1:
@@ -178,7 +154,9 @@ _OPTIONAL: Mapping[str, Callable[[object, str, str], object]] = {
     "user": expect_str,
     "password": functools.partial(expect_str, empty=True),
     "confirmation-window-size": _window,
-    "producer-window-size": _producer_window,
+    "producer-window-size": functools.partial(
+        expect_producer_window, unlimited="what the target grants"
+    ),
     "min-large-message-size": _at_least_a_byte,
     "retry-interval": _interval,
     "retry-interval-multiplier": _multiplier,
@@ -190,6 +168,7 @@ _OPTIONAL: Mapping[str, Callable[[object, str, str], object]] = {
 }
 """Each optional key but ``transformer``, and its check; the attribute is the key with
 ``_`` for ``-``."""
+_KEYS = ("name", "queue", "target", "transformer", *_OPTIONAL)
 
 
 def parse_bridge(table: Mapping[str, Any], source: str, key: str) -> BridgeConfig:

@@ -48,6 +48,15 @@ def expect_size(value: object, source: str, key: str, *, unlimited: bool = False
         raise ConfigError(source, key, f"{error}{extra}") from None
 
 
+def expect_producer_window(value: object, source: str, key: str, *, unlimited: str) -> int:
+    """Producer credit: 1 byte to below 2GiB (it travels as a signed 32-bit integer), or -1,
+    which means what ``unlimited`` says."""
+    size = expect_size(value, source, key, unlimited=True)
+    if size == 0 or size >= 2**31:
+        raise ConfigError(source, key, f"expected -1 ({unlimited}) or 1 byte to below 2GiB")
+    return size
+
+
 def expect_url(value: object, source: str, key: str) -> URL:
     """A ``tcp://`` or ``tls://`` connection URL."""
     try:

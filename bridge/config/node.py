@@ -26,6 +26,7 @@ from bridge.config.bridges import (
 )
 from bridge.config.checks import (
     expect_name,
+    expect_producer_window,
     expect_size,
     expect_url,
     read_document,
@@ -256,12 +257,12 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
     max_frame = expect_size(table.get("max-frame-size", "4MiB"), source, frame_key)
     if not 1024 <= max_frame < 2**32:
         raise ConfigError(source, frame_key, "expected at least 1KiB and below 4GiB")
-    window_key = key_path(prefix, "producer-window-size")
-    window = expect_size(
-        table.get("producer-window-size", "1MiB"), source, window_key, unlimited=True
+    window = expect_producer_window(
+        table.get("producer-window-size", "1MiB"),
+        source,
+        key_path(prefix, "producer-window-size"),
+        unlimited="no limit",
     )
-    if window == 0 or window >= 2**31:
-        raise ConfigError(source, window_key, "expected -1 (no limit) or 1 byte to below 2GiB")
     prefetch = expect_int(
         table.get("stomp-prefetch-count", 1000),
         source,
