@@ -420,9 +420,10 @@ def register(subparsers: Any) -> None:
     shown.add_argument("--json", action="store_true", help="print them as JSON instead")
     shown.set_defaults(ctl_action_handler=_bridge_status, ctl_label="bridge status")
     helps = {
-        "pause": "stop taking messages, keeping the connection, once the pending are confirmed",
+        "pause": "stop taking messages (keeping the connection); done once the pending "
+        "ones are confirmed or back on the queue",
         "resume": "take messages again after a pause",
-        "stop": "stop and disconnect, once the pending are confirmed or returned to the queue",
+        "stop": "pause, then disconnect",
         "start": "start a stopped or failed bridge",
     }
     for name, text in helps.items():
