@@ -843,6 +843,7 @@ def connect(
     tls: TLSConfig | None = None,
     confirmation_window_size: int = DEFAULT_CONFIRMATION_WINDOW_SIZE,
     min_large_message_size: int = DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+    producer_window_size: int = -1,
     reconnect: ReconnectPolicy = NO_RECONNECT,
     settings: ConnectionSettings | None = None,
     trace: event_log.EventWriter | None = None,
@@ -853,7 +854,8 @@ def connect(
 
     With ``trace``, the client records its sends, their outcomes, deliveries, acks and
     flow-control pauses into that event writer (docs/events.md), ``client_id`` (default:
-    the writer's process name) being the producer id."""
+    the writer's process name) being the producer id. ``producer_window_size`` caps the
+    producer credit used per address below the node's grant (-1: the node's grant)."""
     parsed = url if isinstance(url, URL) else parse_url(url)
     session = ClientSession(
         client_id=client_id
@@ -863,6 +865,7 @@ def connect(
         password=password,
         confirmation_window_size=confirmation_window_size,
         min_large_message_size=min_large_message_size,
+        producer_window_size=producer_window_size,
     )
     client = Client(
         reactor, parsed, session, tls=tls, settings=settings, reconnect=reconnect, trace=trace

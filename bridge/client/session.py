@@ -323,6 +323,7 @@ class ClientSession:
         password: str | None = None,
         confirmation_window_size: int = DEFAULT_CONFIRMATION_WINDOW_SIZE,
         min_large_message_size: int = DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+        producer_window_size: int = UNLIMITED,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         spool: Callable[[], IO[bytes]] = default_spool,
     ) -> None:
@@ -359,6 +360,9 @@ class ClientSession:
         self._unconfirmed_bytes = 0
         self._streaming: _Send | None = None
         self._producer_window = UNLIMITED
+        self._producer_window_cap = producer_window_size
+        """The most credit per address used (Artemis's client producer-window-size); it
+        applies when the node flow-controls producers at all (its grants refill it)."""
         self._credits: dict[str, int] = {}
         # consuming and transactions
         self._next_consumer = 1
@@ -488,7 +492,11 @@ class ClientSession:
     def _accepted(self, packet: Connected) -> None:
         self._is_ready = True
         self.node_name, self.node_id = packet.node_name, packet.node_id
-        self._producer_window = packet.producer_window_size
+        granted = packet.producer_window_size
+        cap = self._producer_window_cap
+        self._producer_window = (
+            granted if UNLIMITED in (cap, granted) else min(cap, granted)
+        )
         self._credits.clear()
         self._sequence = self._confirmed = 0
         for consumer in self._consumers.values():

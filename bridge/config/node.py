@@ -1,5 +1,6 @@
 """The node's configuration file: ``[node]``, ``[[acceptor]]``, ``[[address]]``,
-``[[address-setting]]``, ``[management]`` and ``[security]``.
+``[[address-setting]]``, ``[[bridge]]`` (see :mod:`bridge.config.bridges`), ``[management]``
+and ``[security]``.
 
 Names follow Artemis where a concept matches (``max-size-bytes``, ``address-full-policy``,
 ``id-cache-size``, ``auto-create-addresses``, ``connection-ttl``), so a user who knows
@@ -8,8 +9,6 @@ Artemis can read it.
 
 from __future__ import annotations
 
-import re
-import tomllib
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -18,13 +17,26 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from bridge.config.units import SIZE_HELP, parse_size
+from bridge.config import units
+from bridge.config.bridges import (
+    BridgeConfig,
+    LoadedBridges,
+    load_bridges_dir,
+    parse_bridges,
+)
+from bridge.config.checks import (
+    expect_name,
+    expect_producer_window,
+    expect_size,
+    expect_url,
+    read_document,
+    required,
+)
 from security import SecuritySettings, load_security
 from security.errors import ConfigError
 from security.matcher import InvalidPattern, MatchTable, parse_pattern
 from security.validate import (
     check_keys,
-    describe,
     expect_bool,
     expect_duration,
     expect_int,
@@ -33,12 +45,10 @@ from security.validate import (
     expect_tables,
     key_path,
 )
-from transport.errors import URLError
-from transport.urls import URL, parse_url
+from transport.urls import URL
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 PROTOCOLS = ("core", "stomp")
-UNLIMITED = -1
+UNLIMITED = units.UNLIMITED
 DEFAULT_GLOBAL_MAX_SIZE = 64 * 1024 * 1024
 _E = TypeVar("_E", bound=StrEnum)
 
@@ -136,6 +146,10 @@ class NodeConfig:
     global_max_size: int = DEFAULT_GLOBAL_MAX_SIZE
     """Bytes of messages all addresses together may hold in memory (-1: no limit); at it,
     every address applies its address-full policy, as at its own ``max-size-bytes``."""
+    bridges: tuple[BridgeConfig, ...] = ()
+    """The bridges of the node's own file (see :func:`all_bridges` for the bridges-dir's)."""
+    bridges_dir: Path | None = None
+    """``[node] bridges-dir``: a folder of ``*.toml`` files of ``[[bridge]]`` tables."""
     _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
     _declared: Mapping[str, Address] = attrs.field(init=False, eq=False, repr=False)
 
@@ -164,8 +178,8 @@ class NodeConfig:
         return self.settings_for(address).default_routing
 
 
-_TOP = ("node", "acceptor", "address", "address-setting", "management", "security")
-_NODE = ("name", "data-dir", "global-max-size")
+_TOP = ("node", "acceptor", "address", "address-setting", "bridge", "management", "security")
+_NODE = ("name", "data-dir", "global-max-size", "bridges-dir")
 _ACCEPTOR = (
     "name",
     "url",
@@ -186,33 +200,6 @@ _ADDRESS = ("name", "routing", "max-size-bytes", "address-full-policy", "id-cach
 _MANAGEMENT = ("url",)
 
 
-def _name(value: object, source: str, key: str) -> str:
-    text = expect_str(value, source, key)
-    if not NAME.fullmatch(text):
-        raise ConfigError(
-            source, key, f"expected a name of letters, digits, '.', '_' or '-', got {text!r}"
-        )
-    return text
-
-
-def _required(table: Mapping[str, Any], name: str, source: str, prefix: str) -> object:
-    if name not in table:
-        raise ConfigError(source, key_path(prefix, name), "is required")
-    return table[name]
-
-
-def _size(value: object, source: str, key: str, *, unlimited: bool = False) -> int:
-    if unlimited and value == UNLIMITED:
-        return UNLIMITED
-    if not isinstance(value, int | str) or isinstance(value, bool):
-        raise ConfigError(source, key, f"expected {SIZE_HELP}, got {describe(value)}")
-    try:
-        return parse_size(value)
-    except ValueError as error:
-        extra = " (or -1 for no limit)" if unlimited else ""
-        raise ConfigError(source, key, f"{error}{extra}") from None
-
-
 def _choice(kind: type[_E], value: object, source: str, key: str) -> _E:
     text = expect_str(value, source, key)
     try:
@@ -226,7 +213,9 @@ def _overrides(table: Mapping[str, Any], source: str, prefix: str) -> SettingsOv
     changes: dict[str, Any] = {}
     if "max-size-bytes" in table:
         key = key_path(prefix, "max-size-bytes")
-        changes["max_size_bytes"] = _size(table["max-size-bytes"], source, key, unlimited=True)
+        changes["max_size_bytes"] = expect_size(
+            table["max-size-bytes"], source, key, unlimited=True
+        )
     if "address-full-policy" in table:
         key = key_path(prefix, "address-full-policy")
         changes["address_full_policy"] = _choice(
@@ -246,12 +235,8 @@ def _overrides(table: Mapping[str, Any], source: str, prefix: str) -> SettingsOv
 
 def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
     check_keys(table, _ACCEPTOR, source, prefix)
-    name = _name(_required(table, "name", source, prefix), source, key_path(prefix, "name"))
-    url_key = key_path(prefix, "url")
-    try:
-        url = parse_url(expect_str(_required(table, "url", source, prefix), source, url_key))
-    except URLError as error:
-        raise ConfigError(source, url_key, str(error)) from None
+    name = expect_name(required(table, "name", source, prefix), source, key_path(prefix, "name"))
+    url = expect_url(required(table, "url", source, prefix), source, key_path(prefix, "url"))
     protocols_key = key_path(prefix, "protocols")
     protocols = table.get("protocols", ["core"])
     if (
@@ -269,13 +254,15 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
     if ttl <= 0:
         raise ConfigError(source, ttl_key, "expected a duration above zero")
     frame_key = key_path(prefix, "max-frame-size")
-    max_frame = _size(table.get("max-frame-size", "4MiB"), source, frame_key)
+    max_frame = expect_size(table.get("max-frame-size", "4MiB"), source, frame_key)
     if not 1024 <= max_frame < 2**32:
         raise ConfigError(source, frame_key, "expected at least 1KiB and below 4GiB")
-    window_key = key_path(prefix, "producer-window-size")
-    window = _size(table.get("producer-window-size", "1MiB"), source, window_key, unlimited=True)
-    if window == 0 or window >= 2**31:
-        raise ConfigError(source, window_key, "expected -1 (no limit) or 1 byte to below 2GiB")
+    window = expect_producer_window(
+        table.get("producer-window-size", "1MiB"),
+        source,
+        key_path(prefix, "producer-window-size"),
+        unlimited="no limit",
+    )
     prefetch = expect_int(
         table.get("stomp-prefetch-count", 1000),
         source,
@@ -287,7 +274,7 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
 
 def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:
     check_keys(table, _ADDRESS, source, prefix)
-    name = _name(_required(table, "name", source, prefix), source, key_path(prefix, "name"))
+    name = expect_name(required(table, "name", source, prefix), source, key_path(prefix, "name"))
     routing = (
         _choice(Routing, table["routing"], source, key_path(prefix, "routing"))
         if "routing" in table
@@ -298,7 +285,7 @@ def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:
 
 def _address_setting(table: Mapping[str, Any], source: str, prefix: str) -> AddressSettingMatch:
     check_keys(table, ("match", *_SETTING_KEYS), source, prefix)
-    match = expect_str(_required(table, "match", source, prefix), source, key_path(prefix, "match"))
+    match = expect_str(required(table, "match", source, prefix), source, key_path(prefix, "match"))
     try:
         parse_pattern(match)
     except InvalidPattern as error:
@@ -309,7 +296,7 @@ def _address_setting(table: Mapping[str, Any], source: str, prefix: str) -> Addr
 def _management(table: Mapping[str, Any], source: str) -> Management:
     check_keys(table, _MANAGEMENT, source, "management")
     key = "management.url"
-    text = expect_str(_required(table, "url", source, "management"), source, key)
+    text = expect_str(required(table, "url", source, "management"), source, key)
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -320,6 +307,11 @@ def _management(table: Mapping[str, Any], source: str) -> Management:
     if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
         raise ConfigError(source, key, f"expected http://HOST:PORT, got {text!r}")
     return Management(parts.hostname, port)
+
+
+def _path(value: object, source: str, key: str, config_file: Path) -> Path:
+    """A path, relative to the configuration file's folder unless absolute."""
+    return config_file.parent / expect_str(value, source, key)
 
 
 def _unique(names: list[str], source: str, section: str) -> None:
@@ -336,11 +328,14 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     """Check a parsed TOML document; relative paths are relative to its folder."""
     source = str(path)
     check_keys(document, _TOP, source, "")
-    node = expect_table(_required(document, "node", source, ""), source, "node")
+    node = expect_table(required(document, "node", source, ""), source, "node")
     check_keys(node, _NODE, source, "node")
-    name = _name(_required(node, "name", source, "node"), source, "node.name")
-    data_dir = Path(
-        expect_str(_required(node, "data-dir", source, "node"), source, "node.data-dir")
+    name = expect_name(required(node, "name", source, "node"), source, "node.name")
+    data_dir = _path(required(node, "data-dir", source, "node"), source, "node.data-dir", path)
+    bridges_dir = (
+        _path(node["bridges-dir"], source, "node.bridges-dir", path)
+        if "bridges-dir" in node
+        else None
     )
     acceptors_table = expect_tables(document.get("acceptor", []), source, "acceptor")
     acceptors = [
@@ -359,6 +354,8 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         for index, entry in enumerate(addresses_table)
     ]
     _unique([a.name for a in addresses], source, "address")
+    bridges = parse_bridges(document.get("bridge", []), source)
+    _unique([b.name for b in bridges], source, "bridge")
     management = (
         _management(expect_table(document["management"], source, "management"), source)
         if "management" in document
@@ -367,31 +364,34 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     security_table = expect_table(document.get("security", {"enabled": False}), source, "security")
     security = load_security(security_table, source, base_dir=path.parent)
     global_max = (
-        _size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
+        expect_size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
         if "global-max-size" in node
         else DEFAULT_GLOBAL_MAX_SIZE
     )
     return NodeConfig(
         source=path,
         name=name,
-        data_dir=data_dir if data_dir.is_absolute() else path.parent / data_dir,
+        data_dir=data_dir,
         acceptors=tuple(acceptors),
         addresses=tuple(addresses),
         address_settings=address_settings,
         management=management,
         security=security,
         global_max_size=global_max,
+        bridges=bridges,
+        bridges_dir=bridges_dir,
     )
 
 
 def load_node_config(path: Path) -> NodeConfig:
     """Read and check a node's TOML file."""
-    try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ConfigError(str(path), "", f"cannot be read: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(path), "", "is not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(str(path), "", f"is not valid TOML: {error}") from None
-    return parse_node_config(document, path)
+    return parse_node_config(read_document(path), path)
+
+
+def all_bridges(config: NodeConfig) -> LoadedBridges:
+    """The node file's bridges, then those of its bridges-dir: a bad bridge file's error
+    instead of its bridges, and an error instead of each bridge whose name came before."""
+    own = LoadedBridges(config.bridges)
+    if config.bridges_dir is None:
+        return own
+    return own.then(load_bridges_dir(config.bridges_dir))

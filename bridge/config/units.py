@@ -23,6 +23,9 @@ _UNITS = {
 }
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?")
 
+UNLIMITED = -1
+"""Artemis's "no limit", where a key allows it."""
+
 SIZE_HELP = 'a size such as "64KiB", "10MiB", "1GB" or a number of bytes'
 
 

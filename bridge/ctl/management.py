@@ -1,11 +1,11 @@
-"""The node's management API over HTTP: ``GET /status`` (JSON) and ``GET /metrics``
-(Prometheus text).
+"""The node's management API over HTTP: ``GET /status`` (JSON), ``GET /metrics``
+(Prometheus text), and with bridges ``POST /bridges/NAME/ACTION`` and ``POST /reload``.
 
-Both read the broker when asked, on the reactor thread: the hot path of a message pays
-nothing for them beyond the queues' own counters. With security on, every request carries
-HTTP Basic credentials, checked by the node's one :class:`SecurityStore` (the password hash
-off the reactor thread) and then for the ``manage`` permission on the address
-``txbridge.management``. docs/management.md is the reference.
+The reads read the broker and the bridges when asked, on the reactor thread: the hot path
+of a message pays nothing for them beyond the queues' own counters. With security on, every
+request carries HTTP Basic credentials, checked by the node's one :class:`SecurityStore`
+(the password hash off the reactor thread) and then for the ``manage`` permission on the
+address ``txbridge.management``. docs/management.md is the reference.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from urllib.parse import unquote
 
 import attrs
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -21,14 +22,16 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from twisted.internet.address import IPv4Address, IPv6Address
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from bridge.ctl.status import AddressStatus, NodeStatus, QueueStatus, Status
+from bridge.ctl.status import AddressStatus, BridgeStatus, NodeStatus, QueueStatus, Status
+from bridge.forward.interfaces import IBridges, UnknownBridge
+from bridge.forward.status import BridgeSnapshot, BridgeState
 from bridge.node.broker import Broker
 from security import (
     AuthenticationFailed,
@@ -46,6 +49,9 @@ PROTOCOL = "management"
 
 REALM = b'Basic realm="txbridge", charset="UTF-8"'
 
+BRIDGE_ACTIONS = ("pause", "resume", "stop", "start")
+"""What ``POST /bridges/NAME/ACTION`` does, each the :class:`IBridges` method of its name."""
+
 log = Logger()
 
 
@@ -59,9 +65,16 @@ class NodeView:
     started: float
     connections: Callable[[], int]
     producers_blocked: Callable[[], int]
+    bridges: IBridges | None
 
     def uptime(self) -> float:
         return self.clock.seconds() - self.started
+
+    def bridge_snapshots(self) -> list[BridgeSnapshot]:
+        """Every bridge now, by name (none without bridges)."""
+        if self.bridges is None:
+            return []
+        return sorted(self.bridges.snapshots(), key=lambda snapshot: snapshot.name)
 
     def status(self) -> Status:
         """The node now."""
@@ -110,6 +123,12 @@ class NodeView:
             global_max_size=broker.memory.max_size,
             paged_bytes=sum(a.memory.paged_bytes for a in broker.addresses.values()),
             producers_blocked=self.producers_blocked(),
+            bridges=tuple(
+                BridgeStatus(
+                    **attrs.asdict(snapshot, recurse=False) | {"state": snapshot.state.value}
+                )
+                for snapshot in self.bridge_snapshots()
+            ),
         )
 
 
@@ -188,11 +207,39 @@ class BrokerCollector(Collector):
             counters["dropped"].add_metric(values, queue.dropped_total)
         yield from gauges.values()
         yield from counters.values()
+        yield from _bridge_metrics(view.bridge_snapshots())
+
+
+_Figures = list[tuple[str, str, str]]
+"""Metrics read from an attribute: the name after the prefix, the help, the attribute."""
+
+
+def _labelled(
+    prefix: str,
+    label: str,
+    gauges: _Figures,
+    counters: _Figures,
+    items: Iterable[tuple[str, object]],
+) -> Iterator[Metric]:
+    """A gauge or counter family per figure, a sample per item (its label value and the
+    object whose attributes the figures read)."""
+    families: list[tuple[GaugeMetricFamily | CounterMetricFamily, str]] = [
+        (GaugeMetricFamily(f"{prefix}_{name}", text, labels=[label]), attribute)
+        for name, text, attribute in gauges
+    ]
+    families += [
+        (CounterMetricFamily(f"{prefix}_{name}", text, labels=[label]), attribute)
+        for name, text, attribute in counters
+    ]
+    for value, item in items:
+        for family, attribute in families:
+            family.add_metric([value], getattr(item, attribute))
+    for family, _ in families:
+        yield family
 
 
 def _address_metrics(broker: Broker) -> Iterator[Metric]:
     """Each address's memory and what its address-full policy did."""
-    labels = ["address"]
     gauges = [
         ("memory_bytes", "Bytes of the address's messages in memory.", "size"),
         ("paged_messages", "Messages paged to the store, not yet read back.", "paged_messages"),
@@ -203,24 +250,74 @@ def _address_metrics(broker: Broker) -> Iterator[Metric]:
         ("messages_dropped", "Messages dropped by the DROP policy.", "dropped_total"),
         ("sends_refused", "Sends refused by the FAIL policy.", "refused_total"),
     ]
-    families: list[tuple[GaugeMetricFamily | CounterMetricFamily, str]] = [
-        (GaugeMetricFamily(f"txbridge_address_{name}", text, labels=labels), attribute)
-        for name, text, attribute in gauges
-    ]
-    families += [
-        (CounterMetricFamily(f"txbridge_address_{name}", text, labels=labels), attribute)
-        for name, text, attribute in counters
-    ]
-    full = GaugeMetricFamily(
-        "txbridge_address_full", "1 while the address is full, else 0.", labels=labels
+    addresses = sorted(broker.addresses.items())
+    yield from _labelled(
+        "txbridge_address",
+        "address",
+        gauges,
+        counters,
+        ((name, address.memory) for name, address in addresses),
     )
-    for name, address in sorted(broker.addresses.items()):
-        for family, attribute in families:
-            family.add_metric([name], getattr(address.memory, attribute))
+    full = GaugeMetricFamily(
+        "txbridge_address_full", "1 while the address is full, else 0.", labels=["address"]
+    )
+    for name, address in addresses:
         full.add_metric([name], int(address.memory.full))
-    for family, _ in families:
-        yield family
     yield full
+
+
+def _bridge_metrics(snapshots: list[BridgeSnapshot]) -> Iterator[Metric]:
+    """Each bridge's counters, its state and whether it is up."""
+    gauges = [
+        (
+            "pending_confirmations",
+            "Messages sent to the target and not yet confirmed.",
+            "pending_confirmations",
+        ),
+    ]
+    counters = [
+        ("messages_forwarded", "Messages the target confirmed.", "messages_forwarded"),
+        ("bytes_forwarded", "Bytes of those messages.", "bytes_forwarded"),
+        (
+            "messages_skipped",
+            "Messages not forwarded: seen by the target node before, or dropped by the "
+            "transformer.",
+            "messages_skipped",
+        ),
+        (
+            "paused_writability_seconds",
+            "Seconds not taking messages: the target connection not writable or the "
+            "confirmation window full.",
+            "paused_writability_seconds",
+        ),
+        (
+            "paused_credits_seconds",
+            "Seconds not taking messages for want of the target's producer credits.",
+            "paused_credits_seconds",
+        ),
+        ("reconnects", "Connections to a target made again after one was lost.", "reconnects"),
+    ]
+    yield from _labelled(
+        "txbridge_bridge",
+        "bridge",
+        gauges,
+        counters,
+        ((snapshot.name, snapshot) for snapshot in snapshots),
+    )
+    state = GaugeMetricFamily(
+        "txbridge_bridge_state",
+        "1 for the bridge's state now, 0 for the others.",
+        labels=["bridge", "state"],
+    )
+    up = GaugeMetricFamily(
+        "txbridge_bridge_up", "1 while the bridge is STARTED, else 0.", labels=["bridge"]
+    )
+    for snapshot in snapshots:
+        for each in BridgeState:
+            state.add_metric([snapshot.name, each.value], int(snapshot.state is each))
+        up.add_metric([snapshot.name], int(snapshot.state is BridgeState.STARTED))
+    yield state
+    yield up
 
 
 @attrs.frozen
@@ -271,17 +368,54 @@ def _remote(request: Request) -> str:
     return str(address)
 
 
+Endpoint = Callable[[], Awaitable[Answer]]
+
+
+def _json(document: object) -> Answer:
+    return Answer(200, b"application/json", json.dumps(document).encode())
+
+
+def _at_once(read: Callable[[], Answer]) -> Endpoint:
+    async def answer() -> Answer:
+        return read()
+
+    return answer
+
+
+async def _operate(operation: Callable[[str], Deferred[None]], action: str, name: str) -> Answer:
+    """Pause, resume, stop or start a bridge; the answer when that is done (or failed)."""
+    try:
+        await maybeDeferred(operation, name)
+    except UnknownBridge:
+        return Answer.error(404, f"no bridge {name!r}")
+    except Exception as error:
+        return Answer.error(409, f"cannot {action} bridge {name!r}: {error}")
+    return _json({"ok": True})
+
+
+async def _reload(bridges: IBridges) -> Answer:
+    """Read the bridge files again; the answer lists the errors of those that are bad."""
+    try:
+        errors = await maybeDeferred(bridges.reload)
+    except Exception as error:
+        log.failure("reloading the bridge files failed")
+        return Answer.error(500, f"reload failed: {error}")
+    return _json({"ok": not errors, "errors": errors})
+
+
 class ManagementResource(Resource):
-    """``/status`` and ``/metrics``, GET (or HEAD) only, behind the security store."""
+    """``/status`` and ``/metrics`` (GET or HEAD), and with bridges ``/reload`` and
+    ``/bridges/NAME/ACTION`` (POST), behind the security store."""
 
     isLeaf = True
 
     def __init__(self, view: NodeView, security: SecurityStore) -> None:
         Resource.__init__(self)
         self._security = security
+        self._bridges = view.bridges
         registry = CollectorRegistry(auto_describe=False)
         registry.register(BrokerCollector(view))
-        self._endpoints: dict[bytes, Callable[[], Answer]] = {
+        self._reads: dict[bytes, Callable[[], Answer]] = {
             b"/status": lambda: Answer(
                 200, b"application/json", json.dumps(view.status().to_json()).encode()
             ),
@@ -290,23 +424,54 @@ class ManagementResource(Resource):
             ),
         }
 
+    def _action(self, path: bytes) -> Endpoint | None:
+        """The POST endpoint at ``path``, if there is one."""
+        bridges = self._bridges
+        if bridges is None:
+            return None
+        if path == b"/reload":
+            return lambda: _reload(bridges)
+        parts = path.decode("utf-8", "replace").split("/")
+        if len(parts) != 4 or parts[:2] != ["", "bridges"] or not parts[2]:
+            return None
+        operations = {
+            "pause": bridges.pause,
+            "resume": bridges.resume,
+            "stop": bridges.stop,
+            "start": bridges.start,
+        }
+        action, name = parts[3], unquote(parts[2])
+        operation = operations.get(action)
+        return None if operation is None else lambda: _operate(operation, action, name)
+
+    def _known(self) -> str:
+        known = [path.decode() for path in self._reads]
+        if self._bridges is not None:
+            known += ["/reload", "/bridges/NAME/" + "|".join(BRIDGE_ACTIONS)]
+        return ", ".join(known)
+
     def render(self, request: Request) -> bytes | int:
         path = request.path
-        endpoint = self._endpoints.get(path)
-        if endpoint is None:
-            known = ", ".join(p.decode() for p in self._endpoints)
+        read = self._reads.get(path)
+        action = self._action(path)
+        if read is not None:
+            if request.method not in (b"GET", b"HEAD"):
+                return _not_allowed(request, b"GET, HEAD")
+            if not self._security.enabled:
+                return _send(request, read())
+            endpoint = _at_once(read)
+        elif action is not None:
+            if request.method != b"POST":
+                return _not_allowed(request, b"POST")
+            endpoint = action
+        else:
             shown = path.decode("utf-8", "replace")
+            known = self._known()
             return _send(request, Answer.error(404, f"no resource {shown!r} (there are {known})"))
-        if request.method not in (b"GET", b"HEAD"):
-            request.setHeader(b"allow", b"GET, HEAD")
-            method = request.method.decode("ascii", "replace")
-            return _send(request, Answer.error(405, f"method {method} not allowed: use GET"))
-        if not self._security.enabled:
-            return _send(request, endpoint())
         Deferred.fromCoroutine(self._answer_when_allowed(request, endpoint))
         return NOT_DONE_YET
 
-    async def _answer_when_allowed(self, request: Request, endpoint: Callable[[], Answer]) -> None:
+    async def _answer_when_allowed(self, request: Request, endpoint: Endpoint) -> None:
         lost = False
 
         def connection_lost(_: object) -> None:
@@ -315,8 +480,9 @@ class ManagementResource(Resource):
 
         request.notifyFinish().addErrback(connection_lost)
         try:
-            await self._authorize(request)
-            answer = endpoint()
+            if self._security.enabled:
+                await self._authorize(request)
+            answer = await endpoint()
         except Refused as refused:
             answer = refused.answer
         except Exception:
@@ -347,6 +513,14 @@ class ManagementResource(Resource):
             raise Refused(Answer.error(403, str(denied))) from None
 
 
+def _not_allowed(request: Request, allow: bytes) -> bytes:
+    """405, naming the methods the path takes."""
+    request.setHeader(b"allow", allow)
+    method = request.method.decode("ascii", "replace")
+    use = allow.split(b",")[0].decode()
+    return _send(request, Answer.error(405, f"method {method} not allowed: use {use}"))
+
+
 def _send(request: Request, answer: Answer) -> bytes:
     """Set the answer's code and headers on ``request``; the body to write."""
     request.setResponseCode(answer.code)
@@ -363,13 +537,17 @@ def management_site(
     reactor: IReactorTime,
     connections: Callable[[], int] = lambda: 0,
     producers_blocked: Callable[[], int] = lambda: 0,
+    bridges: IBridges | None = None,
 ) -> Site:
     """The management API of a node, for the node service to listen with.
 
     ``reactor`` is the clock of the uptime (counted from this call); ``connections``
     says how many client connections the node has open now, ``producers_blocked`` how
-    many producers wait for credits."""
-    view = NodeView(broker, node_id, reactor, reactor.seconds(), connections, producers_blocked)
+    many producers wait for credits; ``bridges``, the node's bridges, to show and operate
+    (without them, ``/status`` shows none and there are no POST endpoints)."""
+    view = NodeView(
+        broker, node_id, reactor, reactor.seconds(), connections, producers_blocked, bridges
+    )
     site = Site(ManagementResource(view, security))
     site.displayTracebacks = False
     return site

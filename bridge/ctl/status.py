@@ -23,9 +23,10 @@ import math
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from types import UnionType
 from typing import Any, TypeVar, get_args, get_origin
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import attrs
 from attrs import AttrsInstance
@@ -76,6 +77,26 @@ class QueueStatus:
 
 
 @attrs.frozen
+class BridgeStatus:
+    """One bridge, as :class:`bridge.forward.status.BridgeSnapshot` has it."""
+
+    name: str
+    state: str
+    queue: str
+    targets: tuple[str, ...]
+    connected_to: str | None
+    last_error: str | None
+    messages_forwarded: int
+    bytes_forwarded: int
+    messages_skipped: int
+    pending_confirmations: int
+    paused_writability_seconds: float
+    paused_credits_seconds: float
+    reconnects: int
+    source: str
+
+
+@attrs.frozen
 class Status:
     """What ``GET /status`` answers (docs/management.md describes each field)."""
 
@@ -86,6 +107,8 @@ class Status:
     global_max_size: int
     paged_bytes: int
     producers_blocked: int
+    bridges: tuple[BridgeStatus, ...] = ()
+    """Empty from a node that has none, or that is older than bridges."""
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON types (arrays as lists)."""
@@ -102,7 +125,7 @@ def _lists(_: object, __: object, value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-for _kind in (NodeStatus, AddressStatus, QueueStatus, Status):
+for _kind in (NodeStatus, AddressStatus, QueueStatus, BridgeStatus, Status):
     attrs.resolve_types(_kind)
 
 
@@ -125,15 +148,20 @@ def _read(kind: type[_T], data: object, where: str) -> _T:
     values = {}
     for field in attrs.fields(kind):
         key = f"{where}.{field.name}" if where else field.name
-        if field.name not in data:
+        if field.name in data:
+            values[field.name] = _value(field.type, data[field.name], key)
+        elif field.default is attrs.NOTHING:
             raise StatusFormatError(f"{key}: missing")
-        values[field.name] = _value(field.type, data[field.name], key)
     return kind(**values)
 
 
 def _value(kind: Any, value: object, where: str) -> object:
     if attrs.has(kind):
         return _read(kind, value, where)
+    if get_origin(kind) is UnionType:
+        if value is None and type(None) in get_args(kind):
+            return None
+        (kind,) = (each for each in get_args(kind) if each is not type(None))
     if get_origin(kind) is tuple:
         if not isinstance(value, list):
             raise StatusFormatError(f"{where}: expected an array, got {_describe(value)}")
@@ -164,8 +192,15 @@ class ManagementClient:
 
     def get_json(self, path: str) -> object:
         """GET ``path`` and parse the answer; ManagementError on any failure."""
+        return self._json("GET", path)
+
+    def post_json(self, path: str) -> object:
+        """POST (with no body) to ``path`` and parse the answer, as ``get_json``."""
+        return self._json("POST", path)
+
+    def _json(self, method: str, path: str) -> object:
         request = urllib.request.Request(
-            self.url.rstrip("/") + path, headers={"Accept": "application/json"}
+            self.url.rstrip("/") + path, headers={"Accept": "application/json"}, method=method
         )
         if self.user is not None:
             token = f"{self.user}:{self.password or ''}".encode()
@@ -233,12 +268,7 @@ def format_status(status: Status) -> str:
     rows = [
         (q.name, q.address, str(q.depth), str(q.in_flight), str(q.consumers)) for q in status.queues
     ]
-    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
-    for row in (header, *rows):
-        names = [cell.ljust(w) for cell, w in zip(row[:2], widths[:2], strict=True)]
-        numbers = [cell.rjust(w) for cell, w in zip(row[2:], widths[2:], strict=True)]
-        lines.append("  ".join(names + numbers))
-    return "\n".join(lines)
+    return "\n".join(lines + _table(header, rows, {2, 3, 4}))
 
 
 def _status(client: ManagementClient, args: argparse.Namespace) -> str:
@@ -246,6 +276,70 @@ def _status(client: ManagementClient, args: argparse.Namespace) -> str:
     if args.json:
         return json.dumps(status.to_json(), indent=2)
     return format_status(status)
+
+
+def _table(
+    header: tuple[str, ...], rows: Sequence[tuple[str, ...]], numbers: set[int]
+) -> list[str]:
+    """Aligned lines: the ``numbers`` columns to the right, the others to the left."""
+    widths = [max(len(row[column]) for row in (header, *rows)) for column in range(len(header))]
+    return [
+        "  ".join(
+            cell.rjust(width) if column in numbers else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in (header, *rows)
+    ]
+
+
+def format_bridges(bridges: tuple[BridgeStatus, ...]) -> str:
+    """For a person: the bridges as an aligned table."""
+    if not bridges:
+        return "no bridges"
+    header = ("BRIDGE", "STATE", "CONNECTED TO", "FORWARDED", "PENDING", "LAST ERROR")
+    rows = [
+        (
+            b.name,
+            b.state,
+            b.connected_to or "-",
+            str(b.messages_forwarded),
+            str(b.pending_confirmations),
+            b.last_error or "-",
+        )
+        for b in bridges
+    ]
+    return "\n".join(_table(header, rows, {3, 4}))
+
+
+def _bridge_status(client: ManagementClient, args: argparse.Namespace) -> str:
+    bridges = fetch_status(client).bridges
+    if args.name is not None:
+        bridges = tuple(b for b in bridges if b.name == args.name)
+        if not bridges:
+            raise ManagementError(f"no bridge {args.name!r}")
+    if args.json:
+        return json.dumps([attrs.asdict(b, value_serializer=_lists) for b in bridges], indent=2)
+    return format_bridges(bridges)
+
+
+_DONE = {"pause": "paused", "resume": "resumed", "stop": "stopped", "start": "started"}
+
+
+def _operate_bridge(client: ManagementClient, args: argparse.Namespace) -> str:
+    answer = client.post_json(f"/bridges/{quote(args.name, safe='')}/{args.bridge_action}")
+    if answer != {"ok": True}:
+        raise ManagementError(f"unexpected answer {answer!r}")
+    return f"bridge {args.name} {_DONE[args.bridge_action]}"
+
+
+def _reload(client: ManagementClient, _: argparse.Namespace) -> str:
+    answer = client.post_json("/reload")
+    errors = answer.get("errors") if isinstance(answer, dict) else None
+    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+        raise ManagementError(f"unexpected answer {answer!r}")
+    if errors:
+        raise ManagementError("\n".join(errors))
+    return "reloaded"
 
 
 # -- the ctl sub-command ------------------------------------------------------------------
@@ -286,7 +380,8 @@ def _run(args: argparse.Namespace) -> int:
         client = ManagementClient(args.url, args.user, _password(args), args.timeout)
         output = action(client, args)
     except ManagementError as error:
-        print(f"txbridge ctl {args.ctl_action}: {args.url}: {error}", file=sys.stderr)
+        for line in str(error).splitlines():
+            print(f"txbridge ctl {args.ctl_label}: {args.url}: {line}", file=sys.stderr)
         return EXIT_FAILED
     print(output)
     return 0
@@ -316,6 +411,29 @@ def register(subparsers: Any) -> None:
 
     status = actions.add_parser("status", help="the node, its addresses and its queues")
     status.add_argument("--json", action="store_true", help="print the JSON document instead")
-    status.set_defaults(ctl_action_handler=_status)
+    status.set_defaults(ctl_action_handler=_status, ctl_label="status")
+
+    bridge = actions.add_parser("bridge", help="show, pause, resume, stop or start bridges")
+    bridge_actions = bridge.add_subparsers(dest="bridge_action", required=True, metavar="ACTION")
+    shown = bridge_actions.add_parser("status", help="the bridges, or one of them")
+    shown.add_argument("name", nargs="?", metavar="NAME", help="only this bridge")
+    shown.add_argument("--json", action="store_true", help="print them as JSON instead")
+    shown.set_defaults(ctl_action_handler=_bridge_status, ctl_label="bridge status")
+    helps = {
+        "pause": "stop taking messages (keeping the connection); done once the pending "
+        "ones are confirmed or back on the queue",
+        "resume": "take messages again after a pause",
+        "stop": "pause, then disconnect",
+        "start": "start a stopped or failed bridge",
+    }
+    for name, text in helps.items():
+        operate = bridge_actions.add_parser(name, help=text)
+        operate.add_argument("name", metavar="NAME", help="the bridge")
+        operate.set_defaults(ctl_action_handler=_operate_bridge, ctl_label=f"bridge {name}")
+
+    reload = actions.add_parser(
+        "reload", help="read the bridge files again; print the errors of bad ones"
+    )
+    reload.set_defaults(ctl_action_handler=_reload, ctl_label="reload")
 
     parser.set_defaults(handler=_run)

@@ -19,6 +19,7 @@ from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
+from bridge.client import AddressInfo
 from bridge.client.api import Client
 from bridge.config.bridges import BridgeConfig
 from bridge.config.units import format_size
@@ -149,10 +150,9 @@ class Bridge:
         """Why the target can never take this bridge's messages, or None: under BLOCK an
         address holding less than the confirmation window would withhold credits while
         the bridge waits for confirmations of more than it can hold."""
-        checked: Deferred[str | None] = client.address_info(self._target_address)
-        return checked.addCallback(self._window_problem)
+        return client.address_info(self._target_address).addCallback(self._window_problem)
 
-    def _window_problem(self, info: Any) -> str | None:
+    def _window_problem(self, info: AddressInfo) -> str | None:
         config = self.config
         window = config.confirmation_window_size
         limit = info.max_size_bytes

@@ -20,9 +20,8 @@ from typing import Final
 
 import attrs
 
-from bridge.message import HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
 
-BRIDGE_DUPLICATE_ID: Final = "_TXB_BRIDGE_DUP_ID"
 BRIDGE_PATH: Final = "_TXB_BRIDGE_PATH"
 
 

@@ -102,7 +102,11 @@ class Lane:
         )
 
     def _checked(self, problem: str | None, client: Client, url: URL) -> None:
+        if not self._wanted:
+            client.close()
+            return
         if client.is_closed:
+            self._retry(f"lost the connection to {url} while checking it")
             return
         if problem is not None:
             client.close()

@@ -52,6 +52,7 @@ def client_connector(reactor: Any, node_name: str) -> Connector:
             client_id=f"bridge {config.name} of node {node_name}",
             confirmation_window_size=config.confirmation_window_size,
             min_large_message_size=config.min_large_message_size,
+            producer_window_size=config.producer_window_size,
             reconnect=NO_RECONNECT,
         )
         return connecting

@@ -68,9 +68,20 @@ class Driver:
         return self.feed()
 
 
-def ready(producer_window_size: int = -1, **options: Any) -> Driver:
-    """A session logged in to a node that answered CONNECTED."""
-    driver = Driver(ClientSession(client_id="test", user="alice", password="secret", **options))
+def ready(
+    producer_window_size: int = -1, producer_window_size_cap: int = -1, **options: Any
+) -> Driver:
+    """A session logged in to a node that answered CONNECTED, granting
+    ``producer_window_size``; the session's own cap is ``producer_window_size_cap``."""
+    driver = Driver(
+        ClientSession(
+            client_id="test",
+            user="alice",
+            password="secret",
+            producer_window_size=producer_window_size_cap,
+            **options,
+        )
+    )
     driver.session.connection_made()
     driver.sent()
     driver.feed(Connected("node-a", "id-a", 1, producer_window_size))

@@ -82,6 +82,24 @@ def test_producer_credits_per_address():
     assert driver.session.address_writable("elsewhere")
 
 
+def test_a_producer_window_below_the_nodes_grant_caps_the_credit():
+    one = message(address="slow").size
+    driver = ready(producer_window_size=64 * one, producer_window_size_cap=one)
+    driver.session.send(message(address="slow"))
+    driver.session.send(message(address="slow"))
+    assert len(driver.sent()) == 1
+    assert not driver.session.address_writable("slow")
+    driver.feed(ProducerCredits("slow", one))
+    assert len(driver.sent()) == 1
+
+
+def test_a_producer_window_cap_does_not_apply_without_the_nodes_flow_control():
+    driver = ready(producer_window_size=-1, producer_window_size_cap=1)
+    for _ in range(3):
+        driver.session.send(message(address="slow"))
+    assert len(driver.sent()) == 3
+
+
 def test_address_full_refusal_is_its_own_error():
     driver = ready()
     outcomes = Outcomes()

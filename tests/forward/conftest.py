@@ -185,14 +185,3 @@ async def receive_all(
         got.append(message)
     await consumer.close()
     return got
-
-
-import pytest
-from twisted.internet.defer import succeed
-
-
-@pytest.fixture(autouse=True)
-def _no_address_query(monkeypatch):
-    from bridge.forward.bridge import Bridge
-
-    monkeypatch.setattr(Bridge, "check_target", lambda self, client: succeed(None))

@@ -10,6 +10,7 @@ import os
 import pytest_twisted
 from twisted.internet import reactor
 
+from bridge.forward.status import BridgeState
 from tests.forward.conftest import Nodes, bridge_config, eventually, receive_all
 
 ANYCAST = {"address": [{"name": "orders", "routing": "anycast"}]}
@@ -68,3 +69,37 @@ async def test_large_messages_stream_from_the_source_file(nodes: Nodes) -> None:
         message.ack()
     await eventually(lambda: a.depth("orders") == 0 and not list(large_dir.iterdir()))
     assert bridges.snapshots()[0].bytes_forwarded >= sum(map(len, bodies))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_window_above_a_blocking_targets_limit_fails_with_file_and_key(
+    nodes: Nodes,
+) -> None:
+    b = await nodes(
+        "b",
+        address=[
+            {
+                "name": "orders",
+                "routing": "anycast",
+                "max-size-bytes": "64KiB",
+                "address-full-policy": "BLOCK",
+            }
+        ],
+    )
+    a = await nodes("a", **ANYCAST)
+    producer = await nodes.client(a)
+    await producer.send("orders", b"x")
+    bridges = a.start_bridges(
+        bridge_config("a-to-b", "orders", b.url),
+        bridge_config("small-window", "orders", b.url, confirmation_window_size=65536),
+    )
+    await eventually(lambda: bridges.snapshots()[0].state is BridgeState.FAILED)
+    failed, fine = bridges.snapshots()
+    assert failed.last_error == (
+        "bridges.toml: bridge[0].confirmation-window-size: 1MiB is more than the target's "
+        "address 'orders' may hold under its BLOCK policy (max-size-bytes 64KiB); a window "
+        "above it could wait on confirmations the target cannot give while it withholds "
+        "credits: set confirmation-window-size to at most that"
+    )
+    await eventually(lambda: b.depth("orders") == 1)
+    assert fine.name == "small-window"
