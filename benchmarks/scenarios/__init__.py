@@ -4,8 +4,8 @@ logs into the run folder, then the audit of that folder.
     txbridge bench SCENARIO [--out DIR] [--messages N] [--size BYTES]
     python -m benchmarks run SCENARIO [...]
 
-Each scenario is an entry of ``SCENARIOS``: a module with ``main(argv) -> int``, or the
-reason it cannot run yet.
+Each scenario is an entry of ``SCENARIOS``: a module and its function ``(argv) -> int``,
+or the reason it cannot run yet.
 """
 
 from __future__ import annotations
@@ -19,19 +19,27 @@ from dataclasses import dataclass
 class Scenario:
     summary: str
     module: str | None = None
+    function: str = "main"
     needs: str | None = None
     """Why it cannot run yet, for a scenario whose parts are not built."""
 
 
 SCENARIOS = {
     "node": Scenario("one node: a producer and a consumer through it", "benchmarks.scenarios.node"),
-    "bridge": Scenario("node A -> core bridge -> node B", needs="core bridges (issue 6)"),
+    "bridge": Scenario(
+        "node A -> core bridge -> node B: producers on A, consumers on B",
+        "benchmarks.scenarios.bridged",
+        "bridge_main",
+    ),
     "large": Scenario(
-        "large messages through a bridge to a slow consumer", needs="core bridges (issue 6)"
+        "large messages through a bridge to a slow consumer",
+        "benchmarks.scenarios.bridged",
+        "large_main",
     ),
     "faults": Scenario(
         "the bridge scenario with kill -9 of a node and dropped connections on a schedule",
-        needs="core bridges (issue 6)",
+        "benchmarks.scenarios.bridged",
+        "faults_main",
     ),
 }
 
@@ -52,5 +60,6 @@ def main(argv: list[str]) -> int:
     if scenario.module is None:
         print(f"the {argv[0]} scenario needs {scenario.needs}, not built yet", file=sys.stderr)
         return 2
-    result: int = importlib.import_module(scenario.module).main(argv[1:])
+    module = importlib.import_module(scenario.module)
+    result: int = getattr(module, scenario.function)(argv[1:])
     return result

@@ -178,6 +178,10 @@ class Consumer:
         if not self.done.called:
             self.done.callback(None)
 
+    def failed(self, failure: Failure) -> None:
+        if not self.done.called:
+            self.done.errback(failure)
+
     def tick(self) -> None:
         emit("progress", received=self.received)
         self.check()
@@ -265,7 +269,7 @@ async def consume(args: argparse.Namespace) -> None:
     if args.rate:
         queue = await client.consumer(args.queue, window_size=args.window)
         taking = Deferred.fromCoroutine(take_slowly(queue, consumer, args.rate))
-        taking.addErrback(lambda failure: consumer.done.called or consumer.done.errback(failure))
+        taking.addErrback(consumer.failed)
     else:
         await client.consumer(args.queue, window_size=args.window, on_message=consumer.on_message)
     emit("ready")

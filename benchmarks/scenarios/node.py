@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 class RSSSampler:
-    """Samples a process's RSS from /proc into an event writer, on a thread of its own."""
+    """Samples a process's RSS from /proc into an event writer, on a thread of its own.
 
-    def __init__(self, pid: int, writer: events.EventWriter) -> None:
+    ``pid`` is the process id, or a function giving the current one (a node that a fault
+    scenario restarts): then a process that ended is not the end of the sampling."""
+
+    def __init__(
+        self, pid: int | Callable[[], int], writer: events.EventWriter, node: str = NODE_PROCESS
+    ) -> None:
         self.pid = pid
+        self.node = node
         self.writer = writer
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -58,10 +65,12 @@ class RSSSampler:
     def _run(self) -> None:
         while not self.stopped.is_set():
             try:
-                rss = proc_status(self.pid, "VmRSS")
+                rss = proc_status(self.pid() if callable(self.pid) else self.pid, "VmRSS")
             except (OSError, BenchmarkError):
-                return  # the process ended
-            self.writer.record(events.RSS_SAMPLE, size=rss, node=NODE_PROCESS)
+                if not callable(self.pid):
+                    return  # the process ended
+            else:
+                self.writer.record(events.RSS_SAMPLE, size=rss, node=self.node)
             self.stopped.wait(RSS_EVERY)
 
     def stop(self) -> None:

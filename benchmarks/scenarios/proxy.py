@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from twisted.internet import reactor, stdio
 from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.protocol import connectionDone
 from twisted.logger import globalLogBeginner, textFileLogObserver
 from twisted.protocols.basic import LineReceiver
 from twisted.protocols.portforward import ProxyFactory, ProxyServer
+from twisted.python.failure import Failure
 
 from benchmarks.peers import emit
 
@@ -33,9 +34,9 @@ class _Server(ProxyServer):
         self.factory.live.add(self)  # type: ignore[attr-defined]
         super().connectionMade()
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.live.discard(self)  # type: ignore[attr-defined]
-        super().connectionLost(reason)
+        super().connectionLost(reason)  # type: ignore[no-untyped-call]
 
 
 class _Forwarder(ProxyFactory):
@@ -49,7 +50,7 @@ class _Forwarder(ProxyFactory):
     def drop(self) -> int:
         dropped = list(self.live)
         for server in dropped:
-            server.transport.abortConnection()
+            server.transport.abortConnection()  # type: ignore[attr-defined]
             peer = server.peer
             if peer is not None and peer.transport is not None:
                 peer.transport.abortConnection()  # type: ignore[attr-defined]
@@ -70,12 +71,12 @@ class _Commands(LineReceiver):
             self.forwarder.port = int(argument)
             emit("upstream", port=self.forwarder.port)
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         if reactor.running:
             reactor.stop()
 
 
-def _failed(failure: Any) -> None:
+def _failed(failure: Failure) -> None:
     emit("error", message=str(failure.value))
     reactor.stop()
 
@@ -88,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     forwarder = _Forwarder("127.0.0.1", args.upstream)
     listening = TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(forwarder)
     listening.addCallback(lambda port: emit("listening", port=port.getHost().port))
-    listening.addErrback(
-        lambda failure: (emit("error", message=str(failure.value)), reactor.stop())
-    )
+    listening.addErrback(_failed)
     stdio.StandardIO(_Commands(forwarder))
     reactor.run()
     return 0
