@@ -246,7 +246,7 @@ def drive(args: argparse.Namespace, out: Path, run: str) -> dict[str, Any]:
         for name, pid in (("a", nodes.a_pid), ("b", lambda: nodes.b.pid)):
             sampler = RSSSampler(pid, events.EventWriter(out, run, f"node-{name}"), f"node-{name}")
             stack.callback(sampler.stop)
-        runner = events.EventWriter(out, run, "runner")
+        runner = events.EventWriter(out, run, "runner")  # written to by the faults only
         stack.callback(runner.close)
         b_url = f"tcp://127.0.0.1:{nodes.b_port}"
         consumers = []
