@@ -39,7 +39,8 @@ TABLE: dict[tuple[BridgeState, str], BridgeState | None] = {
     (S.FAILED, "resume"): None,
     (S.FAILED, "stop"): S.STOPPED,
 }
-"""What each command does to a bridge whose target is unreachable (None: refused)."""
+"""What each command does to a bridge whose target is unreachable (None: refused). A
+starting or paused bridge keeps trying to connect, and FAILS when its attempts run out."""
 
 
 class _Broker:
@@ -101,7 +102,7 @@ class Lifecycle(RuleBasedStateMachine):
     @invariant()
     def matches_the_model(self) -> None:
         state = self.bridge.state
-        if state is S.FAILED and self.model is S.STARTING:
+        if state is S.FAILED and self.model in (S.STARTING, S.PAUSED):
             assert self.bridge.last_error is not None
             assert self.bridge.last_error.startswith("gave up after 3 reconnect attempts")
             self.model = S.FAILED
