@@ -495,7 +495,7 @@ class ClientSession:
         granted = packet.producer_window_size
         cap = self._producer_window_cap
         self._producer_window = (
-            granted if cap == UNLIMITED or granted == UNLIMITED else min(cap, granted)
+            granted if UNLIMITED in (cap, granted) else min(cap, granted)
         )
         self._credits.clear()
         self._sequence = self._confirmed = 0

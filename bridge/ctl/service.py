@@ -1,5 +1,6 @@
-"""A node as a Twisted service: the store, the broker, the acceptors and the management API,
-started in that order and stopped in the reverse one.
+"""A node as a Twisted service: the store, the broker, the acceptors, the management API
+and the bridges, started in that order and stopped in the reverse one (the bridges first,
+so their unconfirmed messages are back on their queues before anything closes).
 
 Start-up opens the store (recovering every queue), then listens; if any step fails (a port
 in use, an unreadable certificate), what started is stopped again, the failure is logged
@@ -26,8 +27,9 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import Acceptor, NodeConfig
+from bridge.config.node import Acceptor, NodeConfig, all_bridges
 from bridge.ctl.management import management_site
+from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
@@ -91,6 +93,7 @@ class NodeService(Service):
         self.broker: Broker | None = None
         self.head: CoreHead | None = None
         self.stomp: StompHead | None = None
+        self.bridges: Bridges | None = None
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -131,6 +134,13 @@ class NodeService(Service):
                     producer_window_size=acceptor.producer_window_size,
                 )
             self.ports[acceptor.name] = await _listening(what, listening)
+        self.bridges = bridges = Bridges(
+            broker,
+            identity,
+            self.reactor,
+            client_connector(self.reactor, config.name),
+            lambda: all_bridges(config),
+        )
         if config.management is not None:
             site = management_site(
                 broker,
@@ -139,12 +149,14 @@ class NodeService(Service):
                 reactor=self.reactor,
                 connections=lambda: head.connections + stomp.connections,
                 producers_blocked=lambda: head.producers_blocked,
+                bridges=bridges,
             )
             where = config.management
             endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
             self.ports["management"] = await _listening(
                 f"management at http://{where.host}:{where.port}", endpoint.listen(site)
             )
+        bridges.start_all()
         log.info(
             "node {name} ({id}) started: {ports}",
             name=config.name,
@@ -182,6 +194,9 @@ class NodeService(Service):
             # Stopping while starting: let the start finish (or fail) first.
             with suppress(Exception):
                 await self.started
+        if self.bridges is not None:
+            bridges, self.bridges = self.bridges, None
+            await bridges.stop_all()
         ports, self.ports = self.ports, {}
         for port in ports.values():
             stopped: Deferred[None] | None = port.stopListening()
