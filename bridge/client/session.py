@@ -494,9 +494,7 @@ class ClientSession:
         self.node_name, self.node_id = packet.node_name, packet.node_id
         granted = packet.producer_window_size
         cap = self._producer_window_cap
-        self._producer_window = (
-            granted if UNLIMITED in (cap, granted) else min(cap, granted)
-        )
+        self._producer_window = granted if UNLIMITED in (cap, granted) else min(cap, granted)
         self._credits.clear()
         self._sequence = self._confirmed = 0
         for consumer in self._consumers.values():

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import IO, TYPE_CHECKING
 
-from twisted.internet.defer import CancelledError, Deferred, succeed
+from twisted.internet.defer import CancelledError, Deferred, maybeDeferred, succeed
 from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -96,7 +96,7 @@ class Lane:
             client.close()
             return
         client.when_closed().addCallback(self._lost, client)
-        checking = self._bridge.check_target(client)
+        checking = maybeDeferred(self._bridge.check_target, client)
         checking.addCallbacks(
             self._checked, self._check_failed, callbackArgs=(client, url), errbackArgs=(client,)
         )

@@ -79,7 +79,8 @@ class IMessageStore(Interface):
         address: str, duplicate_id: bytes, keep: int, tx: TxId | None = None
     ) -> Deferred[None]:
         """Add an id to ``address``'s duplicate-detection cache, which keeps the newest
-        ``keep`` ids (storing an id again makes it the newest)."""
+        ``keep`` ids (storing an id again makes it the newest); it may hold up to an
+        eighth more between trims, older ones, which recovery hands over first."""
 
     def begin() -> TxId:
         """Start a transaction; operations given its id are held until it commits."""

@@ -28,10 +28,12 @@ from bridge.store.records import QueueRecord
 @attrs.define
 class WriterState:
     """What the writer thread keeps of the file to check operations cheaply: the queue
-    names and the highest message id (read from the file, updated by each operation)."""
+    names and the highest message id (read from the file, updated by each operation), and
+    how many duplicate ids each cache got since it was last trimmed."""
 
     queues: set[str]
     highest_message_id: int
+    untrimmed: dict[str, int] = attrs.Factory(dict)
 
     @classmethod
     def load(cls, cursor: sqlite3.Cursor) -> WriterState:
@@ -242,6 +244,14 @@ class StoreDuplicateId:
             "INSERT OR REPLACE INTO duplicate_ids (address, duplicate_id) VALUES (?, ?)",
             (self.address, self.duplicate_id),
         )
+        # Trimming scans ``keep`` index entries, so it runs once per eighth of ``keep``
+        # ids: the file holds at most that many more than ``keep`` (the node's cache
+        # keeps exactly the newest ``keep`` of what it recovers).
+        untrimmed = state.untrimmed.get(self.address, 0) + 1
+        if untrimmed < max(self.keep // 8, 1):
+            state.untrimmed[self.address] = untrimmed
+            return
+        state.untrimmed[self.address] = 0
         cursor.execute(
             "DELETE FROM duplicate_ids WHERE address = ? AND seq <= ("
             " SELECT seq FROM duplicate_ids WHERE address = ?"

@@ -58,9 +58,11 @@ async def test_bridges_from_the_file_and_the_dir_forward_and_show(tmp_path: Path
         await producer.close()
         assert target.broker is not None
         await eventually(
-            lambda: target.broker is not None
-            and target.broker.queue("orders").depth == 1
-            and target.broker.queue("jobs").depth == 1
+            lambda: (
+                target.broker is not None
+                and target.broker.queue("orders").depth == 1
+                and target.broker.queue("jobs").depth == 1
+            )
         )
         status = await _status(source)
         states = {bridge["name"]: bridge["state"] for bridge in status["bridges"]}

@@ -157,6 +157,22 @@ async def test_duplicate_id_caches_keep_the_newest_per_address(stores):
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_large_cache_is_trimmed_every_eighth_of_its_size(stores):
+    store, _ = await stores.open()
+    for n in range(40):
+        await store.store_duplicate_id("orders", b"%d" % n, keep=16)
+    # Trimmed after the 2nd, 4th, ... id: the file holds the newest 16, and at most one
+    # more until the next trim.
+    store, recovered = await stores.reopen(store)
+    assert recovered.duplicate_ids["orders"] == [b"%d" % n for n in range(24, 40)]
+    for n in range(40, 43):
+        await store.store_duplicate_id("orders", b"%d" % n, keep=16)
+    _, recovered = await stores.reopen(store)
+    assert recovered.duplicate_ids["orders"][-16:] == [b"%d" % n for n in range(27, 43)]
+    assert len(recovered.duplicate_ids["orders"]) <= 17
+
+
+@pytest_twisted.ensureDeferred
 async def test_ids_keep_increasing_after_everything_was_acknowledged(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("orders"))
