@@ -205,7 +205,10 @@ class Lane:
         self._cancel_wait()
         self._flush_acks()
         consumer, self._consumer = self._consumer, None
+        had_pending = bool(self._pending)
         self._pending.clear()
+        if had_pending:
+            self._bridge.lane_settled()  # a pause or stop waiting on them need not wait
         if consumer is None:
             return succeed(None)
         return self._bridge.broker.close_consumer(self._bridge.config.queue, consumer)
@@ -225,7 +228,8 @@ class Lane:
         )
         if sending is None:
             bridge.skipped()
-            bridge.broker.acknowledge(bridge.config.queue, consumer, delivery.delivery_id)
+            done = bridge.broker.acknowledge(bridge.config.queue, consumer, delivery.delivery_id)
+            done.addErrback(self._ack_failed)
             return
         sent = sending.message
         file: IO[bytes] | None = None
