@@ -12,7 +12,7 @@ large-consumer``). The cases:
   (``benchmarks.node_peers``), each body carrying its send time (``time.monotonic_ns``)
   after its sequence number, so the consumer times every message end to end;
 - **durable 10 MiB** (and non-durable with ``--modes``): the large-message benchmark's
-  producer and consumer (``benchmarks.node_large``), streamed as 256 KiB chunks, the send
+  producer and consumer (``benchmarks.roles``), streamed as 256 KiB chunks, the send
   time in a header.
 
 The figures:

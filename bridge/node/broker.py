@@ -339,6 +339,9 @@ class Broker:
             self._next_id += 1
         detection = address.detection(message)
         if detection is not None and detection.duplicate_id in detection.cache:
+            # A repeat waits while its first send is being written (that write may fail);
+            # one in a transaction does not, since the transaction may end before it could
+            # be sent again in its place.
             settling = (
                 None if tx is not None else detection.cache.when_settled(detection.duplicate_id)
             )
