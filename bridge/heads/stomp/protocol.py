@@ -6,9 +6,9 @@ one push producer on its transport and judges writability with the transport's
 :class:`~transport.outbound.OutboundQueue` water marks, so deliveries stop while the
 client does not read; a reactor turn's frames leave in one ``writeSequence``; reading
 pauses for as long as anything asks it to (a session step waiting on the node, too many
-persistent sends waiting for the store, and the node's BLOCK policy once it has one:
-``pause_reading("address-full")``), and the silence of a peer that is not read does not
-count against its TTL.
+persistent sends waiting for the store, a SEND waiting for room on an address full under
+BLOCK: ``pause_reading("address-full")``), and the silence of a peer that is not read does
+not count against its TTL.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from zope.interface import implementer
 
 from bridge.heads.stomp.frames import NEED_DATA, Frame, FrameError, FrameParser, Version, serialize
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.heads.stomp.session import StompSession, StompSettings
+from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
 from bridge.node.broker import Broker
 from security import SecurityStore
 from security.subject import SecurityAuth, Subject
@@ -91,6 +91,12 @@ class StompHead:
     @property
     def connections(self) -> int:
         return len(self._live)
+
+    @property
+    def producers_blocked(self) -> int:
+        """Connections not read while a SEND waits for room on an address full under
+        BLOCK (the core head's withheld producer credits, for STOMP)."""
+        return sum(1 for protocol in self._live if protocol.blocked)
 
     def listen(
         self,
@@ -258,6 +264,11 @@ class StompProtocol(Protocol):
         return [leaf] if leaf is not None else []
 
     # -- the node's view ------------------------------------------------------------------
+
+    @property
+    def blocked(self) -> bool:
+        """Whether reading waits for room on an address full under BLOCK."""
+        return ADDRESS_FULL in self._paused
 
     def shut_down(self, reason: str) -> None:
         """The node is stopping: an ERROR saying so, then close."""

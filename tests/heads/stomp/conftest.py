@@ -279,6 +279,8 @@ class StompNode:
     security_table: dict[str, Any] | None = None
     settings: StompSettings = attrs.Factory(lambda: StompSettings(ttl=None, heart_beat=None))
     tls: TLSConfig | None = None
+    extra: dict[str, Any] = attrs.Factory(dict)
+    """Configuration keys replacing CONFIG's."""
     broker: Broker | None = None
     head: StompHead | None = None
     core: CoreHead | None = None
@@ -288,7 +290,7 @@ class StompNode:
     stomp_clients: list[StompPy] = attrs.Factory(list)
 
     async def start(self) -> StompNode:
-        document = dict(CONFIG)
+        document = CONFIG | self.extra
         if self.security_table is not None:
             document["security"] = self.security_table
         config = parse_node_config(document, self.path / "node.toml")
