@@ -105,6 +105,11 @@ class Broker:
         """Queues still holding each large message (its file goes at zero)."""
         self._recovered_ids: dict[str, Sequence[bytes]] = {}
         """Stored duplicate ids, by store key, of addresses not created yet since the start."""
+        self._moves: list[Deferred[None]] = []
+        """Dead-letter moves queues started during the current call (its result waits
+        for them)."""
+        self._moving: set[Deferred[None]] = set()
+        """Dead-letter moves not finished yet (closing waits for them)."""
         self._dead_dropped: set[str] = set()
         """Queues whose dropped dead letters were logged (once each)."""
         self._creating: dict[str, list[Deferred[None]]] = {}
@@ -165,7 +170,7 @@ class Broker:
             memory=address.memory,
             pager=self._page_in,
             max_deliveries=address.settings.max_delivery_attempts,
-            dead_letter=self._dead_letter,
+            dead_letter=self._exhausted,
         )
 
     def _address(self, name: str, *, create: bool, routing: Routing | None = None) -> Address:
@@ -632,7 +637,7 @@ class Broker:
             if queue_name in self._queues:
                 self._queues[queue_name].give_back(entries)
                 counted.append(self._count_deliveries(queue_name, entries))
-        await _all(counted)
+        await self._with_moves(_all(counted))
 
     def nack(
         self, queue_name: str, consumer_id: int, delivery_id: int, *, requeue: bool
@@ -642,12 +647,31 @@ class Broker:
         queue = self.queue(queue_name)
         entry = queue.nack(consumer_id, delivery_id, requeue)
         if requeue:
-            return self._count_deliveries(queue_name, [entry])
+            return self._with_moves(self._count_deliveries(queue_name, [entry]))
         if self._addresses[queue.address].settings.dead_letter_address:
             return self._dead_letter(queue, [entry])
         return self._forget(queue_name, [entry])
 
     # -- dead letters ---------------------------------------------------------------------
+
+    def _exhausted(self, queue: Queue, entries: list[Entry]) -> None:
+        """A queue let go of entries delivered max-delivery-attempts times."""
+        move = self._dead_letter(queue, entries)
+        self._moves.append(move)
+        self._moving.add(move)
+
+        def finished(result: Failure | None) -> Failure | None:
+            self._moving.discard(move)
+            return result
+
+        move.addBoth(finished)
+
+    def _with_moves(self, done: Deferred[None]) -> Deferred[None]:
+        """``done``, and the dead-letter moves the call that made it started."""
+        if not self._moves:
+            return done
+        moves, self._moves = self._moves, []
+        return _all([done, *moves])
 
     def _dead_letter(self, queue: Queue, entries: list[Entry]) -> Deferred[None]:
         """Entries ``queue`` let go of (exhausted, or refused without requeue) go to its
@@ -703,7 +727,7 @@ class Broker:
         """Stop a consumer; its unacknowledged messages return to the queue, and their
         delivery counts are stored so a restart still knows them as redeliveries."""
         returned = self.queue(queue_name).remove_consumer(consumer_id)
-        return self._count_deliveries(queue_name, returned)
+        return self._with_moves(self._count_deliveries(queue_name, returned))
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
         """Drop acknowledged entries from the store: one operation however many; then
@@ -759,6 +783,7 @@ class Broker:
             for consumer_id in queue.consumer_ids
         ]
         await _all(returns)
+        await _all(list(self._moving))
         await self.store.close()
 
 

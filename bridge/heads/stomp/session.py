@@ -970,7 +970,6 @@ class StompSession:
         if self._by_key.get(subscription.key) is not subscription:
             return  # unsubscribed since: its messages went back already
         deliveries = [d for d in deliveries if d in subscription.unacked]
-        self._settled(subscription, deliveries)
         for delivery_id in deliveries:
             try:
                 done = self._broker.nack(
@@ -979,6 +978,8 @@ class StompSession:
             except QueueError:
                 continue
             done.addErrback(_log_settle_failure)
+        # Settled once back in the queue: a prefetch slot it frees takes it again first.
+        self._settled(subscription, deliveries)
 
     # -- transactions ---------------------------------------------------------------------
 
