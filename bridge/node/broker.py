@@ -635,8 +635,8 @@ class Broker:
         counted = []
         for queue_name, entries in by_queue.items():
             if queue_name in self._queues:
-                self._queues[queue_name].give_back(entries)
-                counted.append(self._count_deliveries(queue_name, entries))
+                kept = self._queues[queue_name].give_back(entries)
+                counted.append(self._count_deliveries(queue_name, kept))
         await self._with_moves(_all(counted))
 
     def nack(
@@ -647,7 +647,8 @@ class Broker:
         queue = self.queue(queue_name)
         entry = queue.nack(consumer_id, delivery_id, requeue)
         if requeue:
-            return self._with_moves(self._count_deliveries(queue_name, [entry]))
+            kept = [] if queue.exhausted(entry) else [entry]
+            return self._with_moves(self._count_deliveries(queue_name, kept))
         if self._addresses[queue.address].settings.dead_letter_address:
             return self._dead_letter(queue, [entry])
         return self._forget(queue_name, [entry])
@@ -723,10 +724,14 @@ class Broker:
             )
         return self._forget(queue.name, entries)
 
-    def close_consumer(self, queue_name: str, consumer_id: int) -> Deferred[None]:
+    def close_consumer(
+        self, queue_name: str, consumer_id: int, *, dead_letters: bool = True
+    ) -> Deferred[None]:
         """Stop a consumer; its unacknowledged messages return to the queue, and their
-        delivery counts are stored so a restart still knows them as redeliveries."""
-        returned = self.queue(queue_name).remove_consumer(consumer_id)
+        delivery counts are stored so a restart still knows them as redeliveries. Those
+        delivered max-delivery-attempts times go to the dead letters, unless
+        ``dead_letters`` is False (a bridge giving back, the node stopping)."""
+        returned = self.queue(queue_name).remove_consumer(consumer_id, dead_letters)
         return self._with_moves(self._count_deliveries(queue_name, returned))
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
@@ -762,15 +767,12 @@ class Broker:
         return [entry.message.id for entry in entries if entry.message.durable]
 
     def _count_deliveries(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
-        """Store the delivery counts of entries back in their queue (not of those that
-        left it for the dead letters)."""
         if queue_name not in self._durable:
             return succeed(None)
-        queue = self._queues[queue_name]
         writes = [
             self.store.update_delivery_count(queue_name, entry.message.id, entry.delivery_count)
             for entry in entries
-            if entry.message.durable and not queue.exhausted(entry)
+            if entry.message.durable
         ]
         return _all(writes)
 
@@ -778,7 +780,7 @@ class Broker:
         """Shut down gracefully: every consumer's unacknowledged messages return to their
         queues with their delivery counts stored, then the store finishes and closes."""
         returns = [
-            self.close_consumer(name, consumer_id)
+            self.close_consumer(name, consumer_id, dead_letters=False)
             for name, queue in self._queues.items()
             for consumer_id in queue.consumer_ids
         ]

@@ -244,14 +244,19 @@ class Queue:
         self._consumers[consumer_id] = Consumer(consumer_id, sink, window, filter)
         self.dispatch()
 
-    def remove_consumer(self, consumer_id: int) -> list[Entry]:
+    def remove_consumer(self, consumer_id: int, dead_letters: bool = True) -> list[Entry]:
         """Stop a consumer; what it had in flight returns to the queue's front, in order
-        (but for the exhausted, which go to ``dead_letter``).
+        (but for the exhausted, which go to ``dead_letter``, unless ``dead_letters`` is
+        False: a bridge giving back what its target did not take, not a consumer failing).
 
         Returns the returned entries (the node persists their delivery counts)."""
         consumer = self._consumer(consumer_id)
         del self._consumers[consumer_id]
-        returned = self._take_back(list(consumer.in_flight.values()))
+        returned = list(consumer.in_flight.values())
+        if dead_letters:
+            returned = self._take_back(returned)
+        else:
+            self._return(returned)
         self.dispatch()
         return returned
 
@@ -338,12 +343,13 @@ class Queue:
             self.memory.release(entry.message.size)
         return entry
 
-    def give_back(self, entries: list[Entry]) -> None:
+    def give_back(self, entries: list[Entry]) -> list[Entry]:
         """Entries acknowledged in a transaction that rolled back: they wait again, in their
-        places, for redelivery."""
+        places, for redelivery (but for the exhausted). Returns those waiting again."""
         self.memory.add(sum(entry.message.size for entry in entries))
-        self._take_back(entries)
+        kept = self._take_back(entries)
         self.dispatch()
+        return kept
 
     def exhausted(self, entry: Entry) -> bool:
         """Whether ``entry`` was delivered ``max_deliveries`` times: given back, it goes

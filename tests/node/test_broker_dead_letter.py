@@ -149,3 +149,17 @@ def test_a_more_specific_setting_may_take_the_dead_letter_address_away(tmp_path)
     )
     assert cfg.settings_for("other").dead_letter_address == "DLQ"
     assert cfg.settings_for("orders").dead_letter_address == ""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_bridge_giving_back_or_the_node_stopping_makes_no_dead_letters(brokers):  # noqa: F811
+    broker = await brokers(**DEAD_LETTERS)
+    await broker.send("orders", b"retried", durable=True)
+    for consumer_id in range(1, 5):  # a bridge whose target refuses, four times
+        [delivery] = take(broker, "orders", consumer_id)
+        await broker.close_consumer("orders", consumer_id, dead_letters=False)
+    assert delivery.delivery_count == 4 and "DLQ" not in broker.queues
+    take(broker, "orders", 9)
+    broker = await brokers.restart(broker)  # the node stops with it in flight
+    [entry] = broker.queue("orders").browse()
+    assert entry.delivery_count == 5 and "DLQ" not in broker.queues
