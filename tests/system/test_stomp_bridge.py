@@ -12,7 +12,7 @@ from twisted.internet.threads import deferToThread
 from tests.system.bridges import bridge_table, wait_bridge, wait_queue_empty
 from tests.system.flow import poll, queue_of
 from tests.system.nodes import node_document
-from tests.system.test_stomp_flow import connect
+from tests.system.test_stomp_flow import connect, take
 
 COUNT = 200
 STOMP = {"name": "stomp", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"]}
@@ -33,13 +33,7 @@ def produce(port: int) -> None:
 
 
 def consume(port: int) -> list[dict[str, str]]:
-    conn, listener = connect(port)
-    conn.subscribe("/queue/orders", id="b", ack="client-individual")
-    for taken in range(COUNT):
-        listener.wait(lambda n=taken: len(listener.messages) > n, f"message {taken}")
-        conn.ack(listener.messages[taken].headers["ack"])
-    conn.disconnect(receipt="bye")
-    return [{"body": m.body.decode(), **m.headers} for m in listener.messages]
+    return [{"body": m.body.decode(), **m.headers} for m in take(port, "orders", COUNT)]
 
 
 @pytest.mark.system

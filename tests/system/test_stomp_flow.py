@@ -73,14 +73,19 @@ def produce(port: int) -> None:
     conn.disconnect()
 
 
-def consume(port: int) -> list[str]:
+def take(port: int, queue: str, count: int) -> list[Any]:
+    """Subscribe to ``/queue/QUEUE`` and acknowledge ``count`` messages one by one."""
     conn, listener = connect(port)
-    conn.subscribe("/queue/blocked", id="c", ack="client-individual")
-    for taken in range(COUNT):
+    conn.subscribe(f"/queue/{queue}", id="c", ack="client-individual")
+    for taken in range(count):
         listener.wait(lambda n=taken: len(listener.messages) > n, f"message {taken}")
         conn.ack(listener.messages[taken].headers["ack"])
     conn.disconnect(receipt="bye")
-    return [frame.headers["seq"] for frame in listener.messages]
+    return listener.messages
+
+
+def consume(port: int) -> list[str]:
+    return [frame.headers["seq"] for frame in take(port, "blocked", COUNT)]
 
 
 @pytest.mark.system
