@@ -403,6 +403,11 @@ class Broker:
             self._next_id += 1
         detection = address.detection(message)
         if detection is not None and detection.duplicate_id in detection.cache:
+            settling = (
+                None if tx is not None else detection.cache.when_settled(detection.duplicate_id)
+            )
+            if settling is not None:
+                return settling.addCallback(self._repeat_settled, message)
             _discard(message)
             return Routed((), duplicate=True)
         bindings = address.route(message)
@@ -455,15 +460,27 @@ class Broker:
         # policy (and its producers' credits under BLOCK) sees it before it is queued.
         held = message.size * len(bindings)
         memory.add(held)
+        _hold(detection)
+
+        def written(_: None) -> Routed:
+            self._after_store(message, bindings, routed, memory, held)
+            _settle(detection, committed=True)
+            return routed
 
         def not_stored(failure: Failure) -> Failure:
             memory.release(held)
-            _forget(detection)
+            _settle(detection, committed=False)
             return failure
 
-        return _all(writes).addCallbacks(
-            lambda _: self._after_store(message, bindings, routed, memory, held), not_stored
-        )
+        return _all(writes).addCallbacks(written, not_stored)
+
+    def _repeat_settled(self, committed: bool, message: Message) -> Routed | Deferred[Routed]:
+        """A repeat that waited on its first send's write: a duplicate if that committed;
+        if it failed, the repeat is the send that counts."""
+        if committed:
+            _discard(message)
+            return Routed((), duplicate=True)
+        return self.publish(message)
 
     def _store_detection(
         self, detection: Detection | None, writes: list[Deferred[None]], store_tx: TxId | None
@@ -528,14 +545,19 @@ class Broker:
             tx.writes.extend(writes)
             return routed
 
+        _hold(detection)
+
+        def paged(_: None) -> Routed:
+            self._after_page(message, bindings, durable, routed)
+            _settle(detection, committed=True)
+            return routed
+
         def not_paged(failure: Failure) -> Failure:
             self._unpage(message, address, bindings)
-            _forget(detection)
+            _settle(detection, committed=False)
             return failure
 
-        return _all(writes).addCallbacks(
-            lambda _: self._after_page(message, bindings, durable, routed), not_paged
-        )
+        return _all(writes).addCallbacks(paged, not_paged)
 
     @staticmethod
     def _after_page(
@@ -807,6 +829,19 @@ def _forget(detection: Detection | None) -> None:
     its duplicate id free, so that its resend gets through."""
     if detection is not None:
         detection.cache.discard(detection.duplicate_id)
+
+
+def _hold(detection: Detection | None) -> None:
+    """A send's write is pending: a repeat of it waits for the outcome."""
+    if detection is not None:
+        detection.cache.hold(detection.duplicate_id)
+
+
+def _settle(detection: Detection | None, *, committed: bool) -> None:
+    """A send's write committed or failed: tell the repeats waiting on it (a failed one
+    leaves its duplicate id free, so that its resend gets through)."""
+    if detection is not None:
+        detection.cache.settle(detection.duplicate_id, committed)
 
 
 def _log_failure(failure: Failure, what: str) -> None:
