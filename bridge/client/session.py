@@ -222,7 +222,7 @@ class _Send:
         self.message = message
         self.tx_id = tx_id
         self.callback = callback
-        self.cost = message.size
+        self.cost = 0  # set when encoded (``_put_send``), which measures the message
         self.file = file
         self.start = start
         self.total = total
@@ -861,6 +861,7 @@ class ClientSession:
             frame = encode_packet(SendLargeBegin(sequence, send.tx_id, send.message, send.total))
             self._streaming = send
         self._sequence = send.sequence = sequence
+        send.cost = send.message.size
         self._out.append(frame)
         self._unconfirmed.append(send)
         self._unconfirmed_bytes += send.cost
