@@ -21,7 +21,7 @@ no client creates one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -56,6 +56,10 @@ class QueueNotFound(NodeError):
 
 class AddressFull(NodeError):
     """The address is full and its address-full policy is FAIL."""
+
+
+Then = Callable[[Failure | None], object]
+"""Told that a send waiting for its store write is safe to confirm (None), or why not."""
 
 
 def _filter(text: str | None) -> Filter | None:
@@ -321,6 +325,28 @@ class Broker:
         a transaction, which takes effect at commit) is done at once and returns the plain
         ``Routed``: the hot path of a non-durable send creates no Deferred. A large
         message's file is the node's from here: deleted if the message goes nowhere."""
+        routed = self._publish(message, tx, None)
+        assert routed is not None
+        return routed
+
+    def publish_then(self, message: Message, then: Then) -> Routed | None:
+        """``publish`` outside a transaction without a Deferred, for the heads' hot path.
+
+        What is done at once returns its ``Routed``, and ``then`` is not called. A send
+        that waits for its store write returns None, and ``then`` is told once it is safe
+        to confirm (None) or why it failed (the failure; at once, should the store refuse
+        it at once)."""
+        routed = self._publish(message, None, then)
+        if isinstance(routed, Deferred):  # paged, or its duplicate id stored with it
+            routed.addCallbacks(lambda _: then(None), then)
+            return None
+        return routed
+
+    def _publish(
+        self, message: Message, tx: Transaction | None, then: Then | None
+    ) -> Routed | Deferred[Routed] | None:
+        """``publish``; with ``then`` (and no transaction), a send that needs nothing but
+        its add returns None and tells ``then``, as ``publish_then`` says."""
         # auto_create's work, skipped for an address that exists and needs no queue
         address = self._addresses.get(message.address)
         if address is None or (
@@ -373,6 +399,9 @@ class Broker:
             else:
                 tx.sends.append((message, bindings, None))
             return routed
+        if then is not None and (detection is None or not detection.cache.size):
+            self._add_then(message, bindings, stored, memory, detection=detection, then=then)
+            return None
         store_tx = tx.store_tx if tx is not None else None
         writes = [self.store.add(message, stored, tx=store_tx)]
         self._store_detection(detection, writes, store_tx)
@@ -393,6 +422,32 @@ class Broker:
         return _all(writes).addCallbacks(
             lambda _: self._after_store(message, bindings, routed, memory, held), not_stored
         )
+
+    def _add_then(
+        self,
+        message: Message,
+        bindings: list[Binding],
+        stored: list[str],
+        memory: AddressMemory,
+        *,
+        detection: Detection | None,
+        then: Then,
+    ) -> None:
+        """Store a send and queue it once it is durable, then tell ``then``: one store
+        operation and no Deferred. Its memory is counted meanwhile, as ``publish`` does."""
+        held = message.size * len(bindings)
+        memory.add(held)
+
+        def written(failure: Failure | None) -> None:
+            if failure is None:
+                self._enqueue(message, bindings)
+                memory.release(held)  # counted by the queues that hold it now
+            else:
+                memory.release(held)
+                _forget(detection)
+            then(failure)
+
+        self.store.add_then(message, stored, written)
 
     def _store_detection(
         self, detection: Detection | None, writes: list[Deferred[None]], store_tx: TxId | None
