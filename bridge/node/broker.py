@@ -103,6 +103,8 @@ class Broker:
         self._large_refs: dict[int, int] = {}
         """Queues still holding each large message (its file goes at zero)."""
         self._recovered_ids: dict[str, Sequence[bytes]] = {}
+        self._to_one: dict[str, Routed] = {}
+        """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
         """Stored duplicate ids, by store key, of addresses not created yet since the start."""
 
     # -- start ----------------------------------------------------------------------------
@@ -297,7 +299,7 @@ class Broker:
             0, address_name, durable, dict(headers or {}), body, duplicate_id, timestamp_ns
         )
         routed = self.publish(message, tx=tx)
-        return routed if isinstance(routed, Deferred) else succeed(routed)
+        return succeed(routed) if isinstance(routed, Routed) else routed
 
     def allocate_id(self) -> int:
         """A message id, for a large message whose body file is named by it before it is
@@ -337,10 +339,10 @@ class Broker:
         to confirm (None) or why it failed (the failure; at once, should the store refuse
         it at once)."""
         routed = self._publish(message, None, then)
-        if isinstance(routed, Deferred):  # paged, or its duplicate id stored with it
-            routed.addCallbacks(lambda _: then(None), then)
-            return None
-        return routed
+        if routed is None or isinstance(routed, Routed):  # (cheaper than of Deferred, an ABC)
+            return routed
+        routed.addCallbacks(lambda _: then(None), then)  # paged, or stored with its id
+        return None
 
     def _publish(
         self, message: Message, tx: Transaction | None, then: Then | None
@@ -382,7 +384,7 @@ class Broker:
                 )
         if detection is not None:
             detection.cache.add(detection.duplicate_id)
-        routed = Routed(tuple([b.queue.name for b in bindings]))
+        routed = self._routed(bindings)
         if message.large is not None:
             if bindings:
                 self._large_refs[message.id] = len(bindings)
@@ -448,6 +450,15 @@ class Broker:
             then(failure)
 
         self.store.add_then(message, stored, written)
+
+    def _routed(self, bindings: list[Binding]) -> Routed:
+        if len(bindings) != 1:
+            return Routed(tuple([binding.queue.name for binding in bindings]))
+        name = bindings[0].queue.name
+        routed = self._to_one.get(name)
+        if routed is None:
+            routed = self._to_one[name] = Routed((name,))
+        return routed
 
     def _store_detection(
         self, detection: Detection | None, writes: list[Deferred[None]], store_tx: TxId | None

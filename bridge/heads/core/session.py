@@ -478,14 +478,14 @@ class CoreSession:
                 self._done_at_once(sequence)
             else:
                 self._pending.append(pending)
-        elif isinstance(routed, Deferred):
+        elif isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
+            self._done_at_once(sequence)
+        else:
             self._pending.append(pending)
             routed.addCallbacks(
                 lambda _: self._written(pending),
                 lambda failure: self._written(pending, failure),
             )
-        else:
-            self._done_at_once(sequence)
 
     def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
         """SEND_FAILED now; the confirmation range passes over it in its turn."""
