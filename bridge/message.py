@@ -153,7 +153,13 @@ _pack_u32 = _U32.pack
 
 
 def encode_message(message: Message) -> bytes:
-    """The message as one byte string; ``MessageFormatError`` names what cannot be encoded.
+    """The message as one byte string; ``MessageFormatError`` names what cannot be encoded."""
+    return b"".join(encode_message_parts(message))
+
+
+def encode_message_parts(message: Message) -> list[bytes]:
+    """The parts ``encode_message`` joins, for a codec that joins them behind its own
+    fields (one copy of the body, not two); the message's ``size`` is their length.
 
     The fixed fields are packed without checking them first: a value that does not fit
     makes ``struct`` fail, and the checking encoder then says which it is."""
@@ -186,10 +192,9 @@ def encode_message(message: Message) -> bytes:
         body = message.body
         parts += (_pack_u32(len(body)), body)
     except (struct.error, UnicodeEncodeError):
-        return _encode_checked(message)
-    data = b"".join(parts)
-    _set_size(message, len(data))
-    return data
+        parts = [_encode_checked(message)]
+    _set_size(message, sum(map(len, parts)))
+    return parts
 
 
 def _encode_checked(message: Message) -> bytes:

@@ -15,6 +15,7 @@ from bridge.message import (
     _decode_checked,
     decode_message,
     encode_message,
+    encode_message_parts,
 )
 
 I64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
@@ -118,6 +119,8 @@ def test_a_size_counted_without_encoding_is_the_encoded_length(message):
     )
     assert fresh.size == len(encode_message(message))
     assert decode_message(encode_message(message)).with_id(5).size == fresh.size
+    parts = encode_message_parts(message)
+    assert b"".join(parts) == encode_message(message)
 
 
 def test_every_truncation_is_refused_with_the_offset():

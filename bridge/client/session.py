@@ -397,6 +397,11 @@ class ClientSession:
         out, self._out = self._out, []
         return out
 
+    @property
+    def has_data_to_send(self) -> bool:
+        """Whether ``data_to_send`` may give frames (cheaper to ask than calling it)."""
+        return bool(self._out) or self._streaming is not None
+
     def take_events(self) -> list[Event]:
         """What happened since the last call, in order."""
         events, self._events = self._events, []
