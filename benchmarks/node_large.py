@@ -50,6 +50,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import globalLogBeginner, textFileLogObserver
 
 from benchmarks import node_throughput
+from benchmarks.disk import synced_write_ceiling
 from benchmarks.node_peers import _Expect, cpu_seconds, run
 from benchmarks.node_throughput import (
     NODE_CONFIG,
@@ -375,6 +376,12 @@ def benchmark(
     count = max(1, total // size)
     raw = raw_ceiling(count * size)
     print(f"{'raw sockets':12} {raw['mb_per_s']:>8,.0f} MB/s (256 KiB frames, ceiling)", flush=True)
+    disk = synced_write_ceiling(count, size) if "durable" in modes else None
+    if disk is not None:
+        print(
+            f"{'synced disk':12} {disk['mb_per_s']:>8,.0f} MB/s (files synced, durable ceiling)",
+            flush=True,
+        )
     cases: dict[str, Any] = {}
     for mode in modes:
         figures = one_run(
@@ -387,11 +394,13 @@ def benchmark(
             profile=profile,
         )
         figures["ratio_ours_to_raw"] = figures["mb_per_s"] / raw["mb_per_s"]
+        if mode == "durable" and disk is not None:
+            figures["ratio_ours_to_disk"] = figures["mb_per_s"] / disk["mb_per_s"]
         figures["target_mb_per_s"] = TARGET_MB_S.get(mode)
         cases[mode] = figures
         print(
             f"{mode:12} {figures['mb_per_s']:>8,.0f} MB/s   ours/raw "
-            f"{figures['ratio_ours_to_raw']:.3f}   node RSS idle "
+            f"{figures['ratio_ours_to_raw']:.3f}{_disk_ratio(figures)}   node RSS idle "
             f"{figures['node_idle_rss'] / MIB:.1f} MiB peak {figures['node_peak_rss'] / MIB:.1f} "
             f"MiB   producer peak {figures['producer_peak_rss'] / MIB:.1f} MiB   consumer "
             f"peak {figures['consumer_peak_rss'] / MIB:.1f} MiB   CPU s node "
@@ -400,7 +409,12 @@ def benchmark(
             f"{figures['cpu_seconds']['consumer']:.1f}",
             flush=True,
         )
-    return {"count": count, "raw": raw, "cases": cases}
+    return {"count": count, "raw": raw, "disk": disk, "cases": cases}
+
+
+def _disk_ratio(figures: dict[str, Any]) -> str:
+    ratio = figures.get("ratio_ours_to_disk")
+    return "" if ratio is None else f"   ours/disk {ratio:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from transport.tls import TLSConfig
 
 SCHEMES = ("tcp", "tls")
 TLS_OPTIONS = ("cert", "key", "ca", "verify-client", "server-name")
+PATH_OPTIONS = ("cert", "key", "ca")
 _TRUE = ("true", "yes", "1", "on")
 _FALSE = ("false", "no", "0", "off")
 
@@ -53,6 +54,16 @@ class URL:
             else _boolean("verify-client", verify),
             server_name=options.get("server-name", config.server_name),
         )
+
+    def relative_to(self, base: Path) -> URL:
+        """This URL with its relative file options (cert, key, ca) taken as relative to
+        ``base``, the folder of the configuration file that names it, not the working
+        directory the process happens to start in."""
+        options = {
+            key: str(base / value) if key in PATH_OPTIONS else value
+            for key, value in self.options.items()
+        }
+        return attrs.evolve(self, options=options)
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host

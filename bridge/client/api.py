@@ -366,7 +366,7 @@ class Client:
         self._writable_waiters: list[tuple[str | None, Deferred[None]]] = []
         self._closed_waiters: list[Deferred[ClientError]] = []
         self._closed_by: ClientError | None = None
-        self._connected: Deferred[Client] | None = Deferred()
+        self._connected: Deferred[Client] | None = Deferred(self._give_up_connecting)
         self._closed = False
         clock = cast(IReactorTime, reactor)
         factory = FrameFactory(
@@ -379,6 +379,12 @@ class Client:
             clock,
             on_exhausted=self._exhausted,
         )
+
+    def _give_up_connecting(self, _: Deferred[Client]) -> None:
+        """Whoever waited for the connection stopped waiting (cancelled it): close, so
+        that no attempt goes on and no connection is left that nobody holds."""
+        self._connected = None
+        self.close()
 
     def _start(self) -> Deferred[Client]:
         connected = self._connected

@@ -80,11 +80,13 @@ class BridgeConfig:
     unconfirmed messages to the queue."""
 
 
-def _targets(value: object, source: str, key: str) -> tuple[URL, ...]:
+def _targets(value: object, source: str, key: str, base_dir: Path | None) -> tuple[URL, ...]:
     if isinstance(value, str):
-        return (expect_url(value, source, key),)
+        return (expect_url(value, source, key, base_dir),)
     if isinstance(value, list) and value:
-        return tuple(expect_url(item, source, key_path(key, i)) for i, item in enumerate(value))
+        return tuple(
+            expect_url(item, source, key_path(key, i), base_dir) for i, item in enumerate(value)
+        )
     got = "an empty array" if value == [] else describe(value)
     raise ConfigError(source, key, f"expected a URL or a non-empty array of URLs, got {got}")
 
@@ -171,8 +173,11 @@ _OPTIONAL: Mapping[str, Callable[[object, str, str], object]] = {
 _KEYS = ("name", "queue", "target", "transformer", *_OPTIONAL)
 
 
-def parse_bridge(table: Mapping[str, Any], source: str, key: str) -> BridgeConfig:
-    """One ``[[bridge]]`` table, checked; ``key`` is where it is (``bridge[0]``)."""
+def parse_bridge(
+    table: Mapping[str, Any], source: str, key: str, base_dir: Path | None = None
+) -> BridgeConfig:
+    """One ``[[bridge]]`` table, checked; ``key`` is where it is (``bridge[0]``) and
+    ``base_dir`` the folder relative ``tls://`` file options are taken from."""
     check_keys(table, _KEYS, source, key)
     values: dict[str, Any] = {
         name.replace("-", "_"): check(table[name], source, key_path(key, name))
@@ -186,7 +191,9 @@ def parse_bridge(table: Mapping[str, Any], source: str, key: str) -> BridgeConfi
     config = BridgeConfig(
         name=expect_name(required(table, "name", source, key), source, key_path(key, "name")),
         queue=expect_str(required(table, "queue", source, key), source, key_path(key, "queue")),
-        targets=_targets(required(table, "target", source, key), source, key_path(key, "target")),
+        targets=_targets(
+            required(table, "target", source, key), source, key_path(key, "target"), base_dir
+        ),
         source=source,
         key=key,
         **values,
@@ -204,11 +211,14 @@ def parse_bridge(table: Mapping[str, Any], source: str, key: str) -> BridgeConfi
     return config
 
 
-def parse_bridges(value: object, source: str) -> tuple[BridgeConfig, ...]:
+def parse_bridges(
+    value: object, source: str, base_dir: Path | None = None
+) -> tuple[BridgeConfig, ...]:
     """A document's ``[[bridge]]`` tables (its ``bridge`` array), checked."""
     tables = expect_tables(value, source, "bridge")
     return tuple(
-        parse_bridge(table, source, key_path("bridge", index)) for index, table in enumerate(tables)
+        parse_bridge(table, source, key_path("bridge", index), base_dir)
+        for index, table in enumerate(tables)
     )
 
 
@@ -216,7 +226,7 @@ def load_bridge_file(path: Path) -> tuple[BridgeConfig, ...]:
     """A bridges-dir file: ``[[bridge]]`` tables and nothing else."""
     document = read_document(path)
     check_keys(document, ("bridge",), str(path), "")
-    return parse_bridges(document.get("bridge", []), str(path))
+    return parse_bridges(document.get("bridge", []), str(path), path.parent)
 
 
 @attrs.frozen

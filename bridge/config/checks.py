@@ -57,12 +57,14 @@ def expect_producer_window(value: object, source: str, key: str, *, unlimited: s
     return size
 
 
-def expect_url(value: object, source: str, key: str) -> URL:
-    """A ``tcp://`` or ``tls://`` connection URL."""
+def expect_url(value: object, source: str, key: str, base_dir: Path | None = None) -> URL:
+    """A ``tcp://`` or ``tls://`` connection URL; with ``base_dir`` (the configuration
+    file's folder) its relative certificate and key paths are taken from there."""
     try:
-        return parse_url(expect_str(value, source, key))
+        url = parse_url(expect_str(value, source, key))
     except URLError as error:
         raise ConfigError(source, key, str(error)) from None
+    return url if base_dir is None else url.relative_to(base_dir)
 
 
 def read_document(path: Path) -> dict[str, Any]:

@@ -233,10 +233,11 @@ def _overrides(table: Mapping[str, Any], source: str, prefix: str) -> SettingsOv
     return SettingsOverrides(**changes)
 
 
-def _acceptor(table: Mapping[str, Any], source: str, prefix: str) -> Acceptor:
+def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path) -> Acceptor:
     check_keys(table, _ACCEPTOR, source, prefix)
     name = expect_name(required(table, "name", source, prefix), source, key_path(prefix, "name"))
-    url = expect_url(required(table, "url", source, prefix), source, key_path(prefix, "url"))
+    url_key = key_path(prefix, "url")
+    url = expect_url(required(table, "url", source, prefix), source, url_key, base_dir)
     protocols_key = key_path(prefix, "protocols")
     protocols = table.get("protocols", ["core"])
     if (
@@ -339,7 +340,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     )
     acceptors_table = expect_tables(document.get("acceptor", []), source, "acceptor")
     acceptors = [
-        _acceptor(entry, source, key_path("acceptor", index))
+        _acceptor(entry, source, key_path("acceptor", index), path.parent)
         for index, entry in enumerate(acceptors_table)
     ]
     _unique([a.name for a in acceptors], source, "acceptor")
@@ -354,7 +355,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         for index, entry in enumerate(addresses_table)
     ]
     _unique([a.name for a in addresses], source, "address")
-    bridges = parse_bridges(document.get("bridge", []), source)
+    bridges = parse_bridges(document.get("bridge", []), source, path.parent)
     _unique([b.name for b in bridges], source, "bridge")
     management = (
         _management(expect_table(document["management"], source, "management"), source)

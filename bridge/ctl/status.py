@@ -94,6 +94,8 @@ class BridgeStatus:
     paused_credits_seconds: float
     reconnects: int
     source: str
+    pending_ack_timeout: float = 60.0
+    """60 s (the default) from a node older than this field."""
 
 
 @attrs.frozen
@@ -311,12 +313,17 @@ def format_bridges(bridges: tuple[BridgeStatus, ...]) -> str:
     return "\n".join(_table(header, rows, {3, 4}))
 
 
-def _bridge_status(client: ManagementClient, args: argparse.Namespace) -> str:
+def _bridges_named(client: ManagementClient, name: str | None) -> tuple[BridgeStatus, ...]:
     bridges = fetch_status(client).bridges
-    if args.name is not None:
-        bridges = tuple(b for b in bridges if b.name == args.name)
+    if name is not None:
+        bridges = tuple(b for b in bridges if b.name == name)
         if not bridges:
-            raise ManagementError(f"no bridge {args.name!r}")
+            raise ManagementError(f"no bridge {name!r}")
+    return bridges
+
+
+def _bridge_status(client: ManagementClient, args: argparse.Namespace) -> str:
+    bridges = _bridges_named(client, args.name)
     if args.json:
         return json.dumps([attrs.asdict(b, value_serializer=_lists) for b in bridges], indent=2)
     return format_bridges(bridges)
@@ -325,7 +332,14 @@ def _bridge_status(client: ManagementClient, args: argparse.Namespace) -> str:
 _DONE = {"pause": "paused", "resume": "resumed", "stop": "stopped", "start": "started"}
 
 
+_SLACK = 10.0
+"""Seconds a pause or stop is given beyond its bridge's ``pending-ack-timeout``."""
+
+
 def _operate_bridge(client: ManagementClient, args: argparse.Namespace) -> str:
+    if args.bridge_action in ("pause", "stop") and args.timeout is None:
+        (bridge,) = _bridges_named(client, args.name)
+        client = attrs.evolve(client, timeout=bridge.pending_ack_timeout + _SLACK)
     answer = client.post_json(f"/bridges/{quote(args.name, safe='')}/{args.bridge_action}")
     if answer != {"ok": True}:
         raise ManagementError(f"unexpected answer {answer!r}")
@@ -374,10 +388,14 @@ def _password(args: argparse.Namespace) -> str | None:
     return getpass.getpass(f"Password for {args.user}: ")
 
 
+_DEFAULT_TIMEOUT = 10.0
+
+
 def _run(args: argparse.Namespace) -> int:
     action: Action = args.ctl_action_handler
     try:
-        client = ManagementClient(args.url, args.user, _password(args), args.timeout)
+        timeout = _DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+        client = ManagementClient(args.url, args.user, _password(args), timeout)
         output = action(client, args)
     except ManagementError as error:
         for line in str(error).splitlines():
@@ -405,7 +423,10 @@ def register(subparsers: Any) -> None:
         "it is asked on the terminal)",
     )
     parser.add_argument(
-        "--timeout", type=_seconds, default=10.0, help="seconds to wait for an answer (default 10)"
+        "--timeout",
+        type=_seconds,
+        help=f"seconds to wait for an answer (default {_DEFAULT_TIMEOUT:g}; for a bridge "
+        f"pause or stop, its pending-ack-timeout plus {_SLACK:g})",
     )
     actions = parser.add_subparsers(dest="ctl_action", required=True, metavar="ACTION")
 

@@ -302,6 +302,7 @@ class Bridge:
             paused_credits_seconds=round(paused[CREDITS], 6),
             reconnects=self.reconnects,
             source=f"{config.source} {config.key}",
+            pending_ack_timeout=config.pending_ack_timeout,
         )
 
 

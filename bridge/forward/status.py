@@ -44,3 +44,6 @@ class BridgeSnapshot:
     reconnects: int
     source: str
     """The file and key that declared it (``bridges.d/a.toml bridge[0]``)."""
+    pending_ack_timeout: float
+    """How long a pause or stop may wait for confirmations (so a caller knows how long to
+    wait for one)."""

@@ -115,6 +115,13 @@ class Broker:
         self._next_id = recovered.highest_message_id + 1
         self._recovered_ids = dict(recovered.duplicate_ids)
         self._recover(recovered)
+        if recovered.after_crash:
+            held = sum(len(each) for each in recovered.messages.values())
+            log.warn(
+                "the node did not stop cleanly last time: its {count} stored messages "
+                "count one delivery more and come back flagged as redelivered",
+                count=held,
+            )
         for declared in self.config.addresses:
             address = self._address(declared.name, create=True)
             if address.routing is Routing.ANYCAST and declared.name not in self._queues:

@@ -51,10 +51,13 @@ class Recovered:
     ``messages`` has an entry for every queue that holds messages, each in message id
     order. ``duplicate_ids`` holds each address's duplicate-detection ids, oldest first.
     ``highest_message_id`` is the highest id ever added (0 for a new store), so a node
-    continues above it even when every message was acknowledged.
+    continues above it even when every message was acknowledged. ``after_crash``: the
+    last run did not close the store (killed or crashed), so every message's delivery
+    count was raised by one (it may have been delivered unacknowledged).
     """
 
     queues: Sequence[QueueRecord]
     messages: Mapping[str, Sequence[RecoveredMessage]]
     duplicate_ids: Mapping[str, Sequence[bytes]]
     highest_message_id: int
+    after_crash: bool = False

@@ -4,7 +4,8 @@ Tables:
 
 - ``schema_version``: one row, the schema version the data was written with.
 - ``store_state``: named integers; ``highest_message_id`` lets ids keep increasing after
-  every message was acknowledged.
+  every message was acknowledged; ``clean_stop`` is 1 when the store was closed, 0 while a
+  node runs on it (absent in a store from before it: taken as 0).
 - ``queues``: durable queue definitions, in creation order (rowid).
 - ``messages``: each durable message once, encoded with ``bridge.message``, and ``refs``,
   the number of queues still holding it (the row goes when it reaches zero); ``large``
@@ -57,6 +58,7 @@ CREATE TABLE duplicate_ids (
 );
 CREATE INDEX duplicate_ids_by_age ON duplicate_ids (address, seq);
 INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0);
+INSERT INTO store_state (key, value) VALUES ('clean_stop', 1);
 """
 
 

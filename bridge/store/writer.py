@@ -6,6 +6,12 @@ returns after the write-ahead log is synced to disk). On start it also empties t
 (paged non-durable messages do not outlive the node) and deletes large-message files no
 stored message owns: bodies of non-durable messages, and of sends cut off mid-message,
 which are therefore never delivered half.
+
+Delivery counts are stored when a delivery comes back (a consumer closed, a NACK), not
+before each delivery. So a close records that the node stopped cleanly, and an open that
+finds no such record (the node was killed or crashed) counts one more delivery for every
+stored message: any of them may have been delivered unacknowledged just before, and its
+next delivery must say "redelivered" (JMS's rule: the flag means "may have been seen").
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from bridge.store.errors import CommitFailed, StoreError
 from bridge.store.operations import Operation, Outcome, WriterState, apply_all
 from bridge.store.records import QueueRecord, Recovered, RecoveredMessage
 from bridge.store.schema import LARGE_MESSAGES, connect, large_message_path
+
+_SET_CLEAN_STOP = "INSERT OR REPLACE INTO store_state (key, value) VALUES ('clean_stop', ?)"
 
 
 class Writer:
@@ -39,7 +47,8 @@ class Writer:
             cursor = connection.cursor()
             self._state = WriterState.load(cursor)
             cursor.execute("DELETE FROM paged_messages")
-            recovered = self._recover(cursor, load_limit)
+            after_crash = self._mark_running(cursor)
+            recovered = self._recover(cursor, load_limit, after_crash)
             self._remove_orphans(cursor)
         except BaseException:
             connection.close()
@@ -91,9 +100,32 @@ class Writer:
         return found
 
     def close(self) -> None:
+        """Close, recording the clean stop (every delivery count is stored by now)."""
         if self._connection is not None:
-            self._connection.close()
-            self._connection = self._cursor = None
+            assert self._cursor is not None
+            try:
+                self._cursor.execute(_SET_CLEAN_STOP, (1,))
+            finally:
+                self._connection.close()
+                self._connection = self._cursor = None
+
+    @staticmethod
+    def _mark_running(cursor: sqlite3.Cursor) -> bool:
+        """Record that the node runs (not stopped cleanly); True if the last run did not
+        stop cleanly either, in which case every stored message counts one delivery more.
+        A store from before the record counts as not stopped cleanly."""
+        row = cursor.execute("SELECT value FROM store_state WHERE key = 'clean_stop'").fetchone()
+        after_crash = row is None or row[0] == 0
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            if after_crash:
+                cursor.execute("UPDATE message_refs SET delivery_count = delivery_count + 1")
+            cursor.execute(_SET_CLEAN_STOP, (0,))
+            cursor.execute("COMMIT")
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        return after_crash
 
     def _undo(self, cursor: sqlite3.Cursor) -> None:
         assert self._connection is not None
@@ -101,7 +133,7 @@ class Writer:
             cursor.execute("ROLLBACK")
         self._state = WriterState.load(cursor)
 
-    def _recover(self, cursor: sqlite3.Cursor, load_limit: int) -> Recovered:
+    def _recover(self, cursor: sqlite3.Cursor, load_limit: int, after_crash: bool) -> Recovered:
         queues = [
             QueueRecord(name=name, address=address, routing=routing, filter=filter_)
             for name, address, routing, filter_ in cursor.execute(
@@ -139,6 +171,7 @@ class Writer:
             messages=messages,
             duplicate_ids=duplicate_ids,
             highest_message_id=self._state.highest_message_id,
+            after_crash=after_crash,
         )
 
     def _message(self, message_id: int, data: bytes, large: int | None) -> Message:

@@ -8,7 +8,8 @@ import io
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.defer import CancelledError, Deferred, DeferredList
+from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.internet.task import deferLater
 
 from bridge.client.api import ReceivedMessage, connect
@@ -214,3 +215,40 @@ async def test_close_fails_waiting_receives(node):
         await waiting
     with pytest.raises(ClientClosed):
         await client.send("q", b"late")
+
+
+class _Silent(Protocol):
+    """Accepts and never answers: a node that hangs before CONNECTED."""
+
+    def __init__(self, lost: Deferred[None]) -> None:
+        self.lost = lost
+
+    def connectionLost(self, reason: object = None) -> None:
+        self.lost.callback(None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_cancelling_a_connect_stops_its_attempts_and_closes_its_connection():
+    """A caller that stops waiting (a bridge stopped while connecting) leaves nothing
+    behind: no retry timer of a node that is down, no connection to one that hangs."""
+    down = NodeDouble()
+    url = await down.listen(reactor)
+    await down.stop()
+    retrying = connect(reactor, url, reconnect=ReconnectPolicy(0.05, 1.0, 0.05, -1))
+    await deferLater(reactor, 0.2, lambda: None)
+    retrying.cancel()
+    with pytest.raises(CancelledError):
+        await retrying
+
+    lost: Deferred[None] = Deferred()
+    factory = ServerFactory.forProtocol(lambda: _Silent(lost))
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    try:
+        hanging = connect(reactor, f"tcp://127.0.0.1:{port.getHost().port}")
+        await deferLater(reactor, 0.2, lambda: None)
+        hanging.cancel()
+        with pytest.raises(CancelledError):
+            await hanging
+        await lost
+    finally:
+        await port.stopListening()

@@ -332,3 +332,14 @@ def test_a_bridge_file_that_is_not_utf8_is_named(tmp_path):
     path = tmp_path / "latin1.toml"
     path.write_bytes(b'[[bridge]]\nname = "caf\xe9"\n')
     assert [str(e) for e in load_bridges_dir(tmp_path).errors] == [f"{path}: is not UTF-8 text"]
+
+
+def test_a_bridge_file_takes_relative_tls_files_from_its_own_folder(tmp_path):
+    folder = tmp_path / "bridges.d"
+    folder.mkdir()
+    text = '[[bridge]]\nname = "x"\nqueue = "q"\ntarget = ["tls://h:1?ca=ca.pem&cert=c.pem"]\n'
+    (bridge,) = load_bridge_file(write(folder / "x.toml", text))
+    assert bridge.targets[0].options == {
+        "ca": str(folder / "ca.pem"),
+        "cert": str(folder / "c.pem"),
+    }

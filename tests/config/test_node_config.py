@@ -225,3 +225,23 @@ def test_a_file_that_is_not_toml_says_where(tmp_path):
 def test_a_missing_file_says_so(tmp_path):
     with pytest.raises(ConfigError, match=r"nowhere\.toml: cannot be read: No such file"):
         load_node_config(tmp_path / "nowhere.toml")
+
+
+def test_tls_file_options_are_relative_to_the_configuration_file(tmp_path):
+    text = EXAMPLE.replace(
+        'url = "tcp://127.0.0.1:61616"',
+        'url = "tls://127.0.0.1:61616?cert=certs/node.pem&key=certs/node.key&ca=/etc/ca.pem"',
+    ).replace(
+        "[management]",
+        '[[bridge]]\nname = "b"\nqueue = "orders"\n'
+        'target = "tls://127.0.0.1:61617?ca=ca.pem"\n\n[management]',
+    )
+    config = load_node_config(_write(tmp_path, text))
+    (acceptor,) = config.acceptors
+    assert acceptor.url.options == {
+        "cert": str(tmp_path / "certs" / "node.pem"),
+        "key": str(tmp_path / "certs" / "node.key"),
+        "ca": "/etc/ca.pem",
+    }
+    (bridge,) = config.bridges
+    assert bridge.targets[0].options == {"ca": str(tmp_path / "ca.pem")}

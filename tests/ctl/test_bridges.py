@@ -19,7 +19,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from bridge.ctl.management import management_site
-from bridge.ctl.status import BridgeStatus, Status, format_bridges
+from bridge.ctl.status import BridgeStatus, ManagementClient, Status, format_bridges
 from bridge.forward.interfaces import IBridges, UnknownBridge
 from bridge.forward.status import BridgeSnapshot, BridgeState
 from bridge.node.broker import Broker
@@ -46,6 +46,7 @@ def snapshot(name: str, state: BridgeState, **changes: object) -> BridgeSnapshot
         paused_credits_seconds=0.25,
         reconnects=2,
         source="bridges.d/a.toml bridge[0]",
+        pending_ack_timeout=60.0,
     )
     return attrs.evolve(started, **changes)
 
@@ -153,6 +154,7 @@ async def test_status_shows_each_bridge_by_name(with_bridges):
             "paused_credits_seconds": 0.25,
             "reconnects": 2,
             "source": "bridges.d/a.toml bridge[0]",
+            "pending_ack_timeout": 60.0,
         },
         status["bridges"][0]
         | {"name": "b-to-c", "state": "FAILED", "connected_to": None}
@@ -336,10 +338,12 @@ async def test_ctl_bridge_operations(with_bridges, bridges, capsys):
     assert await ctl("--url", url, "bridge", "stop", "a-to-b") == 0
     assert await ctl("--url", url, "bridge", "start", "a-to-b") == 0
     assert capsys.readouterr().out == "bridge a-to-b stopped\nbridge a-to-b started\n"
-    assert await ctl("--url", url, "bridge", "stop", "no/body") == 2
+    assert await ctl("--url", url, "bridge", "resume", "no/body") == 2
     assert capsys.readouterr().err == (
-        f"txbridge ctl bridge stop: {url}: HTTP 404: no bridge 'no/body'\n"
+        f"txbridge ctl bridge resume: {url}: HTTP 404: no bridge 'no/body'\n"
     )
+    assert await ctl("--url", url, "bridge", "stop", "no/body") == 2
+    assert capsys.readouterr().err == f"txbridge ctl bridge stop: {url}: no bridge 'no/body'\n"
     bridges.refusal = RuntimeError("it is FAILED")
     assert await ctl("--url", url, "bridge", "pause", "b-to-c") == 2
     assert capsys.readouterr().err == (
@@ -369,3 +373,31 @@ async def test_ctl_reload_against_a_node_without_bridges(served, capsys):
         f"txbridge ctl reload: {served.url}: HTTP 404: no resource '/reload' "
         "(there are /status, /metrics)\n"
     )
+
+
+@pytest_twisted.ensureDeferred
+async def test_ctl_pause_and_stop_wait_as_long_as_the_bridge_may(
+    with_bridges, bridges, capsys, monkeypatch
+):
+    """A pause or stop may wait out the bridge's pending-ack-timeout: without --timeout,
+    ctl waits that long plus 10 s; other actions and a given --timeout are unchanged."""
+    bridges.by_name["a-to-b"] = snapshot("a-to-b", BridgeState.STARTED, pending_ack_timeout=75.0)
+    timeouts: list[tuple[str, float]] = []
+    post_json = ManagementClient.post_json
+
+    def recording(self: ManagementClient, path: str) -> object:
+        timeouts.append((path.rsplit("/", 1)[1], self.timeout))
+        return post_json(self, path)
+
+    monkeypatch.setattr(ManagementClient, "post_json", recording)
+    url = with_bridges.url
+    for action in ("pause", "resume", "stop", "start"):
+        assert await ctl("--url", url, "bridge", action, "a-to-b") == 0
+    assert await ctl("--url", url, "--timeout", "3", "bridge", "pause", "a-to-b") == 0
+    assert timeouts == [
+        ("pause", 85.0),
+        ("resume", 10.0),
+        ("stop", 85.0),
+        ("start", 10.0),
+        ("pause", 3.0),
+    ]

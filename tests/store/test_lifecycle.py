@@ -101,3 +101,30 @@ async def test_another_sqlite_database_is_not_taken_for_a_store(stores):
     connection.close()
     with pytest.raises(StoreError, match="is an SQLite database but not a txbridge message store"):
         await stores.open()
+
+
+@pytest_twisted.ensureDeferred
+async def test_delivery_counts_rise_by_one_only_after_a_stop_that_was_not_clean(stores):
+    """A closed store says it stopped cleanly: its counts come back as stored. A store
+    whose last run never closed it (tests/store/test_crash.py kills one) counts one more
+    delivery for every message, which may have been delivered unacknowledged."""
+    store, recovered = await stores.open()
+    assert not recovered.after_crash  # a new store
+    await store.create_queue(anycast("orders"))
+    await store.add(message(1), ["orders"])
+    await store.add(message(2), ["orders"])
+    await store.update_delivery_count("orders", 2, 3)
+    store, recovered = await stores.reopen(store)
+    assert not recovered.after_crash
+    assert [e.delivery_count for e in recovered.messages["orders"]] == [0, 3]
+
+    await store.close()
+    with sqlite3.connect(store.path) as connection:  # as a store from before the record
+        connection.execute("DELETE FROM store_state WHERE key = 'clean_stop'")
+    connection.close()
+    store, recovered = await stores.open()
+    assert recovered.after_crash
+    assert [e.delivery_count for e in recovered.messages["orders"]] == [1, 4]
+    store, recovered = await stores.reopen(store)
+    assert not recovered.after_crash
+    assert [e.delivery_count for e in recovered.messages["orders"]] == [1, 4]

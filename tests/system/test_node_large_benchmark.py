@@ -58,7 +58,11 @@ def test_the_large_benchmark_delivers_every_message_whole_in_both_modes(tmp_path
     figures = json.loads(output.read_text())
     assert (figures["total"], figures["size"], figures["count"]) == (TOTAL, SIZE, 4)
     assert figures["raw"]["bytes"] >= TOTAL and figures["raw"]["mb_per_s"] > 0
+    assert figures["disk"]["bytes"] == TOTAL and figures["disk"]["mb_per_s"] > 0
+    assert "synced disk" in result.stdout
     assert set(figures["cases"]) == {"durable", "non-durable"}
+    assert figures["cases"]["durable"]["ratio_ours_to_disk"] > 0
+    assert "ratio_ours_to_disk" not in figures["cases"]["non-durable"]
     for mode, case in figures["cases"].items():
         assert case["mode"] == mode
         assert case["sent"] == case["confirmed"] == case["delivered"] == 4

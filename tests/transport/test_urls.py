@@ -62,3 +62,15 @@ def test_malformed_urls_say_what_is_wrong(text, message):
 def test_any_text_parses_or_raises_url_error(text):
     with contextlib.suppress(URLError):
         parse_url(text)
+
+
+def test_relative_file_options_are_taken_from_the_configuration_folder():
+    url = parse_url("tls://h:1?cert=certs/node.pem&key=/etc/node.key&server-name=n")
+    based = url.relative_to(Path("/srv/txbridge"))
+    assert based.options == {
+        "cert": "/srv/txbridge/certs/node.pem",
+        "key": "/etc/node.key",
+        "server-name": "n",
+    }
+    assert (based.scheme, based.host, based.port) == ("tls", "h", 1)
+    assert based.tls_config().cert == Path("/srv/txbridge/certs/node.pem")
