@@ -445,8 +445,9 @@ class CoreSession:
 
     def _check_send(self, tx_id: int | None, address: str) -> Transaction | None:
         """The send's transaction; Refused if it may not be sent."""
-        tx = self._transaction(tx_id)
-        self._check_address(address)
+        tx = None if tx_id is None else self._transaction(tx_id)
+        if not self._broker.has_address(address):
+            self._check_address(address)
         self._check(address, Permission.SEND)
         return tx
 
