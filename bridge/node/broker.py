@@ -21,7 +21,7 @@ no client creates one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -61,6 +61,10 @@ class QueueNotFound(NodeError):
 
 class AddressFull(NodeError):
     """The address is full and its address-full policy is FAIL."""
+
+
+Then = Callable[[Failure | None], object]
+"""Told that a send waiting for its store write is safe to confirm (None), or why not."""
 
 
 def _filter(text: str | None) -> Filter | None:
@@ -104,6 +108,8 @@ class Broker:
         self._large_refs: dict[int, int] = {}
         """Queues still holding each large message (its file goes at zero)."""
         self._recovered_ids: dict[str, Sequence[bytes]] = {}
+        self._to_one: dict[str, Routed] = {}
+        """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
         """Stored duplicate ids, by store key, of addresses not created yet since the start."""
         self._moves: list[Deferred[None]] = []
         """Dead-letter moves queues started during the current call (its result waits
@@ -364,7 +370,7 @@ class Broker:
             0, address_name, durable, dict(headers or {}), body, duplicate_id, timestamp_ns
         )
         routed = self.publish(message, tx=tx)
-        return routed if isinstance(routed, Deferred) else succeed(routed)
+        return succeed(routed) if isinstance(routed, Routed) else routed
 
     def allocate_id(self) -> int:
         """A message id, for a large message whose body file is named by it before it is
@@ -392,6 +398,28 @@ class Broker:
         a transaction, which takes effect at commit) is done at once and returns the plain
         ``Routed``: the hot path of a non-durable send creates no Deferred. A large
         message's file is the node's from here: deleted if the message goes nowhere."""
+        routed = self._publish(message, tx, None)
+        assert routed is not None
+        return routed
+
+    def publish_then(self, message: Message, then: Then) -> Routed | None:
+        """``publish`` outside a transaction without a Deferred, for the heads' hot path.
+
+        What is done at once returns its ``Routed``, and ``then`` is not called. A send
+        that waits for its store write returns None, and ``then`` is told once it is safe
+        to confirm (None) or why it failed (the failure; at once, should the store refuse
+        it at once)."""
+        routed = self._publish(message, None, then)
+        if routed is None or isinstance(routed, Routed):  # (cheaper than of Deferred, an ABC)
+            return routed
+        routed.addCallbacks(lambda _: then(None), then)  # paged, or stored with its id
+        return None
+
+    def _publish(
+        self, message: Message, tx: Transaction | None, then: Then | None
+    ) -> Routed | Deferred[Routed] | None:
+        """``publish``; with ``then`` (and no transaction), a send that needs nothing but
+        its add returns None and tells ``then``, as ``publish_then`` says."""
         # auto_create's work, skipped for an address that exists and needs no queue
         address = self._addresses.get(message.address)
         if address is None or (
@@ -432,7 +460,7 @@ class Broker:
                 )
         if detection is not None:
             detection.cache.add(detection.duplicate_id)
-        routed = Routed(tuple([b.queue.name for b in bindings]))
+        routed = self._routed(bindings)
         if message.large is not None:
             if bindings:
                 self._large_refs[message.id] = len(bindings)
@@ -449,6 +477,9 @@ class Broker:
             else:
                 tx.sends.append((message, bindings, None))
             return routed
+        if then is not None and (detection is None or not detection.cache.size):
+            self._add_then(message, bindings, stored, memory, detection=detection, then=then)
+            return None
         store_tx = tx.store_tx if tx is not None else None
         writes = [self.store.add(message, stored, tx=store_tx)]
         self._store_detection(detection, writes, store_tx)
@@ -481,6 +512,41 @@ class Broker:
             _discard(message)
             return Routed((), duplicate=True)
         return self.publish(message)
+
+    def _add_then(
+        self,
+        message: Message,
+        bindings: list[Binding],
+        stored: list[str],
+        memory: AddressMemory,
+        *,
+        detection: Detection | None,
+        then: Then,
+    ) -> None:
+        """Store a send and queue it once it is durable, then tell ``then``: one store
+        operation and no Deferred. Its memory is counted meanwhile, as ``publish`` does."""
+        held = message.size * len(bindings)
+        memory.add(held)
+
+        def written(failure: Failure | None) -> None:
+            if failure is None:
+                self._enqueue(message, bindings)
+                memory.release(held)  # counted by the queues that hold it now
+            else:
+                memory.release(held)
+                _forget(detection)
+            then(failure)
+
+        self.store.add_then(message, stored, written)
+
+    def _routed(self, bindings: list[Binding]) -> Routed:
+        if len(bindings) != 1:
+            return Routed(tuple([binding.queue.name for binding in bindings]))
+        name = bindings[0].queue.name
+        routed = self._to_one.get(name)
+        if routed is None:
+            routed = self._to_one[name] = Routed((name,))
+        return routed
 
     def _store_detection(
         self, detection: Detection | None, writes: list[Deferred[None]], store_tx: TxId | None
