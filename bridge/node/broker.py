@@ -825,7 +825,8 @@ class Broker:
         """Stop a consumer; its unacknowledged messages return to the queue, and their
         delivery counts are stored so a restart still knows them as redeliveries. Those
         delivered max-delivery-attempts times go to the dead letters, unless
-        ``dead_letters`` is False (a bridge giving back, the node stopping)."""
+        ``dead_letters`` is False (a bridge giving back; the node closing what consumers
+        are left once the heads closed their connections)."""
         returned = self.queue(queue_name).remove_consumer(consumer_id, dead_letters)
         return self._with_moves(self._count_deliveries(queue_name, returned))
 
