@@ -47,7 +47,9 @@ from tests.heads.conftest import CONFIG, SECURITY
 from tests.security.helpers import write_users
 from transport.tls import TLSConfig
 
-TIMEOUT = 10.0
+TIMEOUT = 30.0
+"""The longest a test waits for an event: generous, so a loaded machine is not a failure
+(a 16 MiB body took over 10 s at a load average of 14)."""
 
 
 class RawClient(Protocol):
