@@ -104,8 +104,9 @@ class Message:
 
     def with_id(self, id: int) -> Message:
         """This message under another id (the node numbers every message it routes);
-        cheaper than ``attrs.evolve`` on the hot path."""
-        return Message(
+        cheaper than ``attrs.evolve`` on the hot path, and its size (the id has a fixed
+        width) is known without counting again."""
+        message = Message(
             id,
             self.address,
             self.durable,
@@ -115,11 +116,18 @@ class Message:
             self.timestamp_ns,
             self.large,
         )
+        _set_size(message, self.size)
+        return message
 
     def stub(self) -> Message:
         """This message without headers or body: what a queue keeps of a paged message
         (its id and flags), the rest staying in the store."""
         return Message(self.id, self.address, self.durable, _NO_HEADERS, b"")
+
+
+_set_size = Message.size.__set__  # type: ignore[attr-defined]
+"""Fill in a message's ``size`` where it is known already (its encoded length after
+encoding or decoding it), so that it is not counted again: ``size`` is a slot."""
 
 
 def encoded_size(message: Message) -> int:
@@ -140,8 +148,57 @@ def encoded_size(message: Message) -> int:
     return size
 
 
+_pack_fixed = _FIXED.pack
+_pack_u32 = _U32.pack
+
+
 def encode_message(message: Message) -> bytes:
     """The message as one byte string; ``MessageFormatError`` names what cannot be encoded."""
+    return b"".join(encode_message_parts(message))
+
+
+def encode_message_parts(message: Message) -> list[bytes]:
+    """The parts ``encode_message`` joins, for a codec that joins them behind its own
+    fields (one copy of the body, not two); the message's ``size`` is their length.
+
+    The fixed fields are packed without checking them first: a value that does not fit
+    makes ``struct`` fail, and the checking encoder then says which it is."""
+    try:
+        address = message.address.encode()
+        flags = _DURABLE if message.durable else 0
+        duplicate_id = message.duplicate_id
+        if duplicate_id is None:
+            parts = [
+                _pack_fixed(VERSION, flags, message.id, message.timestamp_ns, len(address)),
+                address,
+            ]
+        else:
+            parts = [
+                _pack_fixed(
+                    VERSION,
+                    flags | _HAS_DUPLICATE_ID,
+                    message.id,
+                    message.timestamp_ns,
+                    len(address),
+                ),
+                address,
+                _pack_u16(len(duplicate_id)),
+                duplicate_id,
+            ]
+        headers = message.headers
+        parts.append(_pack_u16(len(headers)))
+        for key, value in headers.items():
+            _encode_header(parts, key, value)
+        body = message.body
+        parts += (_pack_u32(len(body)), body)
+    except (struct.error, UnicodeEncodeError):
+        parts = [_encode_checked(message)]
+    _set_size(message, sum(map(len, parts)))
+    return parts
+
+
+def _encode_checked(message: Message) -> bytes:
+    """``encode_message`` checking every field first: the precise ``MessageFormatError``."""
     address = _utf8(message.address, "address")
     if len(address) > _MAX_U16:
         raise _too_long("address", address, _MAX_U16)
@@ -168,7 +225,9 @@ def encode_message(message: Message) -> bytes:
     if len(body) > _MAX_U32:
         raise _too_long("body", body, _MAX_U32)
     parts += (_U32.pack(len(body)), body)
-    return b"".join(parts)
+    data = b"".join(parts)
+    _set_size(message, len(data))
+    return data
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -218,9 +277,88 @@ def _encode_header(parts: list[bytes], key: object, value: object) -> None:
         )
 
 
+_unpack_fixed = _FIXED.unpack_from
+_unpack_u16 = _U16.unpack_from
+_unpack_u32 = _U32.unpack_from
+_unpack_i64 = _I64.unpack_from
+_unpack_f64 = _F64.unpack_from
+_DECODE_ERRORS = (struct.error, UnicodeDecodeError)
+
+
 def decode_message(data: bytes | bytearray | memoryview) -> Message:
-    """The message ``data`` encodes; ``MessageFormatError`` says what is malformed."""
+    """The message ``data`` encodes; ``MessageFormatError`` says what is malformed.
+
+    A well-formed buffer is decoded by one straight pass; anything the pass does not
+    accept goes to the checking decoder, which finds what is wrong and raises."""
     view = memoryview(data)
+    size = len(view)
+    try:
+        version, flags, message_id, timestamp_ns, at = _unpack_fixed(view, 0)
+        at += 20  # _FIXED.size
+        if version != VERSION or flags & ~_KNOWN_FLAGS or at > size:
+            return _decode_checked(view)
+        address = str(view[20:at], "utf-8")
+        duplicate_id = None
+        if flags & _HAS_DUPLICATE_ID:
+            end = at + 2 + _unpack_u16(view, at)[0]
+            if end > size:
+                return _decode_checked(view)
+            duplicate_id = view[at + 2 : end].tobytes()
+            at = end
+        count = _unpack_u16(view, at)[0]
+        at += 2
+        headers: dict[str, HeaderValue] = {}
+        for _ in range(count):
+            end = at + 2 + _unpack_u16(view, at)[0]
+            if end >= size:
+                return _decode_checked(view)
+            key = str(view[at + 2 : end], "utf-8")
+            tag = view[end]
+            at = end + 1
+            if tag in (_STR, _BYTES):
+                end = at + 4 + _unpack_u32(view, at)[0]
+                if end > size:
+                    return _decode_checked(view)
+                value: HeaderValue = (
+                    str(view[at + 4 : end], "utf-8")
+                    if tag == _STR
+                    else view[at + 4 : end].tobytes()
+                )
+                at = end
+            elif tag == _INT:
+                value = _unpack_i64(view, at)[0]
+                at += 8
+            elif tag == _FLOAT:
+                value = _unpack_f64(view, at)[0]
+                at += 8
+            elif tag in (_TRUE, _FALSE):
+                value = tag == _TRUE
+            else:
+                return _decode_checked(view)
+            if key in headers:
+                return _decode_checked(view)
+            headers[key] = value
+        end = at + 4 + _unpack_u32(view, at)[0]
+        if end != size:
+            return _decode_checked(view)
+        body = view[at + 4 : end].tobytes()
+    except _DECODE_ERRORS:
+        return _decode_checked(view)
+    message = Message(
+        message_id,
+        address,
+        bool(flags & _DURABLE),
+        headers,
+        body,
+        duplicate_id,
+        timestamp_ns,
+    )
+    _set_size(message, size)
+    return message
+
+
+def _decode_checked(view: memoryview) -> Message:
+    """``decode_message`` checking every field: the precise ``MessageFormatError``."""
     if len(view) < _FIXED.size:
         raise _truncated(view, 0, "the fixed fields")
     version, flags, message_id, timestamp_ns, length = _FIXED.unpack_from(view, 0)

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.message import Message, MessageFormatError, decode_message, encode_message
+from bridge.message import (
+    Message,
+    MessageFormatError,
+    _decode_checked,
+    decode_message,
+    encode_message,
+    encode_message_parts,
+)
 
 I64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 header_values = st.one_of(
@@ -78,6 +85,42 @@ def test_mutated_messages_decode_or_raise_message_format_error(message, data):
         index = data.draw(st.integers(0, len(encoded) - 1))
         encoded[index] = data.draw(st.integers(0, 255))
     decodes_exactly_or_is_refused(bytes(encoded))
+
+
+def outcome(decode: object, data: bytes) -> object:
+    try:
+        return decode(memoryview(data))  # type: ignore[operator]
+    except MessageFormatError as error:
+        return ("refused", str(error))
+
+
+@given(messages, st.data())
+def test_the_straight_pass_decodes_as_the_checking_decoder_does(message, data):
+    encoded = bytearray(encode_message(message))
+    assert outcome(decode_message, bytes(encoded)) == outcome(_decode_checked, bytes(encoded))
+    for _ in range(data.draw(st.integers(1, 4))):
+        index = data.draw(st.integers(0, len(encoded) - 1))
+        encoded[index] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(encoded)))
+    for buffer in (bytes(encoded), bytes(encoded[:cut])):
+        assert outcome(decode_message, buffer) == outcome(_decode_checked, buffer)
+
+
+@given(messages)
+def test_a_size_counted_without_encoding_is_the_encoded_length(message):
+    fresh = Message(
+        message.id,
+        message.address,
+        message.durable,
+        message.headers,
+        message.body,
+        message.duplicate_id,
+        message.timestamp_ns,
+    )
+    assert fresh.size == len(encode_message(message))
+    assert decode_message(encode_message(message)).with_id(5).size == fresh.size
+    parts = encode_message_parts(message)
+    assert b"".join(parts) == encode_message(message)
 
 
 def test_every_truncation_is_refused_with_the_offset():

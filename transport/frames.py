@@ -104,10 +104,14 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
+        frames: list[Frame] = []
+        if data and not self._size and self._header is None:
+            taken = self._whole_frames(data, frames)
+            if taken:
+                data = data[taken:]
         if data:
             self._chunks.append(memoryview(data))
             self._size += len(data)
-        frames: list[Frame] = []
         try:
             while True:
                 if self._header is None:
@@ -126,6 +130,28 @@ class FrameDecoder:
             self._size = 0
             raise self._error from None
         return frames
+
+    def _whole_frames(self, data: bytes, frames: list[Frame]) -> int:
+        """With nothing buffered: decode the whole frames at the start of ``data`` straight
+        from it (the common case of a read), returning how many bytes they took. It stops
+        at a partial frame or at any header it does not accept, which the buffered path
+        then decodes, or refuses with its precise error."""
+        size, at = len(data), 0
+        types, limit, unpack = self._types, self._max, HEADER.unpack_from
+        while size - at >= HEADER_SIZE:
+            magic, version, frame_type, length = unpack(data, at)
+            end = at + HEADER_SIZE + length
+            if (
+                end > size
+                or magic != MAGIC
+                or version != VERSION
+                or frame_type not in types
+                or length > limit
+            ):
+                break
+            frames.append(Frame(frame_type, bytes(data[at + HEADER_SIZE : end])))
+            at = end
+        return at
 
     def end_of_stream(self) -> None:
         """The stream ended: raise ProtocolError if it stopped inside a frame."""

@@ -751,9 +751,9 @@ class Client:
         """Write what the session has to send; read chunks of a large send only while
         the connection is writable (the listener resumes them)."""
         connection = self._connection
-        if connection is None:
-            return
         session = self._session
+        if connection is None or not session.has_data_to_send:
+            return
         while True:
             frames = session.data_to_send(connection.is_writable)
             for frame_type, payload in frames:

@@ -222,7 +222,7 @@ class _Send:
         self.message = message
         self.tx_id = tx_id
         self.callback = callback
-        self.cost = message.size
+        self.cost = 0  # set when encoded (``_put_send``), which measures the message
         self.file = file
         self.start = start
         self.total = total
@@ -396,6 +396,11 @@ class ClientSession:
             self._next_chunk(self._streaming)
         out, self._out = self._out, []
         return out
+
+    @property
+    def has_data_to_send(self) -> bool:
+        """Whether ``data_to_send`` may give frames (cheaper to ask than calling it)."""
+        return bool(self._out) or self._streaming is not None
 
     def take_events(self) -> list[Event]:
         """What happened since the last call, in order."""
@@ -861,6 +866,7 @@ class ClientSession:
             frame = encode_packet(SendLargeBegin(sequence, send.tx_id, send.message, send.total))
             self._streaming = send
         self._sequence = send.sequence = sequence
+        send.cost = send.message.size
         self._out.append(frame)
         self._unconfirmed.append(send)
         self._unconfirmed_bytes += send.cost

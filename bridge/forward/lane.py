@@ -220,7 +220,9 @@ class Lane:
             self._bridge.lane_settled()  # a pause or stop waiting on them need not wait
         if consumer is None:
             return succeed(None)
-        return self._bridge.broker.close_consumer(self._bridge.config.queue, consumer)
+        # What the target did not take is no consumer's failure: no dead letters.
+        queue = self._bridge.config.queue
+        return self._bridge.broker.close_consumer(queue, consumer, dead_letters=False)
 
     def _deliver(self, consumer: int, delivery: Delivery) -> None:
         bridge = self._bridge

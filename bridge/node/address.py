@@ -78,6 +78,8 @@ class Address:
         self.duplicates = DuplicateIdCache(settings.id_cache_size, recovered_ids)
         self.bridge_duplicates = DuplicateIdCache(settings.id_cache_size, recovered_bridge_ids)
         self._bindings: dict[str, Binding] = {}
+        self._only: Binding | None = None
+        """The one binding, when there is exactly one and it has no filter."""
         self._turn = 0
 
     @property
@@ -91,12 +93,20 @@ class Address:
         if queue.name in self._bindings:
             raise AddressError(f"address {self.name!r} already has queue {queue.name!r}")
         self._bindings[queue.name] = Binding(queue, filter, durable)
+        self._bound()
 
     def unbind(self, queue_name: str) -> Binding:
         try:
-            return self._bindings.pop(queue_name)
+            binding = self._bindings.pop(queue_name)
         except KeyError:
             raise AddressError(f"address {self.name!r} has no queue {queue_name!r}") from None
+        self._bound()
+        return binding
+
+    def _bound(self) -> None:
+        """The bindings changed: ``route``'s shortcut is renewed."""
+        bindings = list(self._bindings.values())
+        self._only = bindings[0] if len(bindings) == 1 and bindings[0].filter is None else None
 
     def detection(self, message: Message) -> Detection | None:
         """Where the message's repeats are detected: a bridge id in the bridge cache (its
@@ -111,6 +121,8 @@ class Address:
 
     def route(self, message: Message) -> list[Binding]:
         """The bindings the message goes to (none: it is dropped)."""
+        if self._only is not None:
+            return [self._only]
         takers = [binding for binding in self._bindings.values() if binding.takes(message)]
         if self.routing is Routing.MULTICAST or len(takers) <= 1:
             return takers

@@ -21,7 +21,7 @@ no client creates one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -30,7 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
-from bridge.message import HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
 from bridge.node.address import BRIDGE_KEY_PREFIX, Address, Binding, Detection
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
@@ -40,6 +40,11 @@ from bridge.store.interfaces import IMessageStore
 from bridge.store.records import QueueRecord, Recovered, TxId
 
 log = Logger()
+
+
+ORIGINAL_ADDRESS = "_TXB_ORIG_ADDRESS"
+ORIGINAL_QUEUE = "_TXB_ORIG_QUEUE"
+"""Headers of a dead letter: the address and queue it left (Artemis's ``_AMQ_ORIG_*``)."""
 
 
 class NodeError(Exception):
@@ -56,6 +61,10 @@ class QueueNotFound(NodeError):
 
 class AddressFull(NodeError):
     """The address is full and its address-full policy is FAIL."""
+
+
+Then = Callable[[Failure | None], object]
+"""Told that a send waiting for its store write is safe to confirm (None), or why not."""
 
 
 def _filter(text: str | None) -> Filter | None:
@@ -99,7 +108,18 @@ class Broker:
         self._large_refs: dict[int, int] = {}
         """Queues still holding each large message (its file goes at zero)."""
         self._recovered_ids: dict[str, Sequence[bytes]] = {}
+        self._to_one: dict[str, Routed] = {}
+        """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
         """Stored duplicate ids, by store key, of addresses not created yet since the start."""
+        self._moves: list[Deferred[None]] = []
+        """Dead-letter moves queues started during the current call (its result waits
+        for them)."""
+        self._moving: set[Deferred[None]] = set()
+        """Dead-letter moves not finished yet (closing waits for them)."""
+        self._dead_dropped: set[str] = set()
+        """Queues whose dropped dead letters were logged (once each)."""
+        self._creating: dict[str, list[Deferred[None]]] = {}
+        """Queues being created (stored first), and the calls waiting for each."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -157,7 +177,14 @@ class Broker:
         return address
 
     def _new_queue(self, name: str, address: Address) -> Queue:
-        return Queue(name, address.name, memory=address.memory, pager=self._page_in)
+        return Queue(
+            name,
+            address.name,
+            memory=address.memory,
+            pager=self._page_in,
+            max_deliveries=address.settings.max_delivery_attempts,
+            dead_letter=self._exhausted,
+        )
 
     def _address(self, name: str, *, create: bool, routing: Routing | None = None) -> Address:
         address = self._addresses.get(name)
@@ -166,6 +193,19 @@ class Broker:
         if not create and not self.may_create_address(name):
             raise self.not_creatable(name)
         return self._new_address(name, routing or self.config.routing_for(name))
+
+    def create_address(self, name: str, routing: Routing) -> Address:
+        """The address ``name`` with ``routing``: created (without queues) if missing, as
+        a head creates one on first use once it checked the client may. NodeError if it
+        exists with another routing, AddressNotFound for a name reserved to the node."""
+        address = self._addresses.get(name)
+        if address is None:
+            if name.startswith("$"):
+                raise self.not_creatable(name)
+            return self._new_address(name, routing)
+        if address.routing is not routing:
+            raise NodeError(f"address {name!r} is {address.routing.value}, not {routing.value}")
+        return address
 
     def _auto_queue(self, address: Address) -> None:
         """An anycast address created on first use gets its queue of the same name, as
@@ -243,9 +283,39 @@ class Broker:
     ) -> Queue:
         """Create a queue bound to an address (created too if settings allow, with
         ``routing`` or the configured default); durable queues are stored before they
-        exist. A ``routing`` that differs from an existing address's is refused."""
+        exist. A ``routing`` that differs from an existing address's is refused.
+
+        A call for a queue another call is still creating waits for it, and gets that
+        queue if it is on the same address with the same durability."""
+        while name in self._creating:
+            waiter: Deferred[None] = Deferred()
+            self._creating[name].append(waiter)
+            await waiter
+            queue = self._queues.get(name)
+            same = queue is not None and queue.address == address_name
+            if same and queue is not None and self.is_durable(name) is durable:
+                return queue
         if name in self._queues:
             raise NodeError(f"queue {name!r} already exists")
+        waiters = self._creating[name] = []
+        try:
+            return await self._create_queue(
+                name, address_name, durable=durable, filter=filter, routing=routing
+            )
+        finally:
+            del self._creating[name]
+            for waiting in waiters:
+                waiting.callback(None)
+
+    async def _create_queue(
+        self,
+        name: str,
+        address_name: str,
+        *,
+        durable: bool,
+        filter: str | None,
+        routing: Routing | None,
+    ) -> Queue:
         compiled = _filter(filter)
         address = self._address(address_name, create=False, routing=routing)
         if routing is not None and address.routing is not routing:
@@ -300,7 +370,7 @@ class Broker:
             0, address_name, durable, dict(headers or {}), body, duplicate_id, timestamp_ns
         )
         routed = self.publish(message, tx=tx)
-        return routed if isinstance(routed, Deferred) else succeed(routed)
+        return succeed(routed) if isinstance(routed, Routed) else routed
 
     def allocate_id(self) -> int:
         """A message id, for a large message whose body file is named by it before it is
@@ -328,6 +398,28 @@ class Broker:
         a transaction, which takes effect at commit) is done at once and returns the plain
         ``Routed``: the hot path of a non-durable send creates no Deferred. A large
         message's file is the node's from here: deleted if the message goes nowhere."""
+        routed = self._publish(message, tx, None)
+        assert routed is not None
+        return routed
+
+    def publish_then(self, message: Message, then: Then) -> Routed | None:
+        """``publish`` outside a transaction without a Deferred, for the heads' hot path.
+
+        What is done at once returns its ``Routed``, and ``then`` is not called. A send
+        that waits for its store write returns None, and ``then`` is told once it is safe
+        to confirm (None) or why it failed (the failure; at once, should the store refuse
+        it at once)."""
+        routed = self._publish(message, None, then)
+        if routed is None or isinstance(routed, Routed):  # (cheaper than of Deferred, an ABC)
+            return routed
+        routed.addCallbacks(lambda _: then(None), then)  # paged, or stored with its id
+        return None
+
+    def _publish(
+        self, message: Message, tx: Transaction | None, then: Then | None
+    ) -> Routed | Deferred[Routed] | None:
+        """``publish``; with ``then`` (and no transaction), a send that needs nothing but
+        its add returns None and tells ``then``, as ``publish_then`` says."""
         # auto_create's work, skipped for an address that exists and needs no queue
         address = self._addresses.get(message.address)
         if address is None or (
@@ -371,7 +463,7 @@ class Broker:
                 )
         if detection is not None:
             detection.cache.add(detection.duplicate_id)
-        routed = Routed(tuple([b.queue.name for b in bindings]))
+        routed = self._routed(bindings)
         if message.large is not None:
             if bindings:
                 self._large_refs[message.id] = len(bindings)
@@ -388,6 +480,9 @@ class Broker:
             else:
                 tx.sends.append((message, bindings, None))
             return routed
+        if then is not None and (detection is None or not detection.cache.size):
+            self._add_then(message, bindings, stored, memory, detection=detection, then=then)
+            return None
         store_tx = tx.store_tx if tx is not None else None
         writes = [self.store.add(message, stored, tx=store_tx)]
         self._store_detection(detection, writes, store_tx)
@@ -420,6 +515,41 @@ class Broker:
             _discard(message)
             return Routed((), duplicate=True)
         return self.publish(message)
+
+    def _add_then(
+        self,
+        message: Message,
+        bindings: list[Binding],
+        stored: list[str],
+        memory: AddressMemory,
+        *,
+        detection: Detection | None,
+        then: Then,
+    ) -> None:
+        """Store a send and queue it once it is durable, then tell ``then``: one store
+        operation and no Deferred. Its memory is counted meanwhile, as ``publish`` does."""
+        held = message.size * len(bindings)
+        memory.add(held)
+
+        def written(failure: Failure | None) -> None:
+            if failure is None:
+                self._enqueue(message, bindings)
+                memory.release(held)  # counted by the queues that hold it now
+            else:
+                memory.release(held)
+                _forget(detection)
+            then(failure)
+
+        self.store.add_then(message, stored, written)
+
+    def _routed(self, bindings: list[Binding]) -> Routed:
+        if len(bindings) != 1:
+            return Routed(tuple([binding.queue.name for binding in bindings]))
+        name = bindings[0].queue.name
+        routed = self._to_one.get(name)
+        if routed is None:
+            routed = self._to_one[name] = Routed((name,))
+        return routed
 
     def _store_detection(
         self, detection: Detection | None, writes: list[Deferred[None]], store_tx: TxId | None
@@ -603,24 +733,105 @@ class Broker:
         counted = []
         for queue_name, entries in by_queue.items():
             if queue_name in self._queues:
-                self._queues[queue_name].give_back(entries)
-                counted.append(self._count_deliveries(queue_name, entries))
-        await _all(counted)
+                kept = self._queues[queue_name].give_back(entries)
+                counted.append(self._count_deliveries(queue_name, kept))
+        await self._with_moves(_all(counted))
 
     def nack(
         self, queue_name: str, consumer_id: int, delivery_id: int, *, requeue: bool
     ) -> Deferred[None]:
-        """Give a delivery back for redelivery, or drop it (then it is gone for good)."""
-        entry = self.queue(queue_name).nack(consumer_id, delivery_id, requeue)
+        """Give a delivery back for redelivery, or refuse it: to the dead-letter address
+        if its address has one, else it is dropped (gone for good)."""
+        queue = self.queue(queue_name)
+        entry = queue.nack(consumer_id, delivery_id, requeue)
         if requeue:
-            return self._count_deliveries(queue_name, [entry])
+            kept = [] if queue.exhausted(entry) else [entry]
+            return self._with_moves(self._count_deliveries(queue_name, kept))
+        if self._addresses[queue.address].settings.dead_letter_address:
+            return self._dead_letter(queue, [entry])
         return self._forget(queue_name, [entry])
 
-    def close_consumer(self, queue_name: str, consumer_id: int) -> Deferred[None]:
+    # -- dead letters ---------------------------------------------------------------------
+
+    def _exhausted(self, queue: Queue, entries: list[Entry]) -> None:
+        """A queue let go of entries delivered max-delivery-attempts times."""
+        move = self._dead_letter(queue, entries)
+        self._moves.append(move)
+        self._moving.add(move)
+
+        def finished(result: Failure | None) -> Failure | None:
+            self._moving.discard(move)
+            return result
+
+        move.addBoth(finished)
+
+    def _with_moves(self, done: Deferred[None]) -> Deferred[None]:
+        """``done``, and the dead-letter moves the call that made it started."""
+        if not self._moves:
+            return done
+        moves, self._moves = self._moves, []
+        return _all([done, *moves])
+
+    def _dead_letter(self, queue: Queue, entries: list[Entry]) -> Deferred[None]:
+        """Entries ``queue`` let go of (exhausted, or refused without requeue) go to its
+        address's dead-letter address as new messages naming where they came from; the
+        store adds them there and drops them from ``queue`` in one transaction, so a
+        durable one is in one place or the other whatever happens. Without a dead-letter
+        address (or one that cannot take them) they are dropped and counted."""
+        dla = self._addresses[queue.address].settings.dead_letter_address
+        if not dla or dla.startswith("$"):
+            return self._drop_dead(queue, entries, "it has no dead-letter-address")
+        if dla not in self._addresses and not self.may_create_address(dla):
+            return self._drop_dead(
+                queue, entries, f"dead-letter-address {dla!r} does not exist and may not be created"
+            )
+        tx = self.begin()
+        for entry in entries:
+            message = entry.message
+            headers = {
+                key: value for key, value in message.headers.items() if key != BRIDGE_DUPLICATE_ID
+            }
+            headers[ORIGINAL_ADDRESS] = queue.address
+            headers[ORIGINAL_QUEUE] = queue.name
+            copy = Message(
+                0, dla, message.durable, headers, message.body, None, message.timestamp_ns
+            )
+            try:
+                self.publish(copy, tx=tx)
+            except NodeError as refused:
+                Deferred.fromCoroutine(self.rollback(tx)).addErrback(
+                    _log_failure, "rolling back a move to the dead letters"
+                )
+                return self._drop_dead(queue, entries, str(refused))
+        ids = self._stored_ids(queue.name, entries)
+        if ids:
+            tx.writes.append(self.store.acknowledge_many(queue.name, ids, tx=tx.store_tx))
+        moved = Deferred.fromCoroutine(self.commit(tx))
+        moved.addErrback(_log_failure, f"moving messages of queue {queue.name!r} to {dla!r}")
+        return moved
+
+    def _drop_dead(self, queue: Queue, entries: list[Entry], why: str) -> Deferred[None]:
+        """Drop dead letters that have nowhere to go, counted, logged once per queue."""
+        queue.dropped_total += len(entries)
+        if queue.name not in self._dead_dropped:
+            self._dead_dropped.add(queue.name)
+            log.warn(
+                "messages of queue {queue!r} over max-delivery-attempts are dropped: {why}",
+                queue=queue.name,
+                why=why,
+            )
+        return self._forget(queue.name, entries)
+
+    def close_consumer(
+        self, queue_name: str, consumer_id: int, *, dead_letters: bool = True
+    ) -> Deferred[None]:
         """Stop a consumer; its unacknowledged messages return to the queue, and their
-        delivery counts are stored so a restart still knows them as redeliveries."""
-        returned = self.queue(queue_name).remove_consumer(consumer_id)
-        return self._count_deliveries(queue_name, returned)
+        delivery counts are stored so a restart still knows them as redeliveries. Those
+        delivered max-delivery-attempts times go to the dead letters, unless
+        ``dead_letters`` is False (a bridge giving back; the node closing what consumers
+        are left once the heads closed their connections)."""
+        returned = self.queue(queue_name).remove_consumer(consumer_id, dead_letters)
+        return self._with_moves(self._count_deliveries(queue_name, returned))
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
         """Drop acknowledged entries from the store: one operation however many; then
@@ -668,11 +879,12 @@ class Broker:
         """Shut down gracefully: every consumer's unacknowledged messages return to their
         queues with their delivery counts stored, then the store finishes and closes."""
         returns = [
-            self.close_consumer(name, consumer_id)
+            self.close_consumer(name, consumer_id, dead_letters=False)
             for name, queue in self._queues.items()
             for consumer_id in queue.consumer_ids
         ]
         await _all(returns)
+        await _all(list(self._moving))
         await self.store.close()
 
 

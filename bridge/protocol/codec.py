@@ -8,10 +8,10 @@ single definition, and where every precise error comes from.
 The hot-path packets (SEND, SEND_CONFIRMED, DELIVER, CONSUMER_CREDITS, ACK) also have
 hand-written codecs that do the whole fixed part with one precompiled ``struct.Struct``
 call and decode the nested message from a ``memoryview`` slice (the body is copied once,
-into the decoded message; encoding copies it twice, into ``encode_message``'s bytes and
-then into the payload, because ``bridge.message`` returns one joined byte string). They
-handle only well-formed input: on anything else they hand the packet to the generic codec,
-which finds what is wrong and raises. Tests check that the two agree on every input.
+into the decoded message; encoding copies it once, joining the packet's fields and the
+parts of ``encode_message_parts`` into the payload). They handle only well-formed input:
+on anything else they hand the packet to the generic codec, which finds what is wrong and
+raises. Tests check that the two agree on every input.
 
 Decoding checks every length against the bytes that remain before it slices, so a hostile
 payload costs at most its own size, and the payload must end exactly after the last field.
@@ -27,7 +27,13 @@ from typing import Any
 
 import attrs
 
-from bridge.message import Message, MessageFormatError, decode_message, encode_message
+from bridge.message import (
+    Message,
+    MessageFormatError,
+    decode_message,
+    encode_message,
+    encode_message_parts,
+)
 from bridge.protocol.packets import (
     PACKET_CLASSES,
     Ack,
@@ -477,16 +483,17 @@ _MESSAGE_ERRORS = (struct.error, MessageFormatError)
 
 
 def _encode_send(packet: Send) -> bytes:
+    message = packet.message
     try:
-        message = encode_message(packet.message)
+        parts = encode_message_parts(message)
         tx_id = packet.tx_id
         if tx_id is None:
-            head = _SEND.pack(packet.sequence, 0, len(message))
+            head = _SEND.pack(packet.sequence, 0, message.size)
         else:
-            head = _SEND_TX.pack(packet.sequence, 1, tx_id, len(message))
+            head = _SEND_TX.pack(packet.sequence, 1, tx_id, message.size)
     except _MESSAGE_ERRORS:
         return LAYOUTS[Send].encode(packet)
-    return head + message
+    return b"".join([head, *parts])
 
 
 def _decode_send(payload: bytes) -> Packet:
@@ -526,14 +533,15 @@ def _decode_send_confirmed(payload: bytes) -> Packet:
 
 
 def _encode_deliver(packet: Deliver) -> bytes:
+    message = packet.message
     try:
-        message = encode_message(packet.message)
+        parts = encode_message_parts(message)
         head = _DELIVER.pack(
-            packet.consumer_id, packet.delivery_id, packet.delivery_count, len(message)
+            packet.consumer_id, packet.delivery_id, packet.delivery_count, message.size
         )
     except _MESSAGE_ERRORS:
         return LAYOUTS[Deliver].encode(packet)
-    return head + message
+    return b"".join([head, *parts])
 
 
 def _decode_deliver(payload: bytes) -> Packet:

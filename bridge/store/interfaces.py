@@ -9,13 +9,14 @@ transaction is rolled back, and nothing of it is written before ``commit(tx)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from zope.interface import Interface
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
+    from twisted.python.failure import Failure
 
     from bridge.message import Message
     from bridge.store.records import QueueRecord, Recovered, TxId
@@ -35,6 +36,13 @@ class IMessageStore(Interface):
         message is stored once however many queues it is on, and stays until it is
         acknowledged on every one of them. A large message's body file (``large``) is
         synced to disk with it, and opening the store removes body files no message owns."""
+
+    def add_then(
+        message: Message, queues: Sequence[str], then: Callable[[Failure | None], object]
+    ) -> None:
+        """``add`` outside a transaction without a Deferred, for the node's hot path:
+        ``then`` is called with None once the message is durable, or with the failure
+        ``add``'s Deferred would have (at once, if the add is refused)."""
 
     def large_body_path(message_id: int) -> str:
         """Where the node writes a large message's body before ``add``: the store's folder

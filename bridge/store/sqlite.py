@@ -24,9 +24,10 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from bridge.message import Message, MessageFormatError, encode_message
-from bridge.store.batch import GroupCommit, Outcomes
+from bridge.store.batch import GroupCommit, Outcomes, Then
 from bridge.store.errors import (
     InvalidOperation,
+    StoreError,
     StoreNotOpen,
     TransactionRolledBack,
     UnknownTransaction,
@@ -142,24 +143,40 @@ class SQLiteMessageStore:
     def add(
         self, message: Message, queues: Sequence[str], tx: TxId | None = None
     ) -> Deferred[None]:
+        try:
+            operation = self._add_operation(message, queues)
+        except StoreError as error:
+            return fail(error)
+        return self._submit(operation, tx)
+
+    def add_then(self, message: Message, queues: Sequence[str], then: Then) -> None:
+        try:
+            operation = self._add_operation(message, queues)
+        except StoreError as error:
+            then(Failure(error))
+            return
+        self._batches.submit_then(operation, then)
+
+    def _add_operation(self, message: Message, queues: Sequence[str]) -> AddMessage:
+        """The operation that adds ``message``; ``StoreError`` if it may not be added."""
         if self._state is not _State.OPEN:
-            return self._not_open()
+            raise StoreNotOpen(f"{self.path} is {self._state.value}, not open")
         if not message.durable:
-            return self._refuse(f"add message {message.id}: the message is not durable")
+            raise InvalidOperation(f"add message {message.id}: the message is not durable")
         if not queues:
-            return self._refuse(f"add message {message.id}: no queue given")
-        if len(set(queues)) != len(queues):
-            return self._refuse(
+            raise InvalidOperation(f"add message {message.id}: no queue given")
+        if len(queues) > 1 and len(set(queues)) != len(queues):
+            raise InvalidOperation(
                 f"add message {message.id}: a queue is given twice in {list(queues)}"
             )
         try:
             data = encode_message(message)
         except MessageFormatError as error:
-            return self._refuse(f"add message {message.id}: {error}")
+            raise InvalidOperation(f"add message {message.id}: {error}") from None
         large = message.large
         if large is None:
-            return self._submit(AddMessage(message.id, tuple(queues), data), tx)
-        return self._submit(AddMessage(message.id, tuple(queues), data, large.size, large.path), tx)
+            return AddMessage(message.id, tuple(queues), data)
+        return AddMessage(message.id, tuple(queues), data, large.size, large.path)
 
     def large_body_path(self, message_id: int) -> str:
         return str(large_message_path(self.path.parent, message_id))

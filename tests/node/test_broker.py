@@ -110,6 +110,38 @@ async def test_publish_answers_at_once_unless_a_store_write_must_come_first(brok
 
 
 @pytest_twisted.ensureDeferred
+async def test_publish_then_tells_a_callable_once_the_store_has_the_send(brokers):
+    broker = await brokers()
+    deliveries = take(broker, "orders")
+    told: list[object] = []
+    assert broker.publish_then(Message(0, "orders", False, {}, b"fast"), told.append) == Routed(
+        ("orders",)
+    )
+    assert told == [] and [d.message.body for d in deliveries] == [b"fast"]
+    done: Deferred[None] = Deferred()
+
+    def then(failure: object) -> None:
+        told.append(failure)
+        done.callback(None)
+
+    assert broker.publish_then(Message(0, "orders", True, {}, b"safe"), then) is None
+    assert len(deliveries) == 1  # queued only once stored
+    await done
+    assert told == [None] and [d.message.body for d in deliveries] == [b"fast", b"safe"]
+    # with a duplicate id stored alongside, it is told the same way
+    again: Deferred[None] = Deferred()
+    assert broker.publish_then(Message(0, "orders", True, {}, b"d", b"d1"), again.callback) is None
+    assert await again is None and len(deliveries) == 3
+    await brokers.close(broker)
+    memory = broker.addresses["orders"].memory
+    before = memory.size
+    refused: list[Any] = []
+    assert broker.publish_then(Message(0, "orders", True, {}, b"late"), refused.append) is None
+    assert len(refused) == 1 and "not open" in refused[0].getErrorMessage()
+    assert memory.size == before  # what it held meanwhile is given back
+
+
+@pytest_twisted.ensureDeferred
 async def test_acknowledged_messages_stay_gone_and_redeliveries_stay_counted(brokers):
     broker = await brokers()
     for body in (b"a", b"b", b"c"):

@@ -8,11 +8,15 @@ writer thread and SQLite file.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.task import Clock
+from twisted.logger import globalLogPublisher
+from twisted.python.failure import Failure
 
 from bridge.store import CommitFailed
 from bridge.store.batch import GroupCommit, Outcomes
@@ -72,6 +76,47 @@ def test_items_arriving_during_a_commit_accumulate_over_turns_into_the_next_batc
     commits.finish()
     assert fired(later) == [True] * 4
     assert (group.commits, group.committed_items) == (2, 5)
+
+
+def test_callables_are_told_in_submission_order_with_deferreds_and_failures():
+    clock, commits = Clock(), Commits()
+    group = GroupCommit(clock, commits)
+    told: list[tuple[str, object]] = []
+
+    def then(name: str) -> Callable[[Failure | None], None]:
+        def tell(failure: Failure | None) -> None:
+            told.append((name, None if failure is None else failure.value))
+            if name == "b":
+                raise RuntimeError("a callback's own fault")
+
+        return tell
+
+    failures: list[Failure] = []
+
+    def observe(event: dict[str, Any]) -> None:
+        if "log_failure" in event:
+            failures.append(event["log_failure"])
+
+    group.submit_then("a", then("a"))
+    deferred = group.submit("b2")
+    deferred.addCallback(lambda _: told.append(("b2", None)))
+    group.submit_then("b", then("b"))
+    group.submit_then("c", then("c"))
+    clock.advance(0)
+    refused = ValueError("c refused")
+    globalLogPublisher.addObserver(observe)
+    try:
+        commits.finish([None, None, None, refused])
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert told == [("a", None), ("b2", None), ("b", None), ("c", refused)]
+    assert [failure.type for failure in failures] == [RuntimeError]
+
+    group.submit_then("d", then("d"))
+    clock.advance(0)
+    commits.pending.pop(0).errback(CommitFailed("disk"))
+    assert told[-1][0] == "d" and isinstance(told[-1][1], CommitFailed)
+    assert group.idle
 
 
 def test_one_items_failure_fails_it_alone():

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from enum import Enum, auto
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +47,7 @@ from bridge.node.broker import (
     Broker,
     NodeError,
     QueueNotFound,
+    Routed,
     Transaction,
 )
 from bridge.node.memory import AddressMemory
@@ -443,8 +445,9 @@ class CoreSession:
 
     def _check_send(self, tx_id: int | None, address: str) -> Transaction | None:
         """The send's transaction; Refused if it may not be sent."""
-        tx = self._transaction(tx_id)
-        self._check_address(address)
+        tx = None if tx_id is None else self._transaction(tx_id)
+        if not self._broker.has_address(address):
+            self._check_address(address)
         self._check(address, Permission.SEND)
         return tx
 
@@ -454,7 +457,12 @@ class CoreSession:
             duplicate_id = _duplicate_id(message)
             if duplicate_id != message.duplicate_id:
                 message = attrs.evolve(message, duplicate_id=duplicate_id)
-            routed = self._broker.publish(message, tx=tx)
+            pending = _Pending(sequence)
+            routed: Routed | Deferred[Routed] | None = (
+                self._broker.publish_then(message, partial(self._written, pending))
+                if tx is None
+                else self._broker.publish(message, tx=tx)
+            )
         except Refused as refused:
             self._broker.discard(message)
             self._refuse(sequence, refused.code, str(refused))
@@ -466,15 +474,19 @@ class CoreSession:
         except AddressFull as full:
             self._refuse(sequence, p.ErrorCode.ADDRESS_FULL, str(full))
             return
-        if not isinstance(routed, Deferred):
+        if routed is None:
+            if pending.done:  # the store refused it at once: SEND_FAILED is out
+                self._done_at_once(sequence)
+            else:
+                self._pending.append(pending)
+        elif isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
             self._done_at_once(sequence)
-            return
-        pending = _Pending(sequence)
-        self._pending.append(pending)
-        routed.addCallbacks(
-            lambda _: self._written(pending),
-            lambda failure: self._written(pending, failure),
-        )
+        else:
+            self._pending.append(pending)
+            routed.addCallbacks(
+                lambda _: self._written(pending),
+                lambda failure: self._written(pending, failure),
+            )
 
     def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
         """SEND_FAILED now; the confirmation range passes over it in its turn."""
