@@ -52,15 +52,14 @@ import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from twisted.internet import reactor, stdio
 from twisted.logger import globalLogBeginner, textFileLogObserver
 
-from benchmarks import node_large, node_peers, node_throughput
-from benchmarks.node_peers import cpu_seconds, percentile
+from benchmarks import node_large, node_peers, node_throughput, roles
+from benchmarks.node_peers import cpu_seconds
 from benchmarks.node_throughput import (
     NODE_CONFIG,
     BenchmarkError,
@@ -73,6 +72,7 @@ from benchmarks.node_throughput import (
     start_node,
 )
 from benchmarks.peers import SEQ_BYTES, Payloads, current_rss, emit, peak_rss
+from benchmarks.roles import large_role_arguments, latency_summary
 from benchmarks.runner import machine, save
 from bridge.client.api import ReceivedMessage, connect
 from bridge.config.units import parse_size
@@ -181,16 +181,6 @@ class TimedConsumer(node_peers.Consumer):
         super().on_message(message)
 
 
-def latency_summary(latencies_ns: list[int]) -> dict[str, float]:
-    ordered = sorted(latency / 1e6 for latency in latencies_ns)
-    return {
-        "latency_samples": len(ordered),
-        "e2e_p50_ms": percentile(ordered, 0.50),
-        "e2e_p99_ms": percentile(ordered, 0.99),
-        "e2e_max_ms": ordered[-1] if ordered else 0.0,
-    }
-
-
 async def produce(args: argparse.Namespace) -> None:
     client = await connect(reactor, args.url, confirmation_window_size=args.window)
     emit("connected", idle_rss=current_rss())
@@ -222,82 +212,11 @@ async def consume(args: argparse.Namespace) -> None:
     await client.close()
 
 
-async def produce_large(args: argparse.Namespace) -> None:
-    """The large-message benchmark's producer, each send stamped with its time."""
-    client = await connect(reactor, args.url)
-    with tempfile.TemporaryDirectory(prefix="txbridge-bridge-producer-") as folder:
-        path, crc = node_large._body_file(folder, args.size)
-        emit("connected", idle_rss=current_rss(), crc=crc)
-        outcome = node_large.Outcome(args.count)
-        cpu = cpu_seconds()
-        first_send = time.monotonic()
-        for sequence in range(args.count):
-            if not client.address_writable(QUEUE):
-                await client.when_writable(QUEUE)
-            body = open(path, "rb")  # noqa: SIM115 - open until its send is settled
-            client.send_nowait(
-                QUEUE,
-                body,
-                {"seq": sequence, "t": time.monotonic_ns()},
-                durable=args.durable,
-                on_settled=partial(outcome.settled, body),
-            )
-        await outcome.done
-        emit(
-            "done",
-            sent=args.count,
-            confirmed=outcome.confirmed,
-            refused=outcome.refused,
-            first_error=outcome.first_error,
-            first_send=first_send,
-            last_confirm=time.monotonic(),
-            cpu=cpu_seconds() - cpu,
-            peak_rss=peak_rss(),
-        )
-    await client.close()
-
-
-class TimedLargeConsumer(node_large.LargeConsumer):
-    def __init__(self, count: int, size: int, verify: bool) -> None:
-        super().__init__(count, size, verify)
-        self.latencies: list[int] = []
-
-    def on_message(self, message: ReceivedMessage) -> None:
-        sent = message.headers.get("t")
-        if isinstance(sent, int):
-            self.latencies.append(time.monotonic_ns() - sent)
-        super().on_message(message)
-
-
-async def consume_large(args: argparse.Namespace) -> None:
-    consumer = TimedLargeConsumer(args.count, args.size, args.verify)
-    stdio.StandardIO(node_peers._Expect(consumer))  # type: ignore[arg-type]
-    client = await connect(reactor, args.url)
-    await client.consumer(QUEUE, window_size=args.window, on_message=consumer.on_message)
-    cpu = cpu_seconds()
-    emit("ready", idle_rss=current_rss())
-    await consumer.done
-    emit(
-        "received",
-        received=consumer.received,
-        bytes=consumer.bytes,
-        out_of_order=consumer.out_of_order,
-        wrong_size=consumer.wrong_size,
-        crcs=sorted(consumer.crcs),
-        first=consumer.first,
-        last=consumer.last,
-        **latency_summary(consumer.latencies),
-        cpu=cpu_seconds() - cpu,
-        peak_rss=peak_rss(),
-    )
-    await client.close()
-
-
 ROLES = {
     "producer": produce,
     "consumer": consume,
-    "large-producer": produce_large,
-    "large-consumer": consume_large,
+    "large-producer": roles.produce_large,
+    "large-consumer": roles.consume_large,
 }
 
 
@@ -307,12 +226,7 @@ def role_main(argv: list[str]) -> int:
         args = node_peers.parser().parse_args(argv)
     else:
         parser = argparse.ArgumentParser(prog=f"python -m benchmarks.bridge_throughput {role}")
-        parser.add_argument("--url", required=True)
-        parser.add_argument("--count", type=int, required=True)
-        parser.add_argument("--size", type=int, required=True, help="body bytes")
-        parser.add_argument("--durable", action="store_true")
-        parser.add_argument("--verify", action="store_true", help="CRC-32")
-        parser.add_argument("--window", type=int, default=MIB, help="consumer window, bytes")
+        large_role_arguments(parser, producer=role == "large-producer")
         args = parser.parse_args(argv[1:])
     tune_allocator()
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)

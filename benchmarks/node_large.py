@@ -3,13 +3,13 @@ of ``--size`` bytes (default 1 GiB in 10 MiB messages) to a node process, and a 
 process receives them, durable and non-durable, against the raw socket ceiling.
 
 For each mode it starts a fresh node (``benchmarks.node_throughput.start_node``: its own
-data-dir, port 0) and reads its idle RSS; then a consumer process and, once that consumes,
-a producer process (both ``python -m benchmarks.node_large producer|consumer``, the roles
-of this module). The producer writes one body file of ``--size`` random bytes and sends it
-as a file object per message (so it streams as SEND_LARGE_BEGIN and 256 KiB chunks, never
-whole in memory), keeping to ``Client.address_writable``; the consumer receives each into
-its spool file, checks its sequence and size (and with ``--verify`` its CRC-32) and
-acknowledges it. The figures:
+data-dir, port 0) and reads its idle RSS; then a consumer process and, once that consumes, a
+producer process (both ``python -m benchmarks.node_large producer|consumer``, the roles of
+``benchmarks.roles``, which the bridge benchmark runs too). The producer writes one body
+file of ``--size`` random bytes and sends it as a file object per message (so it streams as
+SEND_LARGE_BEGIN and 256 KiB chunks, never whole in memory), keeping to
+``Client.address_writable``; the consumer receives each into its spool file, checks its
+sequence and size (and with ``--verify`` its CRC-32) and acknowledges it. The figures:
 
 - **MB/s end to end** (10^6 bytes): bytes delivered / (consumer's last receipt -
   producer's first send); a large message is delivered once its last chunk is in;
@@ -32,26 +32,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import tempfile
 import time
-import zlib
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from twisted.internet import reactor, stdio
-from twisted.internet.defer import Deferred
 from twisted.logger import globalLogBeginner, textFileLogObserver
 
 from benchmarks import node_throughput
 from benchmarks.disk import synced_write_ceiling
-from benchmarks.node_peers import _Expect, cpu_seconds, run
+from benchmarks.node_peers import run
 from benchmarks.node_throughput import (
     NODE_CONFIG,
     BenchmarkError,
@@ -62,177 +57,31 @@ from benchmarks.node_throughput import (
     proc_status,
     role_process,
 )
-from benchmarks.peers import current_rss, emit, peak_rss
+from benchmarks.roles import consume_large, large_role_arguments, produce_large
 from benchmarks.runner import machine, peers, save
-from bridge.client.api import ReceivedMessage, connect
-from bridge.client.errors import ClientError
 from bridge.client.session import DEFAULT_CHUNK_SIZE
 from bridge.config.units import parse_size
 from transport.allocator import tune_allocator
 
 MB = 1_000_000
 MIB = 1024 * 1024
-QUEUE = "bench"
 MODES = ("durable", "non-durable")
 TARGET_MB_S = {"durable": 400.0}
 RSS_TARGET = 100 * MIB
-READ = MIB
 
 
-# -- the producer and consumer processes ---------------------------------------------------
-
-
-def _body_file(folder: str, size: int) -> tuple[str, int]:
-    """A file of ``size`` random bytes to send as every message's body; its CRC-32."""
-    path = os.path.join(folder, "body")
-    crc = 0
-    with open(path, "wb") as body:
-        for start in range(0, size, READ):
-            data = os.urandom(min(READ, size - start))
-            crc = zlib.crc32(data, crc)
-            body.write(data)
-    return path, crc
-
-
-class Outcome:
-    """The producer's sends as they are settled; ``done`` fires once all ``count`` are."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.confirmed = 0
-        self.refused = 0
-        self.first_error: str | None = None
-        self.done: Deferred[None] = Deferred()
-
-    def settled(self, body: IO[bytes], error: ClientError | None) -> None:
-        body.close()
-        if error is None:
-            self.confirmed += 1
-        else:
-            self.refused += 1
-            self.first_error = self.first_error or str(error)
-        if self.confirmed + self.refused == self.count:
-            self.done.callback(None)
-
-
-async def produce(args: argparse.Namespace) -> None:
-    """Send ``count`` messages, each the body file opened anew, while the address is
-    writable; report once every send is settled."""
-    client = await connect(reactor, args.url)
-    with tempfile.TemporaryDirectory(prefix="txbridge-large-producer-") as folder:
-        path, crc = _body_file(folder, args.size)
-        emit("connected", idle_rss=current_rss(), crc=crc)
-        outcome = Outcome(args.count)
-        cpu = cpu_seconds()
-        first_send = time.monotonic()
-        for sequence in range(args.count):
-            if not client.address_writable(QUEUE):
-                await client.when_writable(QUEUE)
-            body = open(path, "rb")  # noqa: SIM115 - open until its send is settled
-            client.send_nowait(
-                QUEUE,
-                body,
-                {"seq": sequence},
-                durable=args.durable,
-                on_settled=partial(outcome.settled, body),
-            )
-        await outcome.done
-        emit(
-            "done",
-            sent=args.count,
-            confirmed=outcome.confirmed,
-            refused=outcome.refused,
-            first_error=outcome.first_error,
-            first_send=first_send,
-            last_confirm=time.monotonic(),
-            cpu=cpu_seconds() - cpu,
-            peak_rss=peak_rss(),
-        )
-    await client.close()
-
-
-class LargeConsumer:
-    """Checks each large message's sequence and size (and CRC), then acknowledges it."""
-
-    def __init__(self, count: int, size: int, verify: bool) -> None:
-        self.expected_total = count
-        self.size = size
-        self.verify = verify
-        self.received = 0
-        self.bytes = 0
-        self.out_of_order = 0
-        self.wrong_size = 0
-        self.crcs: set[int] = set()
-        self.first = 0.0
-        self.last = 0.0
-        self.done: Deferred[None] = Deferred()
-
-    def on_message(self, message: ReceivedMessage) -> None:
-        now = time.monotonic()
-        self.first = self.first or now
-        self.last = now
-        body = message.body_file
-        size = body.seek(0, os.SEEK_END)
-        if self.verify:
-            body.seek(0)
-            crc = 0
-            while data := body.read(READ):
-                crc = zlib.crc32(data, crc)
-            self.crcs.add(crc)
-        body.close()
-        if message.headers.get("seq") != self.received:
-            self.out_of_order += 1
-        if size != self.size:
-            self.wrong_size += 1
-        self.received += 1
-        self.bytes += size
-        message.ack()
-        self.expect(self.expected_total)
-
-    def expect(self, total: int) -> None:
-        self.expected_total = total
-        if self.received >= total and not self.done.called:
-            self.done.callback(None)
-
-
-async def consume(args: argparse.Namespace) -> None:
-    consumer = LargeConsumer(args.count, args.size, args.verify)
-    stdio.StandardIO(_Expect(consumer))  # type: ignore[arg-type]
-    client = await connect(reactor, args.url)
-    await client.consumer(QUEUE, window_size=args.window, on_message=consumer.on_message)
-    cpu = cpu_seconds()
-    emit("ready", idle_rss=current_rss())
-    await consumer.done
-    emit(
-        "received",
-        received=consumer.received,
-        bytes=consumer.bytes,
-        out_of_order=consumer.out_of_order,
-        wrong_size=consumer.wrong_size,
-        crcs=sorted(consumer.crcs),
-        first=consumer.first,
-        last=consumer.last,
-        cpu=cpu_seconds() - cpu,
-        peak_rss=peak_rss(),
-    )
-    await client.close()
+# -- the producer and consumer processes (benchmarks.roles) --------------------------------
 
 
 def role_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.node_large")
     roles = parser.add_subparsers(dest="role", required=True)
     for name in ("producer", "consumer"):
-        role = roles.add_parser(name)
-        role.add_argument("--url", required=True)
-        role.add_argument("--count", type=int, required=True)
-        role.add_argument("--size", type=int, required=True, help="body bytes")
-    roles.choices["producer"].add_argument("--durable", action="store_true")
-    roles.choices["consumer"].add_argument("--verify", action="store_true", help="CRC-32")
-    roles.choices["consumer"].add_argument("--window", type=int, default=MIB, help="bytes")
+        large_role_arguments(roles.add_parser(name), producer=name == "producer")
     args = parser.parse_args(argv)
     tune_allocator()
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
-    return run(produce if args.role == "producer" else consume, args)
+    return run(produce_large if args.role == "producer" else consume_large, args)
 
 
 # -- the benchmark ---------------------------------------------------------------------------

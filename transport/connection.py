@@ -1,9 +1,10 @@
 """The framed connection: Twisted glue over the frame codec and the outbound queue.
 
-One connection registers itself as the ONE streaming producer on its transport (as
-twisted.web's HTTP/2 connection does) and fans Twisted's pause and resume out to any number
-of writers through writability listeners. Outgoing frames of a reactor turn leave in one
-``writeSequence``; incoming bytes are decoded into every whole frame they complete.
+Its :class:`~transport.wire.OutboundWriter` is the ONE streaming producer on the transport
+(as twisted.web's HTTP/2 connection has), and the connection fans Twisted's pause and
+resume out to any number of writers through writability listeners. Outgoing frames of a
+reactor turn leave in one ``writeSequence``; incoming bytes are decoded into every whole
+frame they complete.
 """
 
 from __future__ import annotations
@@ -16,15 +17,8 @@ from cryptography import x509
 from OpenSSL import SSL
 from service_identity import VerificationError
 from twisted.internet import error as tx_error
-from twisted.internet.abstract import FileDescriptor
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.interfaces import (
-    IAddress,
-    IDelayedCall,
-    IPushProducer,
-    IReactorTime,
-    ISystemHandle,
-)
+from twisted.internet.interfaces import IAddress, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -37,24 +31,12 @@ from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityLi
 from transport.outbound import OutboundQueue
 from transport.settings import ConnectionSettings
 from transport.tls import describe_tls_failure
+from transport.wire import OutboundWriter, Wire, peer_certificates, peer_name, tune_socket_io
 
 log = Logger()
 
 
-class _Wire(typing.Protocol):
-    """What this connection uses of a Twisted TCP or TLS transport."""
-
-    def writeSequence(self, data: Iterable[bytes]) -> None: ...
-    def loseConnection(self) -> None: ...
-    def abortConnection(self) -> None: ...
-    def registerProducer(self, producer: IPushProducer, streaming: bool) -> None: ...
-    def unregisterProducer(self) -> None: ...
-    def pauseProducing(self) -> None: ...
-    def resumeProducing(self) -> None: ...
-    def getPeer(self) -> IAddress: ...
-
-
-@implementer(IFrameConnection, IPushProducer)
+@implementer(IFrameConnection)
 class FrameConnection(Protocol):
     """A connection that carries frames and says when it can take more."""
 
@@ -72,13 +54,13 @@ class FrameConnection(Protocol):
         self._is_client = is_client
         self._decoder = FrameDecoder(accepted_types, settings.max_frame_size)
         self._out = OutboundQueue(settings.high_water, settings.low_water)
+        self.writer = OutboundWriter(self._out, clock, settings.budget, self._announce)
+        """The transport's producer: Twisted's pause and resume go to it."""
         self._listeners: list[WritabilityListener] = []
         self._writable_waiters: list[Deferred[None]] = []
         self._lost_waiters: list[Deferred[BaseException]] = []
         self._held: deque[Frame] = deque()
-        self._turn_call: IDelayedCall | None = None
         self._timers: list[LoopingCall] = []
-        self._flushing = False
         self._delivering = False
         self._reading_paused = False
         self._closing = False
@@ -86,8 +68,7 @@ class FrameConnection(Protocol):
         self._close_reason: BaseException | None = None
         self._last_received = 0.0
         self.peer = "?"
-        self._wire: _Wire | None = None
-        self._registered = False
+        self._wire: Wire | None = None
 
     # -- writability -------------------------------------------------------------------
 
@@ -136,32 +117,7 @@ class FrameConnection(Protocol):
                 f"frame of {size} bytes exceeds the maximum frame size of "
                 f"{self.settings.max_frame_size} bytes"
             )
-        self._out.push(encode(frame_type, payload), size + HEADER_SIZE)
-        if self._turn_call is None:
-            self._turn_call = self._clock.callLater(0, self._end_of_turn)
-
-    def _end_of_turn(self) -> None:
-        self._turn_call = None
-        self._flush()
-        self._announce()
-
-    def _flush(self) -> None:
-        """Hand queued bytes to the transport while it produces, up to one pass's budget."""
-        out = self._out
-        if out.transport_paused or not out.queued or self._wire is None:
-            return
-        out.transport_producing()
-        budget = self.settings.budget
-        self._flushing = True
-        try:
-            while out.queued and not out.transport_paused and budget > 0:
-                parts = out.take(budget)
-                budget -= sum(map(len, parts))
-                self._wire.writeSequence(parts)
-        finally:
-            self._flushing = False
-        if out.queued and not out.transport_paused and self._turn_call is None:
-            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+        self.writer.push(encode(frame_type, payload), size + HEADER_SIZE)
 
     def _announce(self) -> None:
         for change in self._out.changes_to_announce():
@@ -175,21 +131,6 @@ class FrameConnection(Protocol):
             for waiter in waiters:
                 if not waiter.called:  # one waiter's callback may have cancelled another
                     waiter.callback(None)
-
-    # -- IPushProducer: Twisted's signals about its own buffer -------------------------
-
-    def pauseProducing(self) -> None:
-        self._out.transport_paused_by_peer()
-        if not self._flushing and self._turn_call is None and not self._closing:
-            self._turn_call = self._clock.callLater(0, self._end_of_turn)
-
-    def resumeProducing(self) -> None:
-        self._out.transport_resumed()
-        self._flush()
-        self._announce()
-
-    def stopProducing(self) -> None:
-        """The transport is going away; connectionLost does the clean-up."""
 
     # -- reading -----------------------------------------------------------------------
 
@@ -283,14 +224,9 @@ class FrameConnection(Protocol):
         self._closing = True
         self._stop_timers()
         if self._wire is not None:
-            self._unregister()
+            self.writer.cancel()
+            self.writer.detach()
             self._wire.abortConnection()
-
-    def _unregister(self) -> None:
-        """Stop being the transport's producer (once: a closing connection may expire)."""
-        if self._registered and self._wire is not None:
-            self._registered = False
-            self._wire.unregisterProducer()
 
     def _start_timers(self) -> None:
         for period, tick in (
@@ -312,31 +248,14 @@ class FrameConnection(Protocol):
     # -- life cycle --------------------------------------------------------------------
 
     def connectionMade(self) -> None:
-        wire = self._wire = typing.cast(_Wire, self.transport)
-        peer = wire.getPeer()
-        host, port = getattr(peer, "host", None), getattr(peer, "port", None)
-        if host is None:
-            self.peer = str(peer)
-        else:
-            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        wire = self._wire = typing.cast(Wire, self.transport)
+        self.peer = peer_name(wire.getPeer())
         self._last_received = self._clock.seconds()
-        self._tune_socket_io()
-        wire.registerProducer(self, True)
-        self._registered = True
+        if self.settings.io_size is not None:
+            tune_socket_io(self.transport, self.settings.io_size)
+        self.writer.attach(wire)
         self._start_timers()
         self._receiver.connection_made(self)
-
-    def _tune_socket_io(self) -> None:
-        """Read and send ``io_size`` bytes per socket call on the TCP transport beneath
-        (under TLS, the wrapped one): Twisted's 64 KiB reads and 128 KiB sends cost a reactor
-        turn each, which dominates the cost of moving large frames."""
-        size = self.settings.io_size
-        inner: object = self.transport
-        while inner is not None and not isinstance(inner, FileDescriptor):
-            inner = getattr(inner, "transport", None)
-        if size is not None and isinstance(inner, FileDescriptor):
-            inner.bufferSize = size
-            inner.SEND_LIMIT = max(size, FileDescriptor.SEND_LIMIT)
 
     def close(self, error: str | None = None) -> None:
         if self._closing or self._wire is None:
@@ -348,21 +267,13 @@ class FrameConnection(Protocol):
             # Closing needs the peer's end (TLS close_notify, TCP FIN): listen again.
             # Nothing more is delivered once closing.
             self._wire.resumeProducing()
-        if self._turn_call is not None:
-            self._turn_call.cancel()
-            self._turn_call = None
-        self._unregister()
-        parts = self._out.take_all()
-        if parts:
-            self._wire.writeSequence(parts)
+        self.writer.finish()
         self._wire.loseConnection()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
         self._stop_timers()
-        if self._turn_call is not None:
-            self._turn_call.cancel()
-            self._turn_call = None
+        self.writer.cancel()
         lost = self._lost_reason(reason)
         self._lost = lost
         failure = Failure(lost)
@@ -402,18 +313,7 @@ class FrameConnection(Protocol):
         return waiter
 
     def peer_certificates(self) -> list[x509.Certificate]:
-        handle: object = (
-            ISystemHandle(self.transport).getHandle()
-            if ISystemHandle.providedBy(self.transport)
-            else None
-        )
-        if not isinstance(handle, SSL.Connection):
-            return []
-        verified = handle.get_verified_chain(as_cryptography=True)
-        if verified:
-            return list(verified)
-        leaf = handle.get_peer_certificate(as_cryptography=True)
-        return [leaf] if leaf is not None else []
+        return peer_certificates(self.transport)
 
 
 class FrameFactory(Factory):

@@ -50,6 +50,8 @@ from transport.urls import URL
 PROTOCOLS = ("core", "stomp")
 UNLIMITED = units.UNLIMITED
 DEFAULT_GLOBAL_MAX_SIZE = 64 * 1024 * 1024
+DEFAULT_MAX_DELIVERY_ATTEMPTS = 10
+"""Artemis's default ``max-delivery-attempts``."""
 _E = TypeVar("_E", bound=StrEnum)
 
 
@@ -93,6 +95,12 @@ class AddressSettings:
     id_cache_size: int = 20000
     auto_create_addresses: bool = True
     default_routing: Routing = Routing.ANYCAST
+    dead_letter_address: str = ""
+    """Where messages delivered ``max_delivery_attempts`` times go ("": none, they are
+    dropped), as a consumer's NACK without requeue sends them."""
+    max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
+    """Deliveries after which a message returned to its queue goes to the dead-letter
+    address instead (-1: no limit)."""
 
 
 @attrs.frozen
@@ -104,6 +112,8 @@ class SettingsOverrides:
     id_cache_size: int | None = None
     auto_create_addresses: bool | None = None
     default_routing: Routing | None = None
+    dead_letter_address: str | None = None
+    max_delivery_attempts: int | None = None
 
     def apply(self, base: AddressSettings) -> AddressSettings:
         changes = {k: v for k, v in attrs.asdict(self, recurse=False).items() if v is not None}
@@ -195,8 +205,18 @@ _SETTING_KEYS = (
     "id-cache-size",
     "auto-create-addresses",
     "default-routing-type",
+    "dead-letter-address",
+    "max-delivery-attempts",
 )
-_ADDRESS = ("name", "routing", "max-size-bytes", "address-full-policy", "id-cache-size")
+_ADDRESS = (
+    "name",
+    "routing",
+    "max-size-bytes",
+    "address-full-policy",
+    "id-cache-size",
+    "dead-letter-address",
+    "max-delivery-attempts",
+)
 _MANAGEMENT = ("url",)
 
 
@@ -230,7 +250,26 @@ def _overrides(table: Mapping[str, Any], source: str, prefix: str) -> SettingsOv
     if "default-routing-type" in table:
         key = key_path(prefix, "default-routing-type")
         changes["default_routing"] = _choice(Routing, table["default-routing-type"], source, key)
+    if "dead-letter-address" in table:
+        key = key_path(prefix, "dead-letter-address")
+        value = table["dead-letter-address"]
+        changes["dead_letter_address"] = "" if value == "" else expect_name(value, source, key)
+    if "max-delivery-attempts" in table:
+        key = key_path(prefix, "max-delivery-attempts")
+        changes["max_delivery_attempts"] = _attempts(table["max-delivery-attempts"], source, key)
     return SettingsOverrides(**changes)
+
+
+def _attempts(value: object, source: str, key: str) -> int:
+    """A number of deliveries: 1 or more, or -1 for no limit."""
+    if value == UNLIMITED and not isinstance(value, bool):
+        return UNLIMITED
+    try:
+        return expect_int(value, source, key, minimum=1)
+    except ConfigError:
+        raise ConfigError(
+            source, key, f"expected an integer of at least 1, or -1 for no limit, got {value!r}"
+        ) from None
 
 
 def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path) -> Acceptor:

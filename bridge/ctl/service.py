@@ -148,7 +148,7 @@ class NodeService(Service):
                 node_id=identity,
                 reactor=self.reactor,
                 connections=lambda: head.connections + stomp.connections,
-                producers_blocked=lambda: head.producers_blocked,
+                producers_blocked=lambda: head.producers_blocked + stomp.producers_blocked,
                 bridges=bridges,
             )
             where = config.management

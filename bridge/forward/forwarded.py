@@ -16,7 +16,7 @@ The bridge adds two headers:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, NamedTuple
 
 import attrs
 
@@ -33,51 +33,59 @@ class Origin:
     incarnation: str
     """Different at every start of the node (non-durable message ids may repeat)."""
 
-    def duplicate_id(self, message: Message) -> bytes:
-        if message.durable:
-            return f"{self.node_id}:{message.id}".encode()
-        return f"{self.node_id}:{self.incarnation}:{message.id}".encode()
 
-
-def path_of(message: Message) -> list[str]:
-    """The node ids a message was forwarded through, oldest first."""
-    path = message.headers.get(BRIDGE_PATH)
-    return path.split(",") if isinstance(path, str) and path else []
-
-
-@attrs.frozen
-class Forward:
-    """One message to send: where, what, and the bytes it counts for."""
+class Forward(NamedTuple):
+    """One message to send: where, with which headers, and the message (its body,
+    durability and size). A tuple: one is made for every forwarded message."""
 
     address: str
     headers: dict[str, HeaderValue]
     message: Message
 
 
-def forward(
-    message: Message,
-    *,
-    origin: Origin,
-    target_node_id: str,
-    forwarding_address: str | None,
-    transformer: Callable[[Message], Message | None] | None,
-    duplicate_detection: bool,
-) -> Forward | None:
-    """The send for ``message``, or None when it must not go: it has been through the
-    target node already, or the transformer dropped it (returned None)."""
-    path = path_of(message)
-    if target_node_id in path:
-        return None
-    duplicate_id = origin.duplicate_id(message)
-    if transformer is not None:
-        transformed = transformer(message)
-        if transformed is None:
-            return None
-        message = transformed
-    headers = dict(message.headers)
-    headers[BRIDGE_PATH] = ",".join([*path, origin.node_id])
-    if duplicate_detection:
-        headers[BRIDGE_DUPLICATE_ID] = duplicate_id
-    else:
-        headers.pop(BRIDGE_DUPLICATE_ID, None)
-    return Forward(forwarding_address or message.address, headers, message)
+@attrs.define
+class Forwarder:
+    """What a lane sends to one target node for each message it takes.
+
+    What is the same for every message (the node's entry in the path, the duplicate id's
+    prefix, the target address) is worked out once, when the lane connects, so that a
+    message costs one copy of its headers and two entries more."""
+
+    origin: Origin
+    target_node_id: str
+    forwarding_address: str | None = None
+    transformer: Callable[[Message], Message | None] | None = None
+    duplicate_detection: bool = True
+    _durable_prefix: bytes = attrs.field(init=False)
+    _transient_prefix: bytes = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        # A durable message keeps its id across restarts; a non-durable one's id may be
+        # given again after a restart, so its duplicate id names the incarnation too.
+        self._durable_prefix = f"{self.origin.node_id}:".encode()
+        self._transient_prefix = f"{self.origin.node_id}:{self.origin.incarnation}:".encode()
+
+    def forward(self, message: Message) -> Forward | None:
+        """The send for ``message``, or None when it must not go: it has been through
+        the target node already, or the transformer dropped it (returned None)."""
+        path = message.headers.get(BRIDGE_PATH)
+        if isinstance(path, str) and path:
+            if self.target_node_id in path.split(","):
+                return None
+            path = f"{path},{self.origin.node_id}"
+        else:
+            path = self.origin.node_id
+        prefix = self._durable_prefix if message.durable else self._transient_prefix
+        duplicate_id = b"%s%d" % (prefix, message.id)
+        if self.transformer is not None:
+            transformed = self.transformer(message)
+            if transformed is None:
+                return None
+            message = transformed
+        headers = dict(message.headers)
+        headers[BRIDGE_PATH] = path
+        if self.duplicate_detection:
+            headers[BRIDGE_DUPLICATE_ID] = duplicate_id
+        elif BRIDGE_DUPLICATE_ID in headers:
+            del headers[BRIDGE_DUPLICATE_ID]
+        return Forward(self.forwarding_address or message.address, headers, message)

@@ -15,7 +15,6 @@ of any the target did have.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 from typing import IO, TYPE_CHECKING
@@ -27,7 +26,7 @@ from twisted.python.failure import Failure
 
 from bridge.client.api import Client
 from bridge.client.errors import ClientError, Refused
-from bridge.forward.forwarded import forward
+from bridge.forward.forwarded import Forwarder
 from bridge.node.queue import Delivery
 from transport.urls import URL
 
@@ -55,8 +54,10 @@ class Lane:
         self._failures = 0
         self._refusals = 0
         self._consumer: int | None = None
-        self._pending: OrderedDict[int, int] = OrderedDict()
+        self._pending: dict[int, int] = {}
         """Unconfirmed forwards: delivery id -> bytes."""
+        self._forwarder: Forwarder | None = None
+        """Builds each send for the connected target (its node id is the client's)."""
         self._ack_upto: int | None = None
         self._ack_call: IDelayedCall | None = None
         self._waiter: Deferred[None] | None = None
@@ -113,6 +114,14 @@ class Lane:
             self._bridge.lane_fatal(problem)
             return
         self.client, self.url = client, url
+        config = self._bridge.config
+        self._forwarder = Forwarder(
+            self._bridge.origin,
+            client.node_id,
+            config.forwarding_address,
+            config.transformer,
+            config.use_duplicate_detection,
+        )
         self._failures = 0
         self._bridge.lane_up(self)
 
@@ -211,21 +220,17 @@ class Lane:
             self._bridge.lane_settled()  # a pause or stop waiting on them need not wait
         if consumer is None:
             return succeed(None)
-        return self._bridge.broker.close_consumer(self._bridge.config.queue, consumer)
+        # What the target did not take is no consumer's failure: no dead letters.
+        queue = self._bridge.config.queue
+        return self._bridge.broker.close_consumer(queue, consumer, dead_letters=False)
 
     def _deliver(self, consumer: int, delivery: Delivery) -> None:
         bridge = self._bridge
-        client = self.client
-        assert client is not None and consumer == self._consumer, "a closed lane's delivery"
+        client, forwarder = self.client, self._forwarder
+        assert client is not None and forwarder is not None, "a closed lane's delivery"
+        assert consumer == self._consumer, "a closed consumer's delivery"
         message = delivery.message
-        sending = forward(
-            message,
-            origin=bridge.origin,
-            target_node_id=client.node_id,
-            forwarding_address=bridge.config.forwarding_address,
-            transformer=bridge.config.transformer,
-            duplicate_detection=bridge.config.use_duplicate_detection,
-        )
+        sending = forwarder.forward(message)
         if sending is None:
             bridge.skipped()
             done = bridge.broker.acknowledge(bridge.config.queue, consumer, delivery.delivery_id)

@@ -30,7 +30,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
-from bridge.message import HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
 from bridge.node.address import BRIDGE_KEY_PREFIX, Address, Binding, Detection
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
@@ -40,6 +40,11 @@ from bridge.store.interfaces import IMessageStore
 from bridge.store.records import QueueRecord, Recovered, TxId
 
 log = Logger()
+
+
+ORIGINAL_ADDRESS = "_TXB_ORIG_ADDRESS"
+ORIGINAL_QUEUE = "_TXB_ORIG_QUEUE"
+"""Headers of a dead letter: the address and queue it left (Artemis's ``_AMQ_ORIG_*``)."""
 
 
 class NodeError(Exception):
@@ -106,6 +111,15 @@ class Broker:
         self._to_one: dict[str, Routed] = {}
         """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
         """Stored duplicate ids, by store key, of addresses not created yet since the start."""
+        self._moves: list[Deferred[None]] = []
+        """Dead-letter moves queues started during the current call (its result waits
+        for them)."""
+        self._moving: set[Deferred[None]] = set()
+        """Dead-letter moves not finished yet (closing waits for them)."""
+        self._dead_dropped: set[str] = set()
+        """Queues whose dropped dead letters were logged (once each)."""
+        self._creating: dict[str, list[Deferred[None]]] = {}
+        """Queues being created (stored first), and the calls waiting for each."""
 
     # -- start ----------------------------------------------------------------------------
 
@@ -163,7 +177,14 @@ class Broker:
         return address
 
     def _new_queue(self, name: str, address: Address) -> Queue:
-        return Queue(name, address.name, memory=address.memory, pager=self._page_in)
+        return Queue(
+            name,
+            address.name,
+            memory=address.memory,
+            pager=self._page_in,
+            max_deliveries=address.settings.max_delivery_attempts,
+            dead_letter=self._exhausted,
+        )
 
     def _address(self, name: str, *, create: bool, routing: Routing | None = None) -> Address:
         address = self._addresses.get(name)
@@ -172,6 +193,19 @@ class Broker:
         if not create and not self.may_create_address(name):
             raise self.not_creatable(name)
         return self._new_address(name, routing or self.config.routing_for(name))
+
+    def create_address(self, name: str, routing: Routing) -> Address:
+        """The address ``name`` with ``routing``: created (without queues) if missing, as
+        a head creates one on first use once it checked the client may. NodeError if it
+        exists with another routing, AddressNotFound for a name reserved to the node."""
+        address = self._addresses.get(name)
+        if address is None:
+            if name.startswith("$"):
+                raise self.not_creatable(name)
+            return self._new_address(name, routing)
+        if address.routing is not routing:
+            raise NodeError(f"address {name!r} is {address.routing.value}, not {routing.value}")
+        return address
 
     def _auto_queue(self, address: Address) -> None:
         """An anycast address created on first use gets its queue of the same name, as
@@ -249,9 +283,39 @@ class Broker:
     ) -> Queue:
         """Create a queue bound to an address (created too if settings allow, with
         ``routing`` or the configured default); durable queues are stored before they
-        exist. A ``routing`` that differs from an existing address's is refused."""
+        exist. A ``routing`` that differs from an existing address's is refused.
+
+        A call for a queue another call is still creating waits for it, and gets that
+        queue if it is on the same address with the same durability."""
+        while name in self._creating:
+            waiter: Deferred[None] = Deferred()
+            self._creating[name].append(waiter)
+            await waiter
+            queue = self._queues.get(name)
+            same = queue is not None and queue.address == address_name
+            if same and queue is not None and self.is_durable(name) is durable:
+                return queue
         if name in self._queues:
             raise NodeError(f"queue {name!r} already exists")
+        waiters = self._creating[name] = []
+        try:
+            return await self._create_queue(
+                name, address_name, durable=durable, filter=filter, routing=routing
+            )
+        finally:
+            del self._creating[name]
+            for waiting in waiters:
+                waiting.callback(None)
+
+    async def _create_queue(
+        self,
+        name: str,
+        address_name: str,
+        *,
+        durable: bool,
+        filter: str | None,
+        routing: Routing | None,
+    ) -> Queue:
         compiled = _filter(filter)
         address = self._address(address_name, create=False, routing=routing)
         if routing is not None and address.routing is not routing:
@@ -367,6 +431,11 @@ class Broker:
             self._next_id += 1
         detection = address.detection(message)
         if detection is not None and detection.duplicate_id in detection.cache:
+            settling = (
+                None if tx is not None else detection.cache.when_settled(detection.duplicate_id)
+            )
+            if settling is not None:
+                return settling.addCallback(self._repeat_settled, message)
             _discard(message)
             return Routed((), duplicate=True)
         bindings = address.route(message)
@@ -422,15 +491,27 @@ class Broker:
         # policy (and its producers' credits under BLOCK) sees it before it is queued.
         held = message.size * len(bindings)
         memory.add(held)
+        _hold(detection)
+
+        def written(_: None) -> Routed:
+            self._after_store(message, bindings, routed, memory, held)
+            _settle(detection, committed=True)
+            return routed
 
         def not_stored(failure: Failure) -> Failure:
             memory.release(held)
-            _forget(detection)
+            _settle(detection, committed=False)
             return failure
 
-        return _all(writes).addCallbacks(
-            lambda _: self._after_store(message, bindings, routed, memory, held), not_stored
-        )
+        return _all(writes).addCallbacks(written, not_stored)
+
+    def _repeat_settled(self, committed: bool, message: Message) -> Routed | Deferred[Routed]:
+        """A repeat that waited on its first send's write: a duplicate if that committed;
+        if it failed, the repeat is the send that counts."""
+        if committed:
+            _discard(message)
+            return Routed((), duplicate=True)
+        return self.publish(message)
 
     def _add_then(
         self,
@@ -530,14 +611,19 @@ class Broker:
             tx.writes.extend(writes)
             return routed
 
+        _hold(detection)
+
+        def paged(_: None) -> Routed:
+            self._after_page(message, bindings, durable, routed)
+            _settle(detection, committed=True)
+            return routed
+
         def not_paged(failure: Failure) -> Failure:
             self._unpage(message, address, bindings)
-            _forget(detection)
+            _settle(detection, committed=False)
             return failure
 
-        return _all(writes).addCallbacks(
-            lambda _: self._after_page(message, bindings, durable, routed), not_paged
-        )
+        return _all(writes).addCallbacks(paged, not_paged)
 
     @staticmethod
     def _after_page(
@@ -644,24 +730,105 @@ class Broker:
         counted = []
         for queue_name, entries in by_queue.items():
             if queue_name in self._queues:
-                self._queues[queue_name].give_back(entries)
-                counted.append(self._count_deliveries(queue_name, entries))
-        await _all(counted)
+                kept = self._queues[queue_name].give_back(entries)
+                counted.append(self._count_deliveries(queue_name, kept))
+        await self._with_moves(_all(counted))
 
     def nack(
         self, queue_name: str, consumer_id: int, delivery_id: int, *, requeue: bool
     ) -> Deferred[None]:
-        """Give a delivery back for redelivery, or drop it (then it is gone for good)."""
-        entry = self.queue(queue_name).nack(consumer_id, delivery_id, requeue)
+        """Give a delivery back for redelivery, or refuse it: to the dead-letter address
+        if its address has one, else it is dropped (gone for good)."""
+        queue = self.queue(queue_name)
+        entry = queue.nack(consumer_id, delivery_id, requeue)
         if requeue:
-            return self._count_deliveries(queue_name, [entry])
+            kept = [] if queue.exhausted(entry) else [entry]
+            return self._with_moves(self._count_deliveries(queue_name, kept))
+        if self._addresses[queue.address].settings.dead_letter_address:
+            return self._dead_letter(queue, [entry])
         return self._forget(queue_name, [entry])
 
-    def close_consumer(self, queue_name: str, consumer_id: int) -> Deferred[None]:
+    # -- dead letters ---------------------------------------------------------------------
+
+    def _exhausted(self, queue: Queue, entries: list[Entry]) -> None:
+        """A queue let go of entries delivered max-delivery-attempts times."""
+        move = self._dead_letter(queue, entries)
+        self._moves.append(move)
+        self._moving.add(move)
+
+        def finished(result: Failure | None) -> Failure | None:
+            self._moving.discard(move)
+            return result
+
+        move.addBoth(finished)
+
+    def _with_moves(self, done: Deferred[None]) -> Deferred[None]:
+        """``done``, and the dead-letter moves the call that made it started."""
+        if not self._moves:
+            return done
+        moves, self._moves = self._moves, []
+        return _all([done, *moves])
+
+    def _dead_letter(self, queue: Queue, entries: list[Entry]) -> Deferred[None]:
+        """Entries ``queue`` let go of (exhausted, or refused without requeue) go to its
+        address's dead-letter address as new messages naming where they came from; the
+        store adds them there and drops them from ``queue`` in one transaction, so a
+        durable one is in one place or the other whatever happens. Without a dead-letter
+        address (or one that cannot take them) they are dropped and counted."""
+        dla = self._addresses[queue.address].settings.dead_letter_address
+        if not dla or dla.startswith("$"):
+            return self._drop_dead(queue, entries, "it has no dead-letter-address")
+        if dla not in self._addresses and not self.may_create_address(dla):
+            return self._drop_dead(
+                queue, entries, f"dead-letter-address {dla!r} does not exist and may not be created"
+            )
+        tx = self.begin()
+        for entry in entries:
+            message = entry.message
+            headers = {
+                key: value for key, value in message.headers.items() if key != BRIDGE_DUPLICATE_ID
+            }
+            headers[ORIGINAL_ADDRESS] = queue.address
+            headers[ORIGINAL_QUEUE] = queue.name
+            copy = Message(
+                0, dla, message.durable, headers, message.body, None, message.timestamp_ns
+            )
+            try:
+                self.publish(copy, tx=tx)
+            except NodeError as refused:
+                Deferred.fromCoroutine(self.rollback(tx)).addErrback(
+                    _log_failure, "rolling back a move to the dead letters"
+                )
+                return self._drop_dead(queue, entries, str(refused))
+        ids = self._stored_ids(queue.name, entries)
+        if ids:
+            tx.writes.append(self.store.acknowledge_many(queue.name, ids, tx=tx.store_tx))
+        moved = Deferred.fromCoroutine(self.commit(tx))
+        moved.addErrback(_log_failure, f"moving messages of queue {queue.name!r} to {dla!r}")
+        return moved
+
+    def _drop_dead(self, queue: Queue, entries: list[Entry], why: str) -> Deferred[None]:
+        """Drop dead letters that have nowhere to go, counted, logged once per queue."""
+        queue.dropped_total += len(entries)
+        if queue.name not in self._dead_dropped:
+            self._dead_dropped.add(queue.name)
+            log.warn(
+                "messages of queue {queue!r} over max-delivery-attempts are dropped: {why}",
+                queue=queue.name,
+                why=why,
+            )
+        return self._forget(queue.name, entries)
+
+    def close_consumer(
+        self, queue_name: str, consumer_id: int, *, dead_letters: bool = True
+    ) -> Deferred[None]:
         """Stop a consumer; its unacknowledged messages return to the queue, and their
-        delivery counts are stored so a restart still knows them as redeliveries."""
-        returned = self.queue(queue_name).remove_consumer(consumer_id)
-        return self._count_deliveries(queue_name, returned)
+        delivery counts are stored so a restart still knows them as redeliveries. Those
+        delivered max-delivery-attempts times go to the dead letters, unless
+        ``dead_letters`` is False (a bridge giving back; the node closing what consumers
+        are left once the heads closed their connections)."""
+        returned = self.queue(queue_name).remove_consumer(consumer_id, dead_letters)
+        return self._with_moves(self._count_deliveries(queue_name, returned))
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
         """Drop acknowledged entries from the store: one operation however many; then
@@ -709,11 +876,12 @@ class Broker:
         """Shut down gracefully: every consumer's unacknowledged messages return to their
         queues with their delivery counts stored, then the store finishes and closes."""
         returns = [
-            self.close_consumer(name, consumer_id)
+            self.close_consumer(name, consumer_id, dead_letters=False)
             for name, queue in self._queues.items()
             for consumer_id in queue.consumer_ids
         ]
         await _all(returns)
+        await _all(list(self._moving))
         await self.store.close()
 
 
@@ -728,6 +896,19 @@ def _forget(detection: Detection | None) -> None:
     its duplicate id free, so that its resend gets through."""
     if detection is not None:
         detection.cache.discard(detection.duplicate_id)
+
+
+def _hold(detection: Detection | None) -> None:
+    """A send's write is pending: a repeat of it waits for the outcome."""
+    if detection is not None:
+        detection.cache.hold(detection.duplicate_id)
+
+
+def _settle(detection: Detection | None, *, committed: bool) -> None:
+    """A send's write committed or failed: tell the repeats waiting on it (a failed one
+    leaves its duplicate id free, so that its resend gets through)."""
+    if detection is not None:
+        detection.cache.settle(detection.duplicate_id, committed)
 
 
 def _log_failure(failure: Failure, what: str) -> None:

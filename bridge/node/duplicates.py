@@ -4,12 +4,19 @@ A message that carries a duplicate-detection id already in its address's cache i
 acknowledged to its sender and dropped, so a resend after a crash or a reconnect is
 delivered once. The cache keeps the newest ``size`` ids; size 0 keeps none. The node
 persists each id through the store and refills the cache from it on start.
+
+An id whose first send is still being written is *held*: a repeat that arrives then must
+not be confirmed at once, because the write may fail and the first send be lost with it.
+The repeat waits (``when_settled``) for the outcome the broker reports (``settle``): a
+duplicate once the first send committed, a new send if it failed.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+
+from twisted.internet.defer import Deferred
 
 
 class DuplicateIdCache:
@@ -20,6 +27,8 @@ class DuplicateIdCache:
             raise ValueError(f"id cache size must not be negative, got {size}")
         self.size = size
         self._ids: OrderedDict[bytes, None] = OrderedDict()
+        self._held: dict[bytes, list[Deferred[bool]] | None] = {}
+        """Ids whose first send's write is pending, with the repeats waiting on it."""
         for duplicate_id in recovered:
             self.add(duplicate_id)
 
@@ -41,3 +50,30 @@ class DuplicateIdCache:
         self._ids.move_to_end(duplicate_id)
         while len(self._ids) > self.size:
             self._ids.popitem(last=False)
+
+    def hold(self, duplicate_id: bytes) -> None:
+        """The id's first send is being written: repeats wait until it is ``settle``d."""
+        if self.size:
+            self._held[duplicate_id] = None
+
+    def when_settled(self, duplicate_id: bytes) -> Deferred[bool] | None:
+        """For a held id, a Deferred of its first send's outcome (True: committed, False:
+        failed, and the id is free again); None when nothing is pending for it."""
+        if duplicate_id not in self._held:
+            return None
+        waiting: Deferred[bool] = Deferred()
+        waiters = self._held[duplicate_id]
+        if waiters is None:
+            self._held[duplicate_id] = [waiting]
+        else:
+            waiters.append(waiting)
+        return waiting
+
+    def settle(self, duplicate_id: bytes, committed: bool) -> None:
+        """The held id's first send committed, or failed (then the id is forgotten, so its
+        repeat is a new send); the repeats waiting on it learn which."""
+        waiters = self._held.pop(duplicate_id, None)
+        if not committed:
+            self.discard(duplicate_id)
+        for waiting in waiters or ():
+            waiting.callback(committed)

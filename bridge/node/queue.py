@@ -17,6 +17,12 @@ wait than half the last read-back, it asks its ``pager`` for the next ``PAGE_IN_
 of paged entries, and nothing is delivered past a paged entry until it is back. The
 bytes of the messages it holds in memory count in its address's ``AddressMemory``.
 
+A queue with ``max_deliveries`` (the address's ``max-delivery-attempts``) does not take
+back a message handed out that many times (given back by a NACK, a closing consumer or a
+rolled-back acknowledgement): it lets go of it and hands it to ``dead_letter``, which
+moves it to the dead-letter address or drops it (a large message stays: its body file is
+not moved).
+
 Durability is not this module's business: the node persists what these calls report
 (acknowledged messages, delivery counts) through the message store.
 """
@@ -76,6 +82,8 @@ Sink = Callable[[Delivery], object]
 Pager = Callable[["Queue", list[Entry]], None]
 """Reads paged entries' messages back, then calls ``Queue.paged_in`` (or
 ``Queue.page_in_failed``)."""
+DeadLetter = Callable[["Queue", list[Entry]], object]
+"""Takes entries delivered ``max_deliveries`` times, which the queue let go of."""
 
 
 def _unlimited() -> AddressMemory:
@@ -112,6 +120,8 @@ class Queue:
     address: str
     memory: AddressMemory = attrs.Factory(_unlimited)
     pager: Pager | None = None
+    max_deliveries: int = UNLIMITED
+    dead_letter: DeadLetter | None = None
     _waiting: deque[Entry] = attrs.Factory(deque)
     _paged: deque[Entry] = attrs.Factory(deque)
     _loading: bool = False
@@ -234,14 +244,19 @@ class Queue:
         self._consumers[consumer_id] = Consumer(consumer_id, sink, window, filter)
         self.dispatch()
 
-    def remove_consumer(self, consumer_id: int) -> list[Entry]:
-        """Stop a consumer; what it had in flight returns to the queue's front, in order.
+    def remove_consumer(self, consumer_id: int, dead_letters: bool = True) -> list[Entry]:
+        """Stop a consumer; what it had in flight returns to the queue's front, in order
+        (but for the exhausted, which go to ``dead_letter``, unless ``dead_letters`` is
+        False: a bridge giving back what its target did not take, not a consumer failing).
 
         Returns the returned entries (the node persists their delivery counts)."""
         consumer = self._consumer(consumer_id)
         del self._consumers[consumer_id]
         returned = list(consumer.in_flight.values())
-        self._return(returned)
+        if dead_letters:
+            returned = self._take_back(returned)
+        else:
+            self._return(returned)
         self.dispatch()
         return returned
 
@@ -321,19 +336,41 @@ class Queue:
                 "in flight"
             ) from None
         if requeue:
-            self._return([entry])
+            self._take_back([entry])
             self.dispatch()
         else:
             self.dropped_total += 1
             self.memory.release(entry.message.size)
         return entry
 
-    def give_back(self, entries: list[Entry]) -> None:
+    def give_back(self, entries: list[Entry]) -> list[Entry]:
         """Entries acknowledged in a transaction that rolled back: they wait again, in their
-        places, for redelivery."""
+        places, for redelivery (but for the exhausted). Returns those waiting again."""
         self.memory.add(sum(entry.message.size for entry in entries))
-        self._return(entries)
+        kept = self._take_back(entries)
         self.dispatch()
+        return kept
+
+    def exhausted(self, entry: Entry) -> bool:
+        """Whether ``entry`` was delivered ``max_deliveries`` times: given back, it goes
+        to the dead letters (not a large message: it stays)."""
+        limit = self.max_deliveries
+        return limit != UNLIMITED and entry.delivery_count >= limit and entry.message.large is None
+
+    def _take_back(self, entries: list[Entry]) -> list[Entry]:
+        """Return given-back entries to their places, but for the exhausted, which leave
+        for ``dead_letter``; returns those returned."""
+        if self.max_deliveries == UNLIMITED:
+            self._return(entries)
+            return entries
+        kept = [entry for entry in entries if not self.exhausted(entry)]
+        if len(kept) < len(entries):
+            gone = [entry for entry in entries if self.exhausted(entry)]
+            self.memory.release(sum(entry.message.size for entry in gone))
+            if self.dead_letter is not None:
+                self.dead_letter(self, gone)
+        self._return(kept)
+        return kept
 
     # -- dispatch -----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import os
 import socket
 import subprocess
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from twisted.python.failure import Failure
 
 from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError, Refused
+from bridge.forward.forwarded import BRIDGE_PATH
 from tests.processes import ROOT
 from tests.system.flow import KIB, MIB, POLL_INTERVAL, status
 from tests.system.nodes import BIN, NodeProcess
@@ -316,13 +317,13 @@ async def connect_retrying(url: Callable[[], str], timeout: float = 60.0) -> Cli
 
 
 class Producers:
-    """``producers`` producers, each sending ``count`` durable messages of ``size`` bytes
-    with headers ``producer`` and ``seq``, at most ``ahead`` unconfirmed at a time, over
-    one client per producer; a producer whose node dies reconnects (to ``url()``) and
-    goes on with its next number (unconfirmed ones are not sent again: they may or may
-    not arrive, and nothing is asserted of them). With ``paced_by`` (how many arrived at
-    the far end), they keep at most ``lead`` messages ahead of it, so that they are still
-    sending while a test injects its faults."""
+    """``producers`` producers (named ``prefix`` and a number), each sending ``count`` durable
+    messages of ``size`` bytes with headers ``producer`` and ``seq``, at most ``ahead``
+    unconfirmed at a time, over one client per producer; a producer whose node dies
+    reconnects (to ``url()``) and goes on with its next number (unconfirmed ones are not
+    sent again: they may or may not arrive, and nothing is asserted of them). With
+    ``paced_by`` (how many arrived at the far end), they keep at most ``lead`` messages
+    ahead of it, so that they are still sending while a test injects its faults."""
 
     def __init__(
         self,
@@ -335,10 +336,11 @@ class Producers:
         ahead: int = 500,
         paced_by: Callable[[], int] | None = None,
         lead: int = 2000,
+        prefix: str = "p",
     ) -> None:
         self.url = url
         self.address = address
-        self.names = [f"p{number}" for number in range(producers)]
+        self.names = [f"{prefix}{number}" for number in range(producers)]
         self.count = count
         self.size = size
         self.ahead = ahead
@@ -466,6 +468,8 @@ class Collector:
         self.window_size = window_size
         self.ids: dict[tuple[str, int], set[int]] = defaultdict(set)
         self.order: dict[str, list[int]] = defaultdict(list)
+        self.paths: Counter[str] = Counter()
+        """How many messages arrived with each ``_TXB_BRIDGE_PATH`` (``""``: none)."""
         self.received = 0
         self.reconnects = 0
         self.first_at: float | None = None
@@ -505,6 +509,7 @@ class Collector:
         if message.id not in self.ids[key]:
             self.order[producer].append(seq)
         self.ids[key].add(message.id)
+        self.paths[str(headers.get(BRIDGE_PATH, ""))] += 1
         self.received += 1
         self.last_at = time.monotonic()
         if self.first_at is None:

@@ -20,9 +20,9 @@ def test_a_turns_frames_leave_in_one_write_sequence():
     assert w.written_frames() == [Frame(APP, b"%d" % i) for i in range(5)]
 
 
-def test_the_connection_registers_itself_as_one_streaming_producer():
+def test_the_connection_registers_its_writer_as_one_streaming_producer():
     w = wired()
-    assert w.transport.producer is w.connection
+    assert w.transport.producer is w.connection.writer
     assert w.transport.streaming
 
 
@@ -30,7 +30,7 @@ def test_unwritable_at_high_water_writable_again_only_at_low_water():
     w = wired(high_water=1000, low_water=300)
     changes: list[bool] = []
     w.connection.add_writability_listener(changes.append)
-    w.connection.pauseProducing()  # Twisted's buffer is full
+    w.connection.writer.pauseProducing()  # Twisted's buffer is full
     for _ in range(9):
         w.connection.send(APP, b"x" * 92)  # 100 bytes with the header
     assert w.connection.is_writable
@@ -40,7 +40,7 @@ def test_unwritable_at_high_water_writable_again_only_at_low_water():
     w.turn()
     assert changes == [False]
 
-    w.connection.resumeProducing()  # Twisted drained: the queue moves on in one pass
+    w.connection.writer.resumeProducing()  # Twisted drained: the queue moves on in one pass
     assert w.connection.is_writable
     assert changes == [False, True]
     assert len(w.written_frames()) == 10
@@ -50,11 +50,11 @@ def test_bytes_handed_to_a_paused_transport_count_until_it_drains():
     w = wired(high_water=1000, low_water=300)
     w.connection.send(APP, b"x" * 592)
     w.turn()
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     assert w.connection.pending_bytes == 600
     w.connection.send(APP, b"x" * 392)
     assert not w.connection.is_writable
-    w.connection.resumeProducing()
+    w.connection.writer.resumeProducing()
     assert w.connection.pending_bytes == 0
     assert w.connection.is_writable
 
@@ -70,12 +70,12 @@ def test_listeners_fire_once_per_change_in_order_and_survive_each_other():
     w.connection.add_writability_listener(lambda v: calls.append(("first", v)))
     w.connection.add_writability_listener(broken)
     w.connection.add_writability_listener(lambda v: calls.append(("last", v)))
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"x" * 200)
     w.connection.send(APP, b"x" * 200)
     w.turn()
     w.turn()
-    w.connection.resumeProducing()
+    w.connection.writer.resumeProducing()
     w.turn()
     assert calls == [
         ("first", False),
@@ -92,7 +92,7 @@ def test_a_removed_listener_is_not_called():
     calls: list[bool] = []
     w.connection.add_writability_listener(calls.append)
     w.connection.remove_writability_listener(calls.append)
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"x" * 200)
     w.turn()
     assert calls == []
@@ -101,21 +101,21 @@ def test_a_removed_listener_is_not_called():
 def test_when_writable_fires_at_once_or_on_the_change():
     w = wired(high_water=100, low_water=10)
     assert w.connection.when_writable().called
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"x" * 200)
     waiting = w.connection.when_writable()
     cancelled = w.connection.when_writable()
     cancelled.cancel()
     cancelled.addErrback(lambda f: f.trap(CancelledError))
     assert not waiting.called
-    w.connection.resumeProducing()
+    w.connection.writer.resumeProducing()
     w.turn()
     assert waiting.called
 
 
 def test_when_writable_fails_when_the_connection_is_lost():
     w = wired(high_water=100, low_water=10)
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"x" * 200)
     waiting = w.connection.when_writable()
     w.connection.connectionLost()
@@ -147,11 +147,11 @@ def test_each_pass_hands_over_at_most_its_budget_and_the_rest_follows():
 
 def test_nothing_is_handed_to_a_paused_transport():
     w = wired()
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"held")
     w.turn()
     assert w.transport.value() == b""
-    w.connection.resumeProducing()
+    w.connection.writer.resumeProducing()
     assert w.written_frames() == [Frame(APP, b"held")]
 
 
@@ -166,7 +166,7 @@ def test_oversize_frames_and_sends_after_close_are_refused():
 
 def test_close_sends_what_is_queued_unregisters_and_disconnects():
     w = wired()
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"last words")
     w.connection.close()
     assert w.transport.producer is None
@@ -199,12 +199,12 @@ def test_when_writable_fails_while_closing():
 
 def test_a_waiter_cancelled_while_waiters_are_being_fired_is_harmless():
     w = wired(high_water=100, low_water=10)
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"x" * 200)
     first = w.connection.when_writable()
     second = w.connection.when_writable()
     second.addErrback(lambda failure: None)
     first.addCallback(lambda _: second.cancel())
-    w.connection.resumeProducing()
+    w.connection.writer.resumeProducing()
     w.turn()
     assert first.called and second.called

@@ -21,10 +21,10 @@ def test_a_ping_goes_out_every_interval():
 
 def test_no_ping_joins_bytes_already_waiting_to_leave():
     w = wired(heartbeat_interval=10, ttl=30)
-    w.connection.pauseProducing()
+    w.connection.writer.pauseProducing()
     w.connection.send(APP, b"waiting")
     w.clock.advance(10)
-    w.connection.resumeProducing()
+    w.connection.writer.resumeProducing()
     assert w.written_frames() == [Frame(APP, b"waiting")]
 
 

@@ -1,35 +1,26 @@
 """The STOMP head's Twisted glue: bytes to the parser, events to the session, frames out.
 
 STOMP has its own framing, so a connection here is a plain Twisted ``Protocol`` rather than
-the transport's framed connection, with the same discipline: it registers itself as the
-one push producer on its transport and judges writability with the transport's
-:class:`~transport.outbound.OutboundQueue` water marks, so deliveries stop while the
-client does not read; a reactor turn's frames leave in one ``writeSequence``; reading
+the transport's framed connection, with the same discipline and the same writer: the
+transport's :class:`~transport.wire.OutboundWriter` is the one push producer on its
+transport and judges writability with the :class:`~transport.outbound.OutboundQueue` water
+marks, so deliveries stop while the client does not read; a reactor turn's frames leave in
+one ``writeSequence``; reading
 pauses for as long as anything asks it to (a session step waiting on the node, too many
-persistent sends waiting for the store, and the node's BLOCK policy once it has one:
-``pause_reading("address-full")``), and the silence of a peer that is not read does not
-count against its TTL.
+persistent sends waiting for the store, a SEND waiting for room on an address full under
+BLOCK: ``pause_reading("address-full")``), and the silence of a peer that is not read does
+not count against its TTL.
 """
 
 from __future__ import annotations
 
 import typing
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 from cryptography import x509
-from OpenSSL import SSL
-from twisted.internet.abstract import FileDescriptor
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import (
-    IAddress,
-    IDelayedCall,
-    IListeningPort,
-    IPushProducer,
-    IReactorTime,
-    ISystemHandle,
-)
+from twisted.internet.interfaces import IAddress, IDelayedCall, IListeningPort, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
@@ -39,7 +30,7 @@ from zope.interface import implementer
 
 from bridge.heads.stomp.frames import NEED_DATA, Frame, FrameError, FrameParser, Version, serialize
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.heads.stomp.session import StompSession, StompSettings
+from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
 from bridge.node.broker import Broker
 from security import SecurityStore
 from security.subject import SecurityAuth, Subject
@@ -47,6 +38,7 @@ from transport.endpoints import server_endpoint
 from transport.outbound import OutboundQueue
 from transport.tls import TLSConfig
 from transport.urls import URL
+from transport.wire import OutboundWriter, Wire, peer_certificates, peer_name, tune_socket_io
 
 log = Logger()
 
@@ -56,19 +48,6 @@ CLOSE_TIMEOUT = 10.0
 that does not read must not keep it (and the node's shutdown) waiting."""
 IO_SIZE = 256 * 1024
 """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
-
-
-class _Wire(typing.Protocol):
-    """What this connection uses of a Twisted TCP or TLS transport."""
-
-    def writeSequence(self, data: Iterable[bytes]) -> None: ...
-    def loseConnection(self) -> None: ...
-    def abortConnection(self) -> None: ...
-    def registerProducer(self, producer: IPushProducer, streaming: bool) -> None: ...
-    def unregisterProducer(self) -> None: ...
-    def pauseProducing(self) -> None: ...
-    def resumeProducing(self) -> None: ...
-    def getPeer(self) -> IAddress: ...
 
 
 class StompHead:
@@ -91,6 +70,12 @@ class StompHead:
     @property
     def connections(self) -> int:
         return len(self._live)
+
+    @property
+    def producers_blocked(self) -> int:
+        """Connections not read while a SEND waits for room on an address full under
+        BLOCK (the core head's withheld producer credits, for STOMP)."""
+        return sum(1 for protocol in self._live if protocol.blocked)
 
     def listen(
         self,
@@ -148,7 +133,7 @@ class StompFactory(Factory):
         return StompProtocol(self.head, self.settings)
 
 
-@implementer(IPushProducer, IStompTransport)
+@implementer(IStompTransport)
 class StompProtocol(Protocol):
     """One STOMP connection."""
 
@@ -158,15 +143,14 @@ class StompProtocol(Protocol):
         self._clock: IReactorTime = head.reactor
         self._parser = FrameParser(settings.limits)
         self._out = OutboundQueue(settings.high_water, settings.low_water)
+        self.writer = OutboundWriter(self._out, self._clock, settings.high_water, self._announce)
+        """The transport's producer: Twisted's pause and resume go to it."""
         self._session: StompSession | None = None
-        self._wire: _Wire | None = None
-        self._registered = False
+        self._wire: Wire | None = None
         self._paused: Counter[str] = Counter()
         self._pumping = False
         self._closing = False
-        self._flushing = False
         self._announced_writable = True
-        self._turn_call: IDelayedCall | None = None
         self._abort_call: IDelayedCall | None = None
         self._send_timer: LoopingCall | None = None
         self._silence_timer: LoopingCall | None = None
@@ -190,9 +174,7 @@ class StompProtocol(Protocol):
         self._push(parts)
 
     def _push(self, parts: list[bytes]) -> None:
-        self._out.push(parts, sum(map(len, parts)))
-        if self._turn_call is None:
-            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+        self.writer.push(parts, sum(map(len, parts)))
         if self._announced_writable and not self._out.writable:
             # At once, not at the end of the turn: a queue draining into this
             # connection stops here, with at most one message over the mark.
@@ -205,13 +187,7 @@ class StompProtocol(Protocol):
         self._stop_timers()
         if self._paused:
             self._wire.resumeProducing()  # closing needs the peer's end: listen again
-        if self._turn_call is not None:
-            self._turn_call.cancel()
-            self._turn_call = None
-        self._unregister()
-        parts = self._out.take_all()
-        if parts:
-            self._wire.writeSequence(parts)
+        self.writer.finish()
         self._wire.loseConnection()
         self._abort_call = self._clock.callLater(CLOSE_TIMEOUT, self._wire.abortConnection)
 
@@ -244,20 +220,14 @@ class StompProtocol(Protocol):
         self._start_silence_timer()
 
     def peer_certificates(self) -> list[x509.Certificate]:
-        handle: object = (
-            ISystemHandle(self.transport).getHandle()
-            if ISystemHandle.providedBy(self.transport)
-            else None
-        )
-        if not isinstance(handle, SSL.Connection):
-            return []
-        verified = handle.get_verified_chain(as_cryptography=True)
-        if verified:
-            return list(verified)
-        leaf = handle.get_peer_certificate(as_cryptography=True)
-        return [leaf] if leaf is not None else []
+        return peer_certificates(self.transport)
 
     # -- the node's view ------------------------------------------------------------------
+
+    @property
+    def blocked(self) -> bool:
+        """Whether reading waits for room on an address full under BLOCK."""
+        return ADDRESS_FULL in self._paused
 
     def shut_down(self, reason: str) -> None:
         """The node is stopping: an ERROR saying so, then close."""
@@ -265,28 +235,6 @@ class StompProtocol(Protocol):
             self._session.close(reason)
 
     # -- writing --------------------------------------------------------------------------
-
-    def _end_of_turn(self) -> None:
-        self._turn_call = None
-        self._flush()
-        self._announce()
-
-    def _flush(self) -> None:
-        out = self._out
-        if out.transport_paused or not out.queued or self._wire is None:
-            return
-        out.transport_producing()
-        budget = self.settings.high_water
-        self._flushing = True
-        try:
-            while out.queued and not out.transport_paused and budget > 0:
-                parts = out.take(budget)
-                budget -= sum(map(len, parts))
-                self._wire.writeSequence(parts)
-        finally:
-            self._flushing = False
-        if out.queued and not out.transport_paused and self._turn_call is None:
-            self._turn_call = self._clock.callLater(0, self._end_of_turn)
 
     def _announce(self) -> None:
         changes = self._out.changes_to_announce()
@@ -296,19 +244,6 @@ class StompProtocol(Protocol):
         if writable is not self._announced_writable:
             self._announced_writable = writable
             self._session.writability_changed(writable)
-
-    def pauseProducing(self) -> None:
-        self._out.transport_paused_by_peer()
-        if not self._flushing and self._turn_call is None and not self._closing:
-            self._turn_call = self._clock.callLater(0, self._end_of_turn)
-
-    def resumeProducing(self) -> None:
-        self._out.transport_resumed()
-        self._flush()
-        self._announce()
-
-    def stopProducing(self) -> None:
-        """The transport is going away; connectionLost does the clean-up."""
 
     # -- reading --------------------------------------------------------------------------
 
@@ -379,7 +314,8 @@ class StompProtocol(Protocol):
         )
         self._closing = True
         self._stop_timers()
-        self._unregister()
+        self.writer.cancel()
+        self.writer.detach()
         self._wire.abortConnection()
 
     def _stop_timers(self) -> None:
@@ -391,17 +327,11 @@ class StompProtocol(Protocol):
     # -- life cycle -----------------------------------------------------------------------
 
     def connectionMade(self) -> None:
-        wire = self._wire = typing.cast(_Wire, self.transport)
-        peer = wire.getPeer()
-        host, port = getattr(peer, "host", None), getattr(peer, "port", None)
-        if host is None:
-            self.peer = str(peer)
-        else:
-            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        wire = self._wire = typing.cast(Wire, self.transport)
+        self.peer = peer_name(wire.getPeer())
         self._last_received = self._clock.seconds()
-        self._tune_socket_io()
-        wire.registerProducer(self, True)
-        self._registered = True
+        tune_socket_io(self.transport, IO_SIZE)
+        self.writer.attach(wire)
         self._session = StompSession(
             self._head.broker,
             self._head.security,
@@ -413,28 +343,13 @@ class StompProtocol(Protocol):
         self._start_silence_timer()
         self._head.opened(self)
 
-    def _tune_socket_io(self) -> None:
-        """Read and send IO_SIZE bytes per socket call on the TCP transport beneath
-        (under TLS, the wrapped one), as the core transport does."""
-        inner: object = self.transport
-        while inner is not None and not isinstance(inner, FileDescriptor):
-            inner = getattr(inner, "transport", None)
-        if isinstance(inner, FileDescriptor):
-            inner.bufferSize = IO_SIZE
-            inner.SEND_LIMIT = max(IO_SIZE, FileDescriptor.SEND_LIMIT)
-
-    def _unregister(self) -> None:
-        if self._registered and self._wire is not None:
-            self._registered = False
-            self._wire.unregisterProducer()
-
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
         self._stop_timers()
-        for call in (self._turn_call, self._abort_call):
-            if call is not None and call.active():
-                call.cancel()
-        self._turn_call = self._abort_call = None
+        self.writer.cancel()
+        if self._abort_call is not None and self._abort_call.active():
+            self._abort_call.cancel()
+        self._abort_call = None
         assert self._session is not None
         cleanup = self._session.connection_lost()
         self._head.closed(self, cleanup)

@@ -30,7 +30,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import Routing
+from bridge.config.node import AddressFullPolicy, Routing
 from bridge.heads.core.session import DUPLICATE_ID_HEADER
 from bridge.heads.stomp.destinations import (
     Destination,
@@ -51,6 +51,7 @@ from bridge.heads.stomp.frames import (
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import HeaderValue, Message
 from bridge.node.broker import AddressNotFound, Broker, NodeError, Transaction
+from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, QueueError
 from bridge.node.selector import SelectorError, compile_selector
 from security import SecurityStore
@@ -79,6 +80,8 @@ BUSY = "session"
 """The reason the session gives when it pauses reading while a step waits on the node."""
 STORE = "store"
 """The reason it gives while too many persistent sends wait for the store."""
+ADDRESS_FULL = "address-full"
+"""The reason it gives while a SEND waits for room on an address full under BLOCK."""
 
 
 class StompError(Exception):
@@ -202,6 +205,9 @@ class StompSession:
         self._store_paused = False
         self._auto_ack_call: IDelayedCall | None = None
         self._auto_acks: list[_Subscription] = []
+        self._room: tuple[AddressMemory, Callable[[], None]] | None = None
+        """The full BLOCK address a held SEND waits on, and its ``when_room`` callback."""
+        self._room_call: IDelayedCall | None = None
         self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
             Command.SEND: self._send,
             Command.SUBSCRIBE: self._subscribe,
@@ -262,6 +268,13 @@ class StompSession:
         self._flush_auto_acks()
         if self._auto_ack_call is not None and self._auto_ack_call.active():
             self._auto_ack_call.cancel()
+        if self._room is not None:
+            memory, waiter = self._room
+            memory.cancel_wait(waiter)
+            self._room = None
+        if self._room_call is not None and self._room_call.active():
+            self._room_call.cancel()
+        self._room_call = None
         subscriptions = list(self._subscriptions.values())
         self._subscriptions.clear()
         self._by_key.clear()
@@ -501,9 +514,6 @@ class StompSession:
         tx = self._transaction(headers.get("transaction"))
         receipt = headers.get("receipt")
         address, creating = self._send_address(destination)
-        if address is None:
-            self._after(None, receipt)
-            return
         message_headers: dict[str, HeaderValue] = {
             key: value for key, value in headers.items() if key not in _SEND_FRAME_HEADERS
         }
@@ -521,9 +531,8 @@ class StompSession:
         else:
             self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
 
-    def _send_address(self, destination: Destination) -> tuple[str | None, Deferred[Any] | None]:
-        """Where a SEND goes: the address (None: nowhere, a topic nobody subscribed to),
-        and the creation to wait for first, if any."""
+    def _send_address(self, destination: Destination) -> tuple[str, Deferred[Any] | None]:
+        """Where a SEND goes: the address, and the creation to wait for first, if any."""
         name = destination.name
         if destination.kind is Kind.AMQ_QUEUE:
             address = self._existing_queue(destination)
@@ -538,9 +547,9 @@ class StompSession:
         self._check(name, Permission.SEND)
         if routing is Routing.ANYCAST:
             return name, self._create_anycast(name)
-        if self._broker.config.routing_for(name) is Routing.MULTICAST:
-            return name, None  # the broker creates it on the first message
-        return None, None  # nobody subscribed: a multicast address would drop it
+        # A topic nobody subscribed to yet: its multicast address, which drops the message.
+        self._broker.create_address(name, Routing.MULTICAST)
+        return name, None
 
     def _create_anycast(self, name: str) -> Deferred[Any] | None:
         """Create the anycast address ``name`` and its queue: at once where anycast is the
@@ -554,6 +563,10 @@ class StompSession:
         )
 
     def _publish(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
+        memory = self._full_under_block(message.address)
+        if memory is not None:
+            self._hold(memory, message, tx, receipt)
+            return
         try:
             routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
         except AddressNotFound as missing:
@@ -562,6 +575,46 @@ class StompSession:
             self._after(routed, receipt, len(message.body))
         elif receipt is not None:
             self._after(None, receipt)
+
+    def _full_under_block(self, name: str) -> AddressMemory | None:
+        """The memory of address ``name`` if it is full under the BLOCK policy."""
+        address = self._broker.addresses.get(name)
+        if address is None:
+            return None
+        memory = address.memory
+        if memory.policy is AddressFullPolicy.BLOCK and memory.full:
+            return memory
+        return None
+
+    def _hold(
+        self,
+        memory: AddressMemory,
+        message: Message,
+        tx: _Transaction | None,
+        receipt: str | None,
+    ) -> None:
+        """BLOCK: keep the SEND and stop reading this connection until the address has
+        room, then publish it and read on. Only this connection waits, holding one
+        message; its frames keep their order because nothing more is read meanwhile."""
+        self._transport.pause_reading(ADDRESS_FULL)
+
+        def room() -> None:
+            self._room = None
+            # Next turn: the wake comes from inside another connection's acknowledgement.
+            self._room_call = self._clock.callLater(0, go_on)
+
+        def go_on() -> None:
+            self._room_call = None
+            if self.state is State.CLOSED:
+                return
+            try:
+                self._publish(message, tx, receipt)
+            except StompError as error:
+                self._fail(error.message, error.detail, receipt)
+            self._transport.resume_reading(ADDRESS_FULL)
+
+        self._room = (memory, room)
+        memory.when_room(room)
 
     # -- subscribing ----------------------------------------------------------------------
 
@@ -917,7 +970,6 @@ class StompSession:
         if self._by_key.get(subscription.key) is not subscription:
             return  # unsubscribed since: its messages went back already
         deliveries = [d for d in deliveries if d in subscription.unacked]
-        self._settled(subscription, deliveries)
         for delivery_id in deliveries:
             try:
                 done = self._broker.nack(
@@ -926,6 +978,8 @@ class StompSession:
             except QueueError:
                 continue
             done.addErrback(_log_settle_failure)
+        # Settled once back in the queue: a prefetch slot it frees takes it again first.
+        self._settled(subscription, deliveries)
 
     # -- transactions ---------------------------------------------------------------------
 

@@ -47,7 +47,9 @@ from tests.heads.conftest import CONFIG, SECURITY
 from tests.security.helpers import write_users
 from transport.tls import TLSConfig
 
-TIMEOUT = 10.0
+TIMEOUT = 30.0
+"""The longest a test waits for an event: generous, so a loaded machine is not a failure
+(a 16 MiB body took over 10 s at a load average of 14)."""
 
 
 class RawClient(Protocol):
@@ -279,6 +281,8 @@ class StompNode:
     security_table: dict[str, Any] | None = None
     settings: StompSettings = attrs.Factory(lambda: StompSettings(ttl=None, heart_beat=None))
     tls: TLSConfig | None = None
+    extra: dict[str, Any] = attrs.Factory(dict)
+    """Configuration keys replacing CONFIG's."""
     broker: Broker | None = None
     head: StompHead | None = None
     core: CoreHead | None = None
@@ -288,7 +292,7 @@ class StompNode:
     stomp_clients: list[StompPy] = attrs.Factory(list)
 
     async def start(self) -> StompNode:
-        document = dict(CONFIG)
+        document = CONFIG | self.extra
         if self.security_table is not None:
             document["security"] = self.security_table
         config = parse_node_config(document, self.path / "node.toml")

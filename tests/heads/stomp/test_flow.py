@@ -105,3 +105,78 @@ async def test_silent_peers_are_dropped_by_the_ttl_and_heart_beats(make_node):
     await deferLater(reactor, 0.5, lambda: None)
     sends_none.send("SEND", {"destination": "/queue/q", "receipt": "alive"})
     await sends_none.receipt("alive")  # a client without heart-beats is not timed out
+
+
+async def _eventually(test, timeout=5.0):
+    """Wait (bounded) for a condition of the node no client frame announces."""
+    waited = 0.0
+    while not test():
+        assert waited < timeout, "not within the time allowed"
+        await deferLater(reactor, 0.01, lambda: None)
+        waited += 0.01
+
+
+BLOCKED = {
+    "address-setting": [
+        {"match": "blocked", "max-size-bytes": "16KiB", "address-full-policy": "BLOCK"},
+    ]
+}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_producer_over_a_full_block_address_is_not_read_until_there_is_room(make_node):
+    node = await make_node(extra=BLOCKED)
+    body = b"b" * 4096
+    producer = await _connected(node)
+    [connection] = node.head._live
+    for n in range(12):  # 48 KiB for a 16 KiB address
+        producer.send(
+            "SEND", {"destination": "/queue/blocked", "receipt": str(n), "seq": str(n)}, body
+        )
+    await producer.receipt("3")  # 16 KiB: full
+    await _eventually(lambda: connection.blocked)
+    memory = node.broker.addresses["blocked"].memory
+    assert node.head.producers_blocked == 1
+    assert memory.size <= memory.max_size + len(body)
+    assert len(producer.of("RECEIPT")) == 4
+    other = await _connected(node)  # another connection is read as ever
+    other.send("SEND", {"destination": "/queue/elsewhere", "receipt": "free"}, body)
+    await other.receipt("free")
+    consumer = await _connected(node)
+    consumer.send(
+        "SUBSCRIBE", {"id": "c", "destination": "/queue/blocked", "ack": "client-individual"}
+    )
+    seen = 0
+    while seen < 12:
+        await consumer.next("MESSAGE", seen + 1)
+        assert memory.size <= memory.max_size + len(body)
+        consumer.send("ACK", {"id": consumer.of("MESSAGE")[seen].header("ack")})
+        seen += 1
+    await producer.receipt("11")
+    assert [f.header("seq") for f in consumer.of("MESSAGE")] == [str(n) for n in range(12)]
+    assert [f.header("receipt-id") for f in producer.of("RECEIPT")] == [str(n) for n in range(12)]
+    assert not connection.blocked and node.head.producers_blocked == 0
+    assert node.broker.addresses["blocked"].memory.waiters == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_blocked_producer_that_went_away_is_cleaned_up_once_there_is_room(make_node):
+    """The node does not read a blocked connection, so it learns that the peer left only
+    once the address has room: what the peer sent before leaving is taken then."""
+    node = await make_node(extra=BLOCKED)
+    producer = await _connected(node)
+    [connection] = node.head._live
+    for n in range(6):
+        headers = {"destination": "/queue/blocked", "seq": str(n), "receipt": str(n)}
+        producer.send("SEND", headers, b"b" * 4096)
+    await producer.receipt("3")
+    await _eventually(lambda: connection.blocked)
+    memory = node.broker.addresses["blocked"].memory
+    assert len(memory.waiters) == 1
+    await producer.close()
+    consumer = await _connected(node)
+    consumer.send("SUBSCRIBE", {"id": "c", "destination": "/queue/blocked", "ack": "auto"})
+    await consumer.next("MESSAGE", 6)
+    await connection.finished
+    assert memory.waiters == [] and node.head.producers_blocked == 0
+    assert [f.header("seq") for f in consumer.of("MESSAGE")] == [str(n) for n in range(6)]

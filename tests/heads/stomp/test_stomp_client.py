@@ -8,6 +8,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
+from bridge.config.node import Routing
 from bridge.heads.stomp import StompSettings
 from bridge.heads.stomp.frames import Limits
 
@@ -174,3 +175,16 @@ async def test_heart_beats_flow_both_ways(make_node):
     await deferLater(reactor, 0.8, lambda: None)  # beyond the TTL: stomp.py's beats keep it
     await client.confirmed_send("/queue/hb", b"alive")
     assert client.listener.heartbeat_timeouts == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_to_a_topic_nobody_subscribed_creates_its_multicast_address(stomp_node):
+    assert stomp_node.broker.config.routing_for("prices") is Routing.ANYCAST
+    producer = await stomp_node.client()
+    await producer.confirmed_send("/topic/prices", b"unheard")
+    address = stomp_node.broker.addresses["prices"]
+    assert address.routing is Routing.MULTICAST and address.bindings == ()
+    await producer.send("/queue/prices", b"wrong kind")
+    await producer.listener.until(lambda: bool(producer.listener.errors))
+    [error] = producer.listener.errors
+    assert error.headers["message"] == "wrong destination type"

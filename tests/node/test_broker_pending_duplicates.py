@@ -1,0 +1,145 @@
+"""A repeat that arrives while its first send's store write is pending waits for that
+write: it is a duplicate once the first send commits, and the send that counts if the
+first one's write fails (confirming it at once would lose it then)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+
+from bridge.config.node import parse_node_config
+from bridge.message import Message
+from bridge.node.broker import Broker, Routed
+from bridge.node.duplicates import DuplicateIdCache
+from bridge.store.errors import StoreError
+from bridge.store.sqlite import SQLiteMessageStore
+
+ID = b"bridge-a:7"
+
+
+class GatedStore:
+    """The real SQLite store, but a send's writes (the message and its duplicate id) wait
+    until the test commits or fails them. A double because a real store cannot be made to
+    fail one write on cue."""
+
+    def __init__(self, store: SQLiteMessageStore) -> None:
+        self._store = store
+        self._gates: list[Deferred[None]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def add(self, message: Message, queues: Sequence[str], tx: Any = None) -> Deferred[None]:
+        return self._gate(lambda: self._store.add(message, queues, tx=tx))
+
+    def store_duplicate_id(
+        self, address: str, duplicate_id: bytes, keep: int, tx: Any = None
+    ) -> Deferred[None]:
+        return self._gate(lambda: self._store.store_duplicate_id(address, duplicate_id, keep, tx))
+
+    def _gate(self, write: Any) -> Deferred[None]:
+        gate: Deferred[None] = Deferred()
+        gate.addCallback(lambda _: write())
+        self._gates.append(gate)
+        return gate
+
+    @property
+    def pending(self) -> int:
+        return len(self._gates)
+
+    def commit(self) -> None:
+        gates, self._gates = self._gates, []
+        for gate in gates:
+            gate.callback(None)
+
+    def fail(self) -> None:
+        gates, self._gates = self._gates, []
+        for gate in gates:
+            gate.errback(StoreError("disk full"))
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[Broker, GatedStore]]:
+    document = {
+        "node": {"name": "a", "data-dir": "data"},
+        "address": [{"name": "orders", "routing": "anycast"}],
+    }
+    config = parse_node_config(document, tmp_path / "node.toml")
+    store = GatedStore(SQLiteMessageStore(config.data_dir, reactor))
+    broker = Broker(config, store)  # type: ignore[arg-type]
+    pytest_twisted.blockon(Deferred.fromCoroutine(broker.open()))
+    yield broker, store
+    store.commit()
+    pytest_twisted.blockon(Deferred.fromCoroutine(broker.close()))
+
+
+def send(broker: Broker, body: bytes) -> Deferred[Routed]:
+    routed = broker.publish(Message(0, "orders", True, {}, body, ID))
+    assert isinstance(routed, Deferred), "a durable send waits for its write"
+    return routed
+
+
+def settled(routed: Deferred[Routed]) -> bool:
+    """Whether the send has its outcome (not only a Deferred it waits on)."""
+    seen: list[object] = []
+    routed.addBoth(lambda result: (seen.append(result), result)[1])
+    return bool(seen)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_repeat_waits_for_the_first_write_and_is_a_duplicate_once_it_commits(
+    gated: tuple[Broker, GatedStore],
+) -> None:
+    broker, store = gated
+    first = send(broker, b"first")
+    repeat = send(broker, b"repeat")
+    assert not settled(repeat), "confirmed before the first send is durable"
+    store.commit()
+    assert await first == Routed(("orders",))
+    assert await repeat == Routed((), duplicate=True)
+    assert broker.queue("orders").depth == 1
+    assert store.pending == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_repeat_is_the_send_that_counts_when_the_first_write_fails(
+    gated: tuple[Broker, GatedStore],
+) -> None:
+    broker, store = gated
+    first = send(broker, b"first")
+    repeat = send(broker, b"repeat")
+    assert not settled(repeat)
+    store.fail()
+    with pytest.raises(StoreError):
+        await first
+    assert not settled(repeat), "the repeat is written now, as a new send"
+    assert store.pending == 2  # the repeat's message and its duplicate id
+    store.commit()
+    assert await repeat == Routed(("orders",))
+    queue = broker.queue("orders")
+    assert queue.depth == 1
+    third = broker.publish(Message(0, "orders", True, {}, b"third", ID))
+    assert third == Routed((), duplicate=True)  # settled: dropped at once
+    assert queue.depth == 1
+
+
+def test_the_cache_tells_each_waiting_repeat_the_outcome() -> None:
+    cache = DuplicateIdCache(10)
+    assert cache.when_settled(ID) is None  # nothing pending: a plain duplicate
+    cache.add(ID)
+    cache.hold(ID)
+    waiting = [cache.when_settled(ID), cache.when_settled(ID)]
+    cache.settle(ID, committed=False)
+    assert [w.result for w in waiting if w is not None] == [False, False]
+    assert ID not in cache and cache.when_settled(ID) is None
+    cache.add(ID)
+    cache.hold(ID)
+    committed = cache.when_settled(ID)
+    cache.settle(ID, committed=True)
+    assert committed is not None and committed.result is True and ID in cache

@@ -1,0 +1,171 @@
+"""A connection's Twisted transport, as the framed connection and the STOMP head both use
+it: the outbound writer, the socket's I/O size, the peer's name and its certificates.
+
+The writer is the ONE streaming producer registered on the transport (as twisted.web's
+HTTP/2 connection does). Its connection queues bytes in an :class:`OutboundQueue`; at the
+end of the reactor turn the writer hands them over in ``writeSequence`` calls, up to a
+budget per pass, while Twisted produces. Twisted's pause and resume move the queue's water
+marks, and after each pass or resume the connection's ``announce`` tells its writers what
+changed: the connection decides who hears it.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Iterable, Sequence
+
+from cryptography import x509
+from OpenSSL import SSL
+from twisted.internet.abstract import FileDescriptor
+from twisted.internet.interfaces import (
+    IAddress,
+    IDelayedCall,
+    IPushProducer,
+    IReactorTime,
+    ISystemHandle,
+)
+from zope.interface import implementer
+
+from transport.outbound import OutboundQueue
+
+
+class Wire(typing.Protocol):
+    """What a connection uses of a Twisted TCP or TLS transport."""
+
+    def writeSequence(self, data: Iterable[bytes]) -> None: ...
+    def loseConnection(self) -> None: ...
+    def abortConnection(self) -> None: ...
+    def registerProducer(self, producer: IPushProducer, streaming: bool) -> None: ...
+    def unregisterProducer(self) -> None: ...
+    def pauseProducing(self) -> None: ...
+    def resumeProducing(self) -> None: ...
+    def getPeer(self) -> IAddress: ...
+
+
+@implementer(IPushProducer)
+class OutboundWriter:
+    """Hands a connection's queued bytes to its transport, a reactor turn's worth at once."""
+
+    def __init__(
+        self,
+        queue: OutboundQueue,
+        clock: IReactorTime,
+        budget: int,
+        announce: Callable[[], None],
+    ) -> None:
+        self.queue = queue
+        self.wire: Wire | None = None
+        self._clock = clock
+        self._budget = budget
+        self._announce = announce
+        self._turn_call: IDelayedCall | None = None
+        self._flushing = False
+        self._registered = False
+        self._finished = False
+
+    def attach(self, wire: Wire) -> None:
+        """Become ``wire``'s one streaming producer."""
+        self.wire = wire
+        wire.registerProducer(self, True)
+        self._registered = True
+
+    def detach(self) -> None:
+        """Stop being the transport's producer (once: a closing connection may expire)."""
+        if self._registered and self.wire is not None:
+            self._registered = False
+            self.wire.unregisterProducer()
+
+    def push(self, parts: Sequence[bytes], size: int) -> None:
+        """Queue the parts of one frame; they leave at the end of this turn at the latest."""
+        self.queue.push(parts, size)
+        if self._turn_call is None:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    def finish(self) -> None:
+        """The connection closes: no more turns, everything queued goes to the transport
+        now, and the writer stops producing."""
+        self.cancel()
+        self.detach()
+        parts = self.queue.take_all()
+        if parts and self.wire is not None:
+            self.wire.writeSequence(parts)
+
+    def cancel(self) -> None:
+        """Nothing more leaves (the connection is gone or going)."""
+        self._finished = True
+        if self._turn_call is not None:
+            if self._turn_call.active():
+                self._turn_call.cancel()
+            self._turn_call = None
+
+    def _end_of_turn(self) -> None:
+        self._turn_call = None
+        self.flush()
+        self._announce()
+
+    def flush(self) -> None:
+        """Hand queued bytes to the transport while it produces, up to one pass's budget."""
+        out = self.queue
+        if out.transport_paused or not out.queued or self.wire is None:
+            return
+        out.transport_producing()
+        budget = self._budget
+        self._flushing = True
+        try:
+            while out.queued and not out.transport_paused and budget > 0:
+                parts = out.take(budget)
+                budget -= sum(map(len, parts))
+                self.wire.writeSequence(parts)
+        finally:
+            self._flushing = False
+        if out.queued and not out.transport_paused and self._turn_call is None:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    # -- IPushProducer: Twisted's signals about its own buffer -------------------------
+
+    def pauseProducing(self) -> None:
+        self.queue.transport_paused_by_peer()
+        if not self._flushing and self._turn_call is None and not self._finished:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
+    def resumeProducing(self) -> None:
+        self.queue.transport_resumed()
+        self.flush()
+        self._announce()
+
+    def stopProducing(self) -> None:
+        """The transport is going away; the connection's ``connectionLost`` cleans up."""
+
+
+def peer_name(address: IAddress) -> str:
+    """``host:port`` (``[host]:port`` for IPv6), or the address as text."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if host is None:
+        return str(address)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def tune_socket_io(transport: object, size: int) -> None:
+    """Read and send ``size`` bytes per socket call on the TCP transport beneath (under
+    TLS, the wrapped one): Twisted's 64 KiB reads and 128 KiB sends cost a reactor turn
+    each, which dominates the cost of moving large frames."""
+    inner = transport
+    while inner is not None and not isinstance(inner, FileDescriptor):
+        inner = getattr(inner, "transport", None)
+    if isinstance(inner, FileDescriptor):
+        inner.bufferSize = size
+        inner.SEND_LIMIT = max(size, FileDescriptor.SEND_LIMIT)
+
+
+def peer_certificates(transport: object) -> list[x509.Certificate]:
+    """The peer's verified TLS certificate chain, leaf first; empty without TLS."""
+    handle: object = (
+        ISystemHandle(transport).getHandle() if ISystemHandle.providedBy(transport) else None
+    )
+    if not isinstance(handle, SSL.Connection):
+        return []
+    verified = handle.get_verified_chain(as_cryptography=True)
+    if verified:
+        return list(verified)
+    leaf = handle.get_peer_certificate(as_cryptography=True)
+    return [leaf] if leaf is not None else []
