@@ -28,6 +28,9 @@ HEADER = struct.Struct(">2sBBI")
 HEADER_SIZE = HEADER.size
 DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
 LENGTH_LIMIT = 2**32 - 1
+REJOIN_LIMIT = 64 * 1024
+"""A read joins what is buffered to it, to decode straight from the whole, only while
+fewer bytes than this are buffered (a large frame's payload gathers chunk by chunk)."""
 
 
 class ControlType(IntEnum):
@@ -105,7 +108,9 @@ class FrameDecoder:
         if self._error is not None:
             raise self._error
         frames: list[Frame] = []
-        if data and not self._size and self._header is None:
+        if data and self._size < REJOIN_LIMIT:
+            if self._size or self._header is not None:
+                data = self._rejoin(data)
             taken = self._whole_frames(data, frames)
             if taken:
                 data = data[taken:]
@@ -130,6 +135,20 @@ class FrameDecoder:
             self._size = 0
             raise self._error from None
         return frames
+
+    def _rejoin(self, data: bytes) -> bytes:
+        """The few bytes buffered (with the header again, if it was parsed) and ``data`` as
+        one, the buffer emptied: so that a read's frames are decoded straight from it even
+        when the last read ended inside a frame."""
+        parts: list[bytes | memoryview] = []
+        if self._header is not None:
+            parts.append(HEADER.pack(MAGIC, VERSION, *self._header))
+        parts += self._chunks
+        parts.append(data)
+        self._chunks.clear()
+        self._size = 0
+        self._header = None
+        return b"".join(parts)
 
     def _whole_frames(self, data: bytes, frames: list[Frame]) -> int:
         """With nothing buffered: decode the whole frames at the start of ``data`` straight

@@ -108,9 +108,9 @@ class Broker:
         self._large_refs: dict[int, int] = {}
         """Queues still holding each large message (its file goes at zero)."""
         self._recovered_ids: dict[str, Sequence[bytes]] = {}
+        """Stored duplicate ids, by store key, of addresses not created yet since the start."""
         self._to_one: dict[str, Routed] = {}
         """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
-        """Stored duplicate ids, by store key, of addresses not created yet since the start."""
         self._moves: list[Deferred[None]] = []
         """Dead-letter moves queues started during the current call (its result waits
         for them)."""
@@ -480,8 +480,8 @@ class Broker:
             else:
                 tx.sends.append((message, bindings, None))
             return routed
-        if then is not None and (detection is None or not detection.cache.size):
-            self._add_then(message, bindings, stored, memory, detection=detection, then=then)
+        if then is not None and detection is None:
+            self._add_then(message, bindings, stored, memory, then)
             return None
         store_tx = tx.store_tx if tx is not None else None
         writes = [self.store.add(message, stored, tx=store_tx)]
@@ -522,22 +522,18 @@ class Broker:
         bindings: list[Binding],
         stored: list[str],
         memory: AddressMemory,
-        *,
-        detection: Detection | None,
         then: Then,
     ) -> None:
-        """Store a send and queue it once it is durable, then tell ``then``: one store
-        operation and no Deferred. Its memory is counted meanwhile, as ``publish`` does."""
+        """Store a send without a duplicate id and queue it once it is durable, then tell
+        ``then``: one store operation and no Deferred. Its memory is counted meanwhile, as
+        ``publish`` does."""
         held = message.size * len(bindings)
         memory.add(held)
 
         def written(failure: Failure | None) -> None:
             if failure is None:
                 self._enqueue(message, bindings)
-                memory.release(held)  # counted by the queues that hold it now
-            else:
-                memory.release(held)
-                _forget(detection)
+            memory.release(held)  # if queued, counted by the queues that hold it now
             then(failure)
 
         self.store.add_then(message, stored, written)
