@@ -116,9 +116,7 @@ def check(report: dict[str, Any], messages: int) -> None:
 
 
 def _session() -> Any:
-    return spark_session(
-        "local[2]", shuffle_partitions=16, driver_memory="4g", app_name="txbridge audit-scale"
-    )
+    return spark_session("local[2]", driver_memory="4g", app_name="txbridge audit-scale")
 
 
 def one_size(messages: int, folder: Path) -> dict[str, Any]:

@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shuffle-partitions",
         type=int,
-        default=16,
-        help="spark.sql.shuffle.partitions (16: for one machine; more on a cluster)",
+        help="spark.sql.shuffle.partitions (default: one per million events, at least one "
+        "per core)",
     )
     parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory (2g)")
 
@@ -110,7 +110,7 @@ def audit_folder(
     *,
     master: str | None = None,
     run: str | None = None,
-    shuffle_partitions: int | None = 16,
+    shuffle_partitions: int | None = None,
     driver_memory: str = "2g",
 ) -> tuple[dict[str, Any], Path]:
     """Start Spark, audit ``run_dir`` with progress, stop Spark: the report and its folder."""
@@ -121,13 +121,19 @@ def audit_folder(
     with progress() as shown:
         spark = spark_session(
             master,
-            shuffle_partitions=shuffle_partitions,
             driver_memory=driver_memory,
             console_progress=False,
         )
         try:
             shown.watch(spark)
-            report = audit(spark, run_dir, out, run=run, step=shown.step)
+            report = audit(
+                spark,
+                run_dir,
+                out,
+                run=run,
+                step=shown.step,
+                shuffle_partitions=shuffle_partitions,
+            )
         finally:
             shown.stop()
             spark.stop()

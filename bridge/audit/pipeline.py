@@ -19,6 +19,10 @@ from bridge.audit.read import AuditError, check, find_files, load
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
 REPORT = "report.json"
+EVENTS_PER_PARTITION = 1_000_000
+"""With no fixed ``shuffle_partitions``, one shuffle partition per this many events (at
+least one per core): few for a small run, where each task costs more than its data, and
+enough for a large one that no partition's aggregation spills to disk."""
 
 Step = Callable[[str], None]
 
@@ -26,7 +30,6 @@ Step = Callable[[str], None]
 def spark_session(
     master: str | None = None,
     *,
-    shuffle_partitions: int | None = None,
     driver_memory: str = "2g",
     console_progress: bool = False,
     app_name: str = "txbridge audit",
@@ -49,8 +52,6 @@ def spark_session(
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
     }
-    if shuffle_partitions is not None:
-        options["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     for key, value in options.items():
         builder = builder.config(key, value)
     try:
@@ -64,6 +65,11 @@ def spark_session(
         raise
 
 
+def partitions_for(events: int, cores: int) -> int:
+    """The shuffle partitions for ``events`` events on ``cores`` cores."""
+    return max(cores, -(-events // EVENTS_PER_PARTITION))
+
+
 def audit(
     spark: Any,
     run_dir: Path,
@@ -71,9 +77,12 @@ def audit(
     *,
     run: str | None = None,
     step: Step | None = None,
+    shuffle_partitions: int | None = None,
 ) -> dict[str, Any]:
     """Audit ``run_dir`` into ``out_dir`` (default ``run_dir/report``); returns the report
-    written to ``report.json``. ``run`` picks one run of a folder that holds several."""
+    written to ``report.json``. ``run`` picks one run of a folder that holds several;
+    ``shuffle_partitions`` fixes spark.sql.shuffle.partitions, else it follows the events'
+    count (``EVENTS_PER_PARTITION``)."""
     started = time.monotonic()
     say = step or (lambda _: None)
     out = run_dir / "report" if out_dir is None else out_dir
@@ -84,6 +93,13 @@ def audit(
     checked = check(frame, run_dir)
     if len(checked.runs) > 1:
         raise AuditError(f"{run_dir} holds the runs {', '.join(checked.runs)}: pick one with --run")
+    spark.conf.set(
+        "spark.sql.shuffle.partitions",
+        str(
+            shuffle_partitions
+            or partitions_for(checked.events, spark.sparkContext.defaultParallelism)
+        ),
+    )
     computed = figures.compute(frame, checked, say)
     report: dict[str, Any] = {
         "runs": list(checked.runs),

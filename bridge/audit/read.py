@@ -40,6 +40,8 @@ class Checked:
 
     runs: tuple[str, ...]
     processes: tuple[str, ...]
+    nodes: tuple[str, ...]
+    """The nodes named by any event."""
     events: int
     per_kind: dict[str, int]
     skipped: dict[str, int]
@@ -168,7 +170,8 @@ MESSAGE_KINDS = (
 
 def check(frame: Any, run_dir: Path) -> Checked:
     """One pass over every event: per-file problems (an error naming the files) and skips,
-    per-kind counts, the run's time span. Returns only these aggregates."""
+    per-kind counts, the processes and nodes, the run's time span. Returns only these
+    aggregates."""
     from pyspark.sql import functions as F  # noqa: PLC0415
 
     corrupt = F.col(CORRUPT).isNotNull()
@@ -180,7 +183,7 @@ def check(frame: Any, run_dir: Path) -> Checked:
         & (F.col("producer").isNull() | F.col("seq").isNull())
     )
     per_file_kind = (
-        frame.groupBy("file", "run", "process", "kind")
+        frame.groupBy("file", "run", "process", "kind", "node")
         .agg(
             F.count(F.lit(1)).alias("events"),
             F.sum(corrupt.cast("long")).alias("corrupt"),
@@ -192,20 +195,23 @@ def check(frame: Any, run_dir: Path) -> Checked:
         )
         .collect()
     )
-    problems: list[str] = []
     skipped: dict[str, int] = {}
     per_kind: dict[str, int] = {}
     no_id: dict[str, int] = {}
     runs: set[str] = set()
     processes: set[str] = set()
+    nodes: set[str] = set()
     starts: list[int] = []
     ends: list[int] = []
+    lacking_per_file: dict[str, int] = {}
+    unknown_per_file: dict[tuple[str, str], int] = {}
     for row in per_file_kind:
         name = _relative(row["file"], run_dir)
         if row["lacking"]:
-            problems.append(f"{name}: {row['lacking']} events lack a required field (kind, ts)")
+            lacking_per_file[name] = lacking_per_file.get(name, 0) + row["lacking"]
         if row["unknown"]:
-            problems.append(f"{name}: {row['unknown']} events of unknown kind {row['kind']!r}")
+            key = (name, row["kind"])
+            unknown_per_file[key] = unknown_per_file.get(key, 0) + row["unknown"]
         if row["corrupt"]:
             skipped[name] = skipped.get(name, 0) + row["corrupt"]
         good = row["events"] - row["corrupt"]
@@ -213,11 +219,23 @@ def check(frame: Any, run_dir: Path) -> Checked:
             per_kind[row["kind"]] = per_kind.get(row["kind"], 0) + good
             runs.add(row["run"])
             processes.add(row["process"])
+            if row["node"] is not None:
+                nodes.add(row["node"])
         if row["unidentified"]:
             no_id[row["kind"]] = no_id.get(row["kind"], 0) + row["unidentified"]
         if row["start"] is not None:
             starts.append(row["start"])
             ends.append(row["end"])
+    problems = [
+        *(
+            f"{name}: {n} events lack a required field (kind, ts)"
+            for name, n in lacking_per_file.items()
+        ),
+        *(
+            f"{name}: {n} events of unknown kind {kind!r}"
+            for (name, kind), n in unknown_per_file.items()
+        ),
+    ]
     if problems:
         raise AuditError("bad event logs:\n  " + "\n  ".join(sorted(set(problems))))
     if not starts:
@@ -225,6 +243,7 @@ def check(frame: Any, run_dir: Path) -> Checked:
     return Checked(
         runs=tuple(sorted(runs)),
         processes=tuple(sorted(processes)),
+        nodes=tuple(sorted(nodes)),
         events=sum(per_kind.values()),
         per_kind=dict(sorted(per_kind.items())),
         skipped=dict(sorted(skipped.items())),

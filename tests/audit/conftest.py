@@ -46,8 +46,6 @@ def spark() -> Iterator[Any]:
         pytest.skip(missing)
     from bridge.audit.pipeline import spark_session
 
-    session = spark_session(
-        "local[2]", shuffle_partitions=2, console_progress=False, app_name="txbridge tests"
-    )
+    session = spark_session("local[2]", console_progress=False, app_name="txbridge tests")
     yield session
     session.stop()
