@@ -69,7 +69,7 @@ def _unpacked(packed: str, start_ns: int, names: tuple[str, ...]) -> tuple[Any, 
     return ts, name
 
 
-def _names(values: tuple[str, ...], checked: Checked) -> tuple[str, ...]:
+def packable(values: tuple[str, ...], checked: Checked) -> tuple[str, ...]:
     """``values``, checked to pack with every timestamp of the run into a long."""
     span = checked.end_ns - checked.start_ns
     if (span + 1) * (len(values) + 1) >= 2**63:
@@ -87,8 +87,8 @@ def messages(frame: Any, checked: Checked) -> Any:
     F = _functions()
     kind = F.col("kind")
     start = checked.start_ns
-    nodes = _names(checked.nodes, checked)
-    processes = _names(checked.processes, checked)
+    nodes = packable(checked.nodes, checked)
+    processes = packable(checked.processes, checked)
 
     def count(name: str) -> Any:
         return F.sum((kind == name).cast("long"))
