@@ -2,10 +2,9 @@
 (issue 6): every message arrives exactly once, in order per producer, and the bridge's
 ``/status`` counts them.
 
-SIZE: the issue asks for 100,000 messages. Measured on 2 cores, the bridge moves about
-1,000 durable 1 KiB msgs/s end to end (100,000 took 119 s), well over a minute, so this
-run sends the largest count that fits in about 40 s: 36,000 (30,000 took 28-34 s). The
-case is the same; only its size is bounded. The figures are printed (``-s``)."""
+The issue's size: 100,000 messages from two producers. On a quiet 2-core machine the
+bridge moves them in about 15 s; the timeouts leave room for a loaded one. The figures are
+printed (``-s``)."""
 
 from __future__ import annotations
 
@@ -25,9 +24,9 @@ from tests.system.bridges import (
 )
 from tests.system.nodes import node_document
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(420)]
 
-COUNT = 36_000
+COUNT = 100_000
 PRODUCERS = 2
 
 
@@ -47,10 +46,10 @@ async def test_durable_1kib_messages_arrive_once_in_order(nodes):
     )
     started = time.monotonic()
     producers.start()
-    await producers.done(timeout=150)
+    await producers.done(timeout=300)
     sent_in = time.monotonic() - started
     assert producers.total_confirmed == COUNT and not producers.refused
-    await collector.until(lambda: collector.distinct() >= COUNT, "all received on B", 150)
+    await collector.until(lambda: collector.distinct() >= COUNT, "all received on B", 300)
     elapsed = time.monotonic() - started
     await wait_queue_empty(a, "orders")
     await wait_queue_empty(b, "orders")
