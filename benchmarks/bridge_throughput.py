@@ -43,7 +43,6 @@ prints a table and writes benchmarks/results/bridge_throughput.json (or ``--outp
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import statistics
 import sys
@@ -73,7 +72,7 @@ from benchmarks.node_throughput import (
 )
 from benchmarks.peers import SEQ_BYTES, Payloads, current_rss, emit, peak_rss
 from benchmarks.roles import large_role_arguments, latency_summary
-from benchmarks.runner import machine, save
+from benchmarks.runner import save
 from bridge.client.api import ReceivedMessage, connect
 from bridge.config.units import parse_size
 from transport.allocator import tune_allocator
@@ -491,11 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_target": RSS_TARGET,
         **results,
     }
-    if args.output is None:
-        path = save("bridge_throughput", figures)
-    else:
-        path = args.output
-        path.write_text(json.dumps({"machine": machine(), **figures}, indent=2) + "\n")
+    path = save("bridge_throughput", figures, args.output)
     print(f"saved {path}")
     return 0
 

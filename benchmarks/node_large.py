@@ -31,7 +31,6 @@ prints a table and writes benchmarks/results/node_large.json (or ``--output``).
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import tempfile
@@ -58,7 +57,7 @@ from benchmarks.node_throughput import (
     role_process,
 )
 from benchmarks.roles import consume_large, large_role_arguments, produce_large
-from benchmarks.runner import machine, peers, save
+from benchmarks.runner import peers, save
 from bridge.client.session import DEFAULT_CHUNK_SIZE
 from bridge.config.units import parse_size
 from transport.allocator import tune_allocator
@@ -313,11 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_target": RSS_TARGET,
         **results,
     }
-    if args.output is None:
-        path = save("node_large", figures)
-    else:
-        path = args.output
-        path.write_text(json.dumps({"machine": machine(), **figures}, indent=2) + "\n")
+    path = save("node_large", figures, args.output)
     print(f"saved {path}")
     return 0
 

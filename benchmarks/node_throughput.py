@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.runner import ROOT, Event, machine, peers, save
+from benchmarks.runner import ROOT, Event, peers, save
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -493,10 +493,6 @@ def main(argv: list[str] | None = None) -> int:
         "rss_target": RSS_TARGET,
         **results,
     }
-    if args.output is None:
-        path = save("node_throughput", figures)
-    else:
-        path = args.output
-        path.write_text(json.dumps({"machine": machine(), **figures}, indent=2) + "\n")
+    path = save("node_throughput", figures, args.output)
     print(f"saved {path}")
     return 0

@@ -117,8 +117,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def save(name: str, figures: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def save(name: str, figures: dict[str, Any], output: Path | None = None) -> Path:
+    """Write ``figures`` with the machine's description as JSON to ``output``, or by
+    default to ``benchmarks/results/NAME.json``; the path written."""
+    if output is None:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json" if output is None else output
     path.write_text(json.dumps({"machine": machine(), **figures}, indent=2) + "\n")
     return path

@@ -24,7 +24,6 @@ prints a table and writes benchmarks/results/stomp_throughput.json (``--output``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -50,7 +49,7 @@ from benchmarks.node_throughput import (
     start_node,
 )
 from benchmarks.peers import SEQ_BYTES, Payloads, emit, peak_rss
-from benchmarks.runner import machine, save
+from benchmarks.runner import save
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -358,11 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "client": f"stomp.py {stomp.__version__}",
         **results,
     }
-    if args.output is None:
-        path = save("stomp_throughput", figures)
-    else:
-        path = args.output
-        path.write_text(json.dumps({"machine": machine(), **figures}, indent=2) + "\n")
+    path = save("stomp_throughput", figures, args.output)
     print(f"saved {path}")
     return 0
 
