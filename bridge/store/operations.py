@@ -6,9 +6,13 @@ something the store does not hold raises ``InvalidOperation`` before it changes 
 so the rest of its batch goes on; any SQLite error fails the whole batch.
 
 Python pays per statement, so ``apply_all`` hands a run of consecutive adds, or of
-consecutive acknowledgements, to SQLite as one ``executemany`` per table; should one of
-them be invalid, the run is undone (a savepoint) and applied one by one, so that one
-alone fails.
+consecutive acknowledgements, to SQLite as a few multi-row statements per table; should
+one of them be invalid, the run is undone (a savepoint) and applied one by one, so that
+one alone fails. Multi-row statements, not ``executemany``: the sqlite3 module lets go of
+the GIL around every step into SQLite, once per row with ``executemany``, and each time the
+writer thread may wait for the reactor's thread to hand it back (measured: a batch of 350
+operations took 11 ms, 3.6 ms of it the writer's own CPU; in multi-row statements 6 ms and
+2.1 ms).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import attrs
@@ -325,17 +329,19 @@ def _add_run(cursor: sqlite3.Cursor, state: WriterState, adds: list[AddMessage])
         return _one_by_one(cursor, state, adds)
     cursor.execute("SAVEPOINT run")
     try:
-        cursor.executemany(
-            "INSERT INTO messages (id, refs, data) VALUES (?, ?, ?)",
+        _insert(
+            cursor,
+            "messages (id, refs, data)",
             [(add.message_id, len(add.queues), add.data) for add in adds],
         )
     except sqlite3.IntegrityError:
         cursor.execute("ROLLBACK TO run")
         cursor.execute("RELEASE run")
         return _one_by_one(cursor, state, adds)
-    cursor.executemany(
-        "INSERT INTO message_refs (queue, message_id, delivery_count) VALUES (?, ?, 0)",
-        [(queue, add.message_id) for add in adds for queue in add.queues],
+    _insert(
+        cursor,
+        "message_refs (queue, message_id, delivery_count)",
+        [(queue, add.message_id, 0) for add in adds for queue in add.queues],
     )
     cursor.execute("RELEASE run")
     state.highest_message_id = max(state.highest_message_id, *(add.message_id for add in adds))
@@ -355,15 +361,62 @@ def _ack_run(cursor: sqlite3.Cursor, state: WriterState, acks: list[Acknowledge]
 def _release(cursor: sqlite3.Cursor, refs: list[tuple[str, int]]) -> bool:
     """Drop message references (queue, message id) in two statements per table; False,
     having half done it, if a queue did not hold its message (the caller undoes it)."""
-    cursor.executemany("DELETE FROM message_refs WHERE queue = ? AND message_id = ?", refs)
-    if cursor.rowcount != len(refs):
+    by_queue: dict[str, list[int]] = {}
+    for queue, message_id in refs:
+        by_queue.setdefault(queue, []).append(message_id)
+    removed = sum(
+        _delete(cursor, "message_refs WHERE queue = ? AND message_id", queue, ids)
+        for queue, ids in by_queue.items()
+    )
+    if removed != len(refs):
         return False
     # Each message loses one reference per acknowledgement; those left with none go.
     released = Counter(message_id for _, message_id in refs)
-    cursor.executemany("DELETE FROM messages WHERE id = ? AND refs = ?", list(released.items()))
-    if cursor.rowcount != len(released):
+    by_count: dict[int, list[int]] = {}
+    for message_id, count in released.items():
+        by_count.setdefault(count, []).append(message_id)
+    gone = sum(
+        _delete(cursor, "messages WHERE refs = ? AND id", count, ids)
+        for count, ids in by_count.items()
+    )
+    if gone != len(released):
         cursor.executemany(
             "UPDATE messages SET refs = refs - ? WHERE id = ?",
             [(count, message_id) for message_id, count in released.items()],
         )
     return True
+
+
+STATEMENT_ROWS = (256, 32, 4, 1)
+"""The row counts of multi-row statements: a run is cut greedily into these, so that at
+most four shapes of each statement exist (SQLite's prepared statements are cached by
+their text, and a cache of statements of every length would cost megabytes)."""
+
+
+def _cut(count: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of the parts ``count`` rows are written or deleted in."""
+    start = 0
+    for rows in STATEMENT_ROWS:
+        while count - start >= rows:
+            yield start, start + rows
+            start += rows
+
+
+def _insert(cursor: sqlite3.Cursor, table: str, rows: Sequence[tuple[object, ...]]) -> None:
+    """``INSERT INTO table VALUES`` ``rows`` (all of one width), in multi-row statements."""
+    one = "(" + ",".join("?" * len(rows[0])) + ")"
+    for start, end in _cut(len(rows)):
+        marks = ",".join([one] * (end - start))
+        values = [value for row in rows[start:end] for value in row]
+        cursor.execute(f"INSERT INTO {table} VALUES {marks}", values)
+
+
+def _delete(cursor: sqlite3.Cursor, where: str, key: object, ids: Sequence[int]) -> int:
+    """``DELETE FROM`` ``where`` (a condition on ``key`` ending in the id column) for
+    ``ids``, in multi-row statements; the rows deleted."""
+    deleted = 0
+    for start, end in _cut(len(ids)):
+        marks = ",".join("?" * (end - start))
+        cursor.execute(f"DELETE FROM {where} IN ({marks})", (key, *ids[start:end]))
+        deleted += cursor.rowcount
+    return deleted

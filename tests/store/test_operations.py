@@ -9,6 +9,7 @@ import pytest_twisted
 from twisted.internet.defer import gatherResults
 
 from bridge.store import InvalidOperation, QueueRecord, RecoveredMessage
+from bridge.store.operations import STATEMENT_ROWS, _cut
 from tests.store.conftest import anycast, message
 
 
@@ -294,3 +295,34 @@ async def test_runs_of_adds_and_acks_in_one_batch_keep_per_operation_outcomes(st
     assert {q: ids(recovered, q) for q in "abc"} == {"a": [1], "b": [3, 4], "c": []}
     assert rows(store.path, "messages") == 3
     assert recovered.highest_message_id == 5
+
+
+@pytest.mark.parametrize("count", [1, 3, 4, 37, 256, 293, 600])
+@pytest_twisted.ensureDeferred
+async def test_runs_of_every_length_are_written_and_released_whole(stores, count):
+    """A run is cut into multi-row statements of a few fixed sizes; every row of every
+    part is written, and a cumulative acknowledgement of all of them releases them all."""
+    store, _ = await stores.open()
+    await gatherResults([store.create_queue(anycast(name)) for name in "ab"])
+    queues = {i: ["a"] if i % 3 else ["a", "b"] for i in range(1, count + 1)}
+    await gatherResults([store.add(message(i), queues[i]) for i in queues])
+    store, recovered = await stores.reopen(store)
+    assert ids(recovered, "a") == list(queues)
+    assert ids(recovered, "b") == [i for i in queues if len(queues[i]) == 2]
+
+    acked = [i for i in queues if i % 2]
+    await store.acknowledge_many("a", acked)
+    await gatherResults([store.acknowledge("b", i) for i in queues if len(queues[i]) == 2])
+    store, recovered = await stores.reopen(store)
+    assert ids(recovered, "a") == [i for i in queues if i % 2 == 0]
+    assert ids(recovered, "b") == []
+    assert rows(store.path, "messages") == count - len(acked)
+
+
+def test_a_run_is_cut_into_parts_of_the_fixed_statement_sizes():
+    for count in range(700):
+        position = 0
+        for start, end in _cut(count):
+            assert start == position and end - start in STATEMENT_ROWS
+            position = end
+        assert position == count
