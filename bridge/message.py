@@ -102,6 +102,14 @@ class Message:
         """Bytes counted against memory and address limits: the encoded length."""
         return encoded_size(self)
 
+    @cached_property
+    def encoded_fields(self) -> bytes:
+        """The encoding of everything between the id and the body (timestamp, address,
+        duplicate id, headers), kept once made: a node encodes each message at least
+        twice (its store row, each delivery), and a decoded message has it for a slice.
+        ``MessageFormatError`` if a field cannot be encoded."""
+        return _encode_fields(self)
+
     def with_id(self, id: int) -> Message:
         """This message under another id (the node numbers every message it routes);
         cheaper than ``attrs.evolve`` on the hot path, and its size (the id has a fixed
@@ -117,6 +125,11 @@ class Message:
             self.large,
         )
         _set_size(message, self.size)
+        try:
+            fields = _get_fields(self)
+        except AttributeError:  # not made yet: made when it is needed
+            return message
+        _set_fields(message, fields)
         return message
 
     def stub(self) -> Message:
@@ -128,6 +141,11 @@ class Message:
 _set_size = Message.size.__set__  # type: ignore[attr-defined]
 """Fill in a message's ``size`` where it is known already (its encoded length after
 encoding or decoding it), so that it is not counted again: ``size`` is a slot."""
+_set_fields = Message.encoded_fields.__set__  # type: ignore[attr-defined]
+"""Fill in a message's ``encoded_fields`` where they are known (decoded, or the same
+message under another id)."""
+_get_fields = Message.encoded_fields.__get__
+"""A message's ``encoded_fields`` if made already, else AttributeError (not made now)."""
 
 
 def encoded_size(message: Message) -> int:
@@ -148,7 +166,9 @@ def encoded_size(message: Message) -> int:
     return size
 
 
-_pack_fixed = _FIXED.pack
+_START = struct.Struct(">BBq")  # version, flags, id: the fixed fields before encoded_fields
+_pack_start = _START.pack
+_pack_after_id = struct.Struct(">qH").pack  # timestamp, address length
 _pack_u32 = _U32.pack
 
 
@@ -161,40 +181,43 @@ def encode_message_parts(message: Message) -> list[bytes]:
     """The parts ``encode_message`` joins, for a codec that joins them behind its own
     fields (one copy of the body, not two); the message's ``size`` is their length.
 
-    The fixed fields are packed without checking them first: a value that does not fit
-    makes ``struct`` fail, and the checking encoder then says which it is."""
+    The id and body are packed without checking them first (the other fields are
+    ``encoded_fields``): a value that does not fit makes ``struct`` fail, and the
+    checking encoder then says which it is."""
+    body = message.body
+    try:
+        flags = _DURABLE if message.durable else 0
+        if message.duplicate_id is not None:
+            flags |= _HAS_DUPLICATE_ID
+        parts = [
+            _pack_start(VERSION, flags, message.id),
+            message.encoded_fields,
+            _pack_u32(len(body)),
+            body,
+        ]
+    except struct.error:
+        parts = [_encode_checked(message)]
+    _set_size(message, sum(map(len, parts)))
+    return parts
+
+
+def _encode_fields(message: Message) -> bytes:
+    """``Message.encoded_fields``: packed without checking them first, as
+    ``encode_message_parts`` says."""
     try:
         address = message.address.encode()
-        flags = _DURABLE if message.durable else 0
+        parts = [_pack_after_id(message.timestamp_ns, len(address)), address]
         duplicate_id = message.duplicate_id
-        if duplicate_id is None:
-            parts = [
-                _pack_fixed(VERSION, flags, message.id, message.timestamp_ns, len(address)),
-                address,
-            ]
-        else:
-            parts = [
-                _pack_fixed(
-                    VERSION,
-                    flags | _HAS_DUPLICATE_ID,
-                    message.id,
-                    message.timestamp_ns,
-                    len(address),
-                ),
-                address,
-                _pack_u16(len(duplicate_id)),
-                duplicate_id,
-            ]
+        if duplicate_id is not None:
+            parts += (_pack_u16(len(duplicate_id)), duplicate_id)
         headers = message.headers
         parts.append(_pack_u16(len(headers)))
         for key, value in headers.items():
             _encode_header(parts, key, value)
-        body = message.body
-        parts += (_pack_u32(len(body)), body)
     except (struct.error, UnicodeEncodeError):
-        parts = [_encode_checked(message)]
-    _set_size(message, sum(map(len, parts)))
-    return parts
+        data = _encode_checked(message)
+        return data[_START.size : -(_U32.size + len(message.body))]
+    return b"".join(parts)
 
 
 def _encode_checked(message: Message) -> bytes:
@@ -354,6 +377,7 @@ def decode_message(data: bytes | bytearray | memoryview) -> Message:
         timestamp_ns,
     )
     _set_size(message, size)
+    _set_fields(message, view[_START.size : at].tobytes())
     return message
 
 

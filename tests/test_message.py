@@ -123,6 +123,33 @@ def test_a_size_counted_without_encoding_is_the_encoded_length(message):
     assert b"".join(parts) == encode_message(message)
 
 
+@given(messages, st.integers(min_value=0, max_value=(1 << 63) - 1))
+def test_the_kept_fields_encode_as_a_fresh_encoding_does(message, new_id):
+    """A decoded message, and the same under another id, keep the encoding of their fields
+    (``encoded_fields``) and encode exactly as a message built afresh."""
+    decoded = decode_message(encode_message(message))
+    renumbered = decoded.with_id(new_id)
+    fresh = Message(
+        new_id,
+        message.address,
+        message.durable,
+        message.headers,
+        message.body,
+        message.duplicate_id,
+        message.timestamp_ns,
+    )
+    assert renumbered.encoded_fields is decoded.encoded_fields
+    assert encode_message(renumbered) == encode_message(fresh)
+    assert decode_message(encode_message(renumbered)) == fresh
+
+
+def test_an_id_or_timestamp_out_of_range_is_named_with_kept_fields():
+    with pytest.raises(MessageFormatError, match=r"message id .* does not fit in 64 bits"):
+        encode_message(decode_message(encode_message(sample())).with_id(1 << 64))
+    with pytest.raises(MessageFormatError, match=r"timestamp .* does not fit in 64 bits"):
+        encode_message(sample(timestamp_ns=1 << 63))
+
+
 def test_every_truncation_is_refused_with_the_offset():
     data = encode_message(sample())
     for length in range(len(data)):
