@@ -22,6 +22,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from enum import Enum, auto
+from functools import partial
 from typing import Any
 
 import attrs
@@ -160,6 +161,7 @@ class _Outstanding:
     size: int = 0
     done: bool = False
     close: bool = False
+    failed: bool = False
 
 
 @attrs.define(eq=False)
@@ -358,17 +360,29 @@ class StompSession:
                 self._emit(Frame(Command.RECEIPT, (("receipt-id", receipt),)))
             return
         entry = _Outstanding(receipt, size, done=work is None)
-        self._outstanding.append(entry)
-        if size:
-            self._unstored += size
-            if self._unstored > self.settings.max_unstored and not self._store_paused:
-                self._store_paused = True
-                self._transport.pause_reading(STORE)
+        self._track(entry)
         if work is not None:
             work.addCallbacks(
                 lambda _: self._stored(entry),
                 lambda failure: self._store_failed(entry, failure),
             )
+
+    def _track(self, entry: _Outstanding) -> None:
+        """``entry`` waits in line; its bytes count towards pausing this connection."""
+        self._outstanding.append(entry)
+        if entry.size:
+            self._unstored += entry.size
+            if self._unstored > self.settings.max_unstored and not self._store_paused:
+                self._store_paused = True
+                self._transport.pause_reading(STORE)
+
+    def _send_settled(self, entry: _Outstanding, failure: Failure | None) -> None:
+        """A persistent SEND's store write ended (``publish_then``'s callable)."""
+        if failure is None:
+            self._stored(entry)
+        else:
+            entry.failed = True
+            self._store_failed(entry, failure)
 
     def _stored(self, entry: _Outstanding) -> None:
         entry.done = True
@@ -568,6 +582,15 @@ class StompSession:
             self._hold(memory, message, tx, receipt)
             return
         try:
+            if tx is None and message.durable:
+                # The hot path of persistent sends: no Deferred, one entry in line.
+                entry = _Outstanding(receipt, len(message.body))
+                settled = partial(self._send_settled, entry)
+                if self._broker.publish_then(message, settled) is not None:
+                    self._after(None, receipt)
+                elif not entry.failed:  # (a store that refuses at once has told us)
+                    self._track(entry)
+                return
             routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
         except AddressNotFound as missing:
             raise StompError("no such destination", str(missing)) from None
