@@ -32,9 +32,12 @@ def _check_marks(instance: OutboundQueue, attribute: attrs.Attribute[int], value
     check_water_marks(instance.high_water, instance.low_water)
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class OutboundQueue:
-    """Bytes waiting to leave, and the writability they imply."""
+    """Bytes waiting to leave, and the writability they imply.
+
+    The marks are checked when the queue is made; its counters change several times per
+    frame, so no attribute assignment runs attrs' validating ``__setattr__``."""
 
     high_water: int = DEFAULT_HIGH_WATER
     low_water: int = attrs.field(default=DEFAULT_LOW_WATER, validator=_check_marks)
