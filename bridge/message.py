@@ -90,6 +90,11 @@ class Message:
     duplicate_id: bytes | None = None
     timestamp_ns: int = 0
     large: LargeBody | None = attrs.field(default=None, eq=False)
+    _encoded_fields: bytes | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """The encoding of everything between the id and the body (timestamp, address,
+    duplicate id, headers) where known: a decoded message has it for a slice, and the same
+    message under another id (``with_id``) keeps it. A node encodes each message it routes
+    at least twice (its store row, each delivery); with these only id and body are new."""
 
     @property
     def bridge_duplicate_id(self) -> bytes | None:
@@ -101,14 +106,6 @@ class Message:
     def size(self) -> int:
         """Bytes counted against memory and address limits: the encoded length."""
         return encoded_size(self)
-
-    @cached_property
-    def encoded_fields(self) -> bytes:
-        """The encoding of everything between the id and the body (timestamp, address,
-        duplicate id, headers), kept once made: a node encodes each message at least
-        twice (its store row, each delivery), and a decoded message has it for a slice.
-        ``MessageFormatError`` if a field cannot be encoded."""
-        return _encode_fields(self)
 
     def with_id(self, id: int) -> Message:
         """This message under another id (the node numbers every message it routes);
@@ -125,11 +122,9 @@ class Message:
             self.large,
         )
         _set_size(message, self.size)
-        try:
-            fields = _get_fields(self)
-        except AttributeError:  # not made yet: made when it is needed
-            return message
-        _set_fields(message, fields)
+        fields = self._encoded_fields
+        if fields is not None:
+            _set_fields(message, fields)
         return message
 
     def stub(self) -> Message:
@@ -141,11 +136,8 @@ class Message:
 _set_size = Message.size.__set__  # type: ignore[attr-defined]
 """Fill in a message's ``size`` where it is known already (its encoded length after
 encoding or decoding it), so that it is not counted again: ``size`` is a slot."""
-_set_fields = Message.encoded_fields.__set__  # type: ignore[attr-defined]
-"""Fill in a message's ``encoded_fields`` where they are known (decoded, or the same
-message under another id)."""
-_get_fields = Message.encoded_fields.__get__
-"""A message's ``encoded_fields`` if made already, else AttributeError (not made now)."""
+_set_fields = Message._encoded_fields.__set__  # type: ignore[union-attr]
+"""Fill in a message's ``_encoded_fields`` (a slot of a frozen class)."""
 
 
 def encoded_size(message: Message) -> int:
@@ -166,9 +158,9 @@ def encoded_size(message: Message) -> int:
     return size
 
 
-_START = struct.Struct(">BBq")  # version, flags, id: the fixed fields before encoded_fields
+_START = struct.Struct(">BBq")  # version, flags, id: before the kept _encoded_fields
 _pack_start = _START.pack
-_pack_after_id = struct.Struct(">qH").pack  # timestamp, address length
+_pack_fixed = _FIXED.pack
 _pack_u32 = _U32.pack
 
 
@@ -181,43 +173,57 @@ def encode_message_parts(message: Message) -> list[bytes]:
     """The parts ``encode_message`` joins, for a codec that joins them behind its own
     fields (one copy of the body, not two); the message's ``size`` is their length.
 
-    The id and body are packed without checking them first (the other fields are
-    ``encoded_fields``): a value that does not fit makes ``struct`` fail, and the
-    checking encoder then says which it is."""
+    The fields are packed without checking them first: a value that does not fit makes
+    ``struct`` fail, and the checking encoder then says which it is."""
+    fields = message._encoded_fields
+    if fields is None:
+        return _encode_parts(message)
     body = message.body
+    flags = _DURABLE if message.durable else 0
+    if message.duplicate_id is not None:
+        flags |= _HAS_DUPLICATE_ID
     try:
-        flags = _DURABLE if message.durable else 0
-        if message.duplicate_id is not None:
-            flags |= _HAS_DUPLICATE_ID
-        parts = [
-            _pack_start(VERSION, flags, message.id),
-            message.encoded_fields,
-            _pack_u32(len(body)),
-            body,
-        ]
+        parts = [_pack_start(VERSION, flags, message.id), fields, _pack_u32(len(body)), body]
     except struct.error:
         parts = [_encode_checked(message)]
     _set_size(message, sum(map(len, parts)))
     return parts
 
 
-def _encode_fields(message: Message) -> bytes:
-    """``Message.encoded_fields``: packed without checking them first, as
-    ``encode_message_parts`` says."""
+def _encode_parts(message: Message) -> list[bytes]:
+    """``encode_message_parts`` of a message whose fields are not encoded yet."""
     try:
         address = message.address.encode()
-        parts = [_pack_after_id(message.timestamp_ns, len(address)), address]
+        flags = _DURABLE if message.durable else 0
         duplicate_id = message.duplicate_id
-        if duplicate_id is not None:
-            parts += (_pack_u16(len(duplicate_id)), duplicate_id)
+        if duplicate_id is None:
+            parts = [
+                _pack_fixed(VERSION, flags, message.id, message.timestamp_ns, len(address)),
+                address,
+            ]
+        else:
+            parts = [
+                _pack_fixed(
+                    VERSION,
+                    flags | _HAS_DUPLICATE_ID,
+                    message.id,
+                    message.timestamp_ns,
+                    len(address),
+                ),
+                address,
+                _pack_u16(len(duplicate_id)),
+                duplicate_id,
+            ]
         headers = message.headers
         parts.append(_pack_u16(len(headers)))
         for key, value in headers.items():
             _encode_header(parts, key, value)
+        body = message.body
+        parts += (_pack_u32(len(body)), body)
     except (struct.error, UnicodeEncodeError):
-        data = _encode_checked(message)
-        return data[_START.size : -(_U32.size + len(message.body))]
-    return b"".join(parts)
+        parts = [_encode_checked(message)]
+    _set_size(message, sum(map(len, parts)))
+    return parts
 
 
 def _encode_checked(message: Message) -> bytes:
