@@ -26,7 +26,14 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from transport.errors import ConnectionClosed, ConnectionTTLExpired, PeerError, ProtocolError
-from transport.frames import HEADER_SIZE, ControlType, Frame, FrameDecoder, encode
+from transport.frames import (
+    FIRST_APPLICATION_TYPE,
+    HEADER_SIZE,
+    ControlType,
+    Frame,
+    FrameDecoder,
+    encode,
+)
 from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityListener
 from transport.outbound import OutboundQueue
 from transport.settings import ConnectionSettings
@@ -174,13 +181,9 @@ class FrameConnection(Protocol):
             self._delivering = False
 
     def _dispatch(self, frame: Frame) -> None:
-        if frame.type == ControlType.PING:
-            return
-        if frame.type == ControlType.ERROR:
-            message = frame.payload.decode("utf-8", "replace")
-            log.warn("{peer} reported an error: {message}", peer=self.peer, message=message)
-            self._close_reason = PeerError(f"{self.peer} reported: {message}")
-            self.close()
+        frame_type = frame.type
+        if frame_type < FIRST_APPLICATION_TYPE:  # (one int comparison per frame, not two enums)
+            self._control(frame)
             return
         try:
             self._receiver.frame_received(frame)
@@ -188,6 +191,14 @@ class FrameConnection(Protocol):
             log.failure("handling a frame from {peer} failed", peer=self.peer)
             self._close_reason = ProtocolError("internal error while handling a frame")
             self.close(error="internal error while handling a frame")
+
+    def _control(self, frame: Frame) -> None:
+        """PING (nothing to do: it was input, which the TTL counts) or ERROR."""
+        if frame.type == ControlType.ERROR:
+            message = frame.payload.decode("utf-8", "replace")
+            log.warn("{peer} reported an error: {message}", peer=self.peer, message=message)
+            self._close_reason = PeerError(f"{self.peer} reported: {message}")
+            self.close()
 
     def _protocol_error(self, error: ProtocolError) -> None:
         log.warn(
