@@ -118,8 +118,8 @@ def check(report: dict[str, Any], messages: int) -> None:
         raise SystemExit(f"the audit of {messages:,} messages found {found}, not {expected}")
 
 
-def _session() -> Any:
-    return spark_session("local[2]", driver_memory="4g", app_name="txbridge audit-scale")
+def _session(driver_memory: str) -> Any:
+    return spark_session("local[2]", driver_memory=driver_memory, app_name="txbridge audit-scale")
 
 
 def expected_events(messages: int) -> int:
@@ -152,7 +152,9 @@ class Steps:
             self._current = None
 
 
-def one_size(messages: int, folder: Path, *, reuse: bool = False) -> dict[str, Any]:
+def one_size(
+    messages: int, folder: Path, *, reuse: bool = False, driver_memory: str = "4g"
+) -> dict[str, Any]:
     """Generate the logs in one Spark session (unless ``reuse`` and they are there from
     an earlier ``--keep`` run), audit them in a fresh one (as ``txbridge audit`` would: its
     JVM start is not counted)."""
@@ -160,14 +162,14 @@ def one_size(messages: int, folder: Path, *, reuse: bool = False) -> dict[str, A
     generated: float | None = None
     if not (reuse and (run_dir / "events").is_dir()):
         shutil.rmtree(run_dir, ignore_errors=True)
-        spark = _session()
+        spark = _session(driver_memory)
         try:
             started = time.monotonic()
             generate(spark, run_dir, messages)
             generated = time.monotonic() - started
         finally:
             spark.stop()
-    spark = _session()
+    spark = _session(driver_memory)
     steps = Steps()
     try:
         started = time.monotonic()
@@ -189,6 +191,7 @@ def one_size(messages: int, folder: Path, *, reuse: bool = False) -> dict[str, A
         "events_per_s": report["events"] / audited,
         "us_per_event": audited / report["events"] * 1e6,
         "steps_s": steps.seconds,
+        "driver_memory": driver_memory,
         "load_average": os.getloadavg(),
         "latency_p99_ms": report["latency"]["overall"]["p99"],
         "lost": report["delivery"]["lost"],
@@ -216,12 +219,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --keep: audit the logs an earlier --keep run left there, not new ones",
     )
+    parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (4g)")
     args = parser.parse_args(argv)
     if args.reuse and args.keep is None:
         parser.error("--reuse needs --keep DIR")
     folder = args.keep or Path(tempfile.mkdtemp(prefix="txbridge-audit-scale-"))
     try:
-        sizes = [one_size(n, folder, reuse=args.reuse) for n in args.messages]
+        sizes = [
+            one_size(n, folder, reuse=args.reuse, driver_memory=args.driver_memory)
+            for n in args.messages
+        ]
     finally:
         if args.keep is None:
             shutil.rmtree(folder, ignore_errors=True)
