@@ -30,7 +30,10 @@ The **raw ceiling** is ``benchmarks.peers raw-writer``/``raw-reader`` over plain
 sockets between two processes moving the same bytes: as many 1 KiB frames as messages
 (``node_throughput.raw_ceiling``), and the large case's bytes in 256 KiB frames
 (``node_large.raw_ceiling``). A message through the bridge crosses loopback three times
-(producer -> A -> B -> consumer); the ceiling is one crossing.
+(producer -> A -> B -> consumer); the ceiling is one crossing. For the durable large case
+the **synced-disk ceiling** (``benchmarks.disk``) is measured too: both nodes share the one
+disk and each syncs every body before confirming it, so the bridge can move at most half
+of what the disk syncs (``ours/disk`` is against that half).
 
     python -m benchmarks bridge [--count 100000] [--total 1GiB] [--size 10MiB]
                                 [--cases durable,non-durable,large] [--repeat 1]
@@ -58,6 +61,7 @@ from twisted.internet import reactor, stdio
 from twisted.logger import globalLogBeginner, textFileLogObserver
 
 from benchmarks import node_large, node_peers, node_throughput, roles
+from benchmarks.disk import synced_write_ceiling
 from benchmarks.node_peers import cpu_seconds
 from benchmarks.node_throughput import (
     NODE_CONFIG,
@@ -386,6 +390,15 @@ def benchmark(
             f"({large_count * size / MIB:,.0f} MiB in 256 KiB frames, ceiling)",
             flush=True,
         )
+    disk: dict[str, Any] | None = None
+    if "large" in cases:
+        disk = synced_write_ceiling(large_count, size)
+        disk["bridge_mb_per_s"] = disk["mb_per_s"] / 2
+        print(
+            f"{'synced disk':18} {disk['mb_per_s']:>10,.0f} MB/s (files synced); both nodes "
+            f"store each durable body on it: {disk['bridge_mb_per_s']:,.0f} MB/s ceiling",
+            flush=True,
+        )
     results: dict[str, Any] = {}
     for name in cases:
         large = name.startswith("large")
@@ -414,6 +427,8 @@ def benchmark(
         if large:
             assert raw_large is not None
             figures["ratio_ours_to_raw"] = figures["mb_per_s"] / raw_large["mb_per_s"]
+            if disk is not None and case.durable:
+                figures["ratio_ours_to_disk"] = figures["mb_per_s"] / disk["bridge_mb_per_s"]
         else:
             figures["ratio_ours_to_raw"] = figures["msgs_per_s"] / raw_small["frames_per_s"]
         target = TARGETS.get(name)
@@ -427,15 +442,18 @@ def benchmark(
             else f"{figures['msgs_per_s']:>8,.0f} msgs/s"
         )
         wanted = "" if target is None else f" (target {target[1]:,.0f})"
+        to_disk = figures.get("ratio_ours_to_disk")
         print(
-            f"{name:18} {rate}{wanted}   ours/raw {figures['ratio_ours_to_raw']:.3f}   "
+            f"{name:18} {rate}{wanted}   ours/raw {figures['ratio_ours_to_raw']:.3f}"
+            + ("" if to_disk is None else f"   ours/disk {to_disk:.2f}")
+            + "   "
             f"e2e p50 {figures['e2e_p50_ms']:.1f} ms p99 {figures['e2e_p99_ms']:.1f} ms   "
             f"peak RSS A {figures['node_peak_rss']['a'] / MIB:.1f} MiB "
             f"B {figures['node_peak_rss']['b'] / MIB:.1f} MiB",
             flush=True,
         )
     raw = {"small": raw_small, "large": raw_large}
-    return {"large_count": large_count, "raw": raw, "cases": results}
+    return {"large_count": large_count, "raw": raw, "disk": disk, "cases": results}
 
 
 def main(argv: list[str] | None = None) -> int:
