@@ -154,3 +154,18 @@ async def test_a_large_delivery_goes_no_faster_than_the_consumers_credit(
     assert begin.total_size == len(body) and begin.message.body == b""
     consumer.send(p.Ack(1, 2, True, None, None))
     await eventually(lambda: not large_files(flow_node))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_held_behind_a_durable_write_gets_its_credit_once_routed(
+    flow_node: Node,
+) -> None:
+    """Non-durable sends behind a durable one wait for its write (to keep their order)
+    and their credit comes back when they are routed, so none is lost for the producer."""
+    peer = await flow_node.peer()
+    mixed = [*sends(1, 1, durable=True), *sends(2, 3), *sends(5, 1, durable=True), *sends(6, 2)]
+    peer.send(*mixed)
+    await peer.confirmed(7)
+    await peer.until(lambda: granted(peer) == 7 * SIZE)
+    bodies = [entry.message.durable for entry in flow_node.broker.queue("orders").browse()]
+    assert bodies == [send.message.durable for send in mixed]

@@ -26,6 +26,26 @@ async def test_a_turn_of_sends_is_confirmed_by_one_range(node):
 
 
 @pytest_twisted.ensureDeferred
+async def test_durable_and_non_durable_sends_reach_the_queue_in_the_order_sent(node):
+    """A non-durable send routed at once would overtake the durable sends before it that
+    wait for their store write; it waits behind them instead, as Artemis keeps a
+    session's sends in order."""
+    peer = await node.peer()
+    durable = [True, False, False, True, False, True, True, False]
+    peer.send(
+        *(
+            p.Send(n, None, message("orders", b"%d" % n, durable=flag))
+            for n, flag in enumerate(durable, 1)
+        )
+    )
+    await peer.confirmed(len(durable))
+    bodies = [e.message.body for e in node.broker.queue("orders").browse()]
+    assert bodies == [b"%d" % n for n in range(1, len(durable) + 1)]
+    confirmations = [c.up_to_sequence for c in peer.of(p.SendConfirmed)]
+    assert confirmations == sorted(confirmations) and not peer.of(p.SendFailed)
+
+
+@pytest_twisted.ensureDeferred
 async def test_confirmed_durable_sends_survive_a_restart_and_non_durable_ones_do_not(node):
     peer = await node.peer()
     peer.send(

@@ -145,10 +145,15 @@ class _LargeSend:
 
 @attrs.define(eq=False)
 class _Pending:
-    """A send waiting for its durable write before it can be confirmed."""
+    """A send in line for its confirmation: waiting for its store write, or ``held``
+    behind an earlier one that waits (routed when its turn comes, so that a connection's
+    sends reach their queues in the order sent, whatever their durability)."""
 
     sequence: int
     done: bool = False
+    held: Message | None = None
+    grant: int = 0
+    """Producer credit to give back once the held send is routed (0: given already)."""
 
 
 class CoreSession:
@@ -186,6 +191,7 @@ class CoreSession:
         self.client_id = ""
         self._last_sequence = 0
         self._pending: deque[_Pending] = deque()
+        self._advancing = False
         self._confirmable = 0
         self._confirmed = 0
         self._confirm_call: IDelayedCall | None = None
@@ -248,6 +254,10 @@ class CoreSession:
         self.state = State.CLOSED
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
+        for pending in self._pending:  # held sends were never routed, nor confirmed
+            if pending.held is not None:
+                self._broker.discard(pending.held)
+        self._pending.clear()
         if self._large is not None:
             self._drop_large(self._large)
             self._large = None
@@ -446,9 +456,10 @@ class CoreSession:
     def _send(self, packet: p.Send) -> None:
         self._sequence(packet.sequence)
         message = packet.message
-        if self._producer_window != p.UNLIMITED:
-            self._grant(message.address, message.size)
-        self._route(packet.sequence, packet.tx_id, message)
+        credit = message.size if self._producer_window != p.UNLIMITED else 0
+        held = self._route(packet.sequence, packet.tx_id, message, credit)
+        if credit and not held:
+            self._grant(message.address, credit)
 
     def _check_send(self, tx_id: int | None, address: str) -> Transaction | None:
         """The send's transaction; Refused if it may not be sent."""
@@ -458,22 +469,55 @@ class CoreSession:
         self._check(address, _SEND)
         return tx
 
-    def _route(self, sequence: int, tx_id: int | None, message: Message) -> None:
+    def _route(self, sequence: int, tx_id: int | None, message: Message, credit: int = 0) -> bool:
+        """Route a send, or hold a non-durable one behind earlier sends that wait for the
+        store (True: its ``credit`` is given back once it is routed)."""
         try:
             tx = self._check_send(tx_id, message.address)
-            duplicate_id = _duplicate_id(message)
-            if duplicate_id != message.duplicate_id:
-                message = attrs.evolve(message, duplicate_id=duplicate_id)
-            pending = _Pending(sequence)
-            routed: Routed | Deferred[Routed] | None = (
-                self._broker.publish_then(message, partial(self._written, pending))
-                if tx is None
-                else self._broker.publish(message, tx=tx)
-            )
         except Refused as refused:
             self._broker.discard(message)
             self._refuse(sequence, refused.code, str(refused))
-            return
+            return False
+        duplicate_id = _duplicate_id(message)
+        if duplicate_id != message.duplicate_id:
+            message = attrs.evolve(message, duplicate_id=duplicate_id)
+        if tx is not None:
+            self._route_in(tx, sequence, message)
+            return False
+        pending = _Pending(sequence)
+        if self._pending and not message.durable:
+            # Routed now, it would reach its queue before the earlier sends that wait for
+            # their writes (a durable one is queued after its write, behind those).
+            pending.held, pending.grant = message, credit
+            self._pending.append(pending)
+            return True
+        self._publish(pending, message)
+        if pending.done:
+            self._done_at_once(sequence)
+        else:
+            self._pending.append(pending)
+        return False
+
+    def _publish(self, pending: _Pending, message: Message) -> None:
+        """Route a send outside a transaction. ``pending.done`` once it may be confirmed:
+        at once (routed, or refused with SEND_FAILED), else when its write ends."""
+        try:
+            routed = self._broker.publish_then(message, partial(self._written, pending))
+        except AddressNotFound as missing:
+            self._broker.discard(message)
+            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.NOT_FOUND, str(missing)))
+            pending.done = True
+        except AddressFull as full:
+            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.ADDRESS_FULL, str(full)))
+            pending.done = True
+        else:
+            if routed is not None:
+                pending.done = True
+
+    def _route_in(self, tx: Transaction, sequence: int, message: Message) -> None:
+        """A send in a transaction: it takes effect when the transaction commits."""
+        try:
+            routed = self._broker.publish(message, tx=tx)
         except AddressNotFound as missing:
             self._broker.discard(message)
             self._refuse(sequence, p.ErrorCode.NOT_FOUND, str(missing))
@@ -481,19 +525,15 @@ class CoreSession:
         except AddressFull as full:
             self._refuse(sequence, p.ErrorCode.ADDRESS_FULL, str(full))
             return
-        if routed is None:
-            if pending.done:  # the store refused it at once: SEND_FAILED is out
-                self._done_at_once(sequence)
-            else:
-                self._pending.append(pending)
-        elif isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
+        if isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
             self._done_at_once(sequence)
-        else:
-            self._pending.append(pending)
-            routed.addCallbacks(
-                lambda _: self._written(pending),
-                lambda failure: self._written(pending, failure),
-            )
+            return
+        pending = _Pending(sequence)
+        self._pending.append(pending)
+        routed.addCallbacks(
+            lambda _: self._written(pending),
+            lambda failure: self._written(pending, failure),
+        )
 
     def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
         """SEND_FAILED now; the confirmation range passes over it in its turn."""
@@ -513,9 +553,29 @@ class CoreSession:
         if failure is not None:
             self._emit(_send_failed(pending.sequence, failure))
         pending.done = True
-        last = None
-        while self._pending and self._pending[0].done:
-            last = self._pending.popleft().sequence
+        if not self._advancing:
+            self._advance()
+
+    def _advance(self) -> None:
+        """Confirm the sends done at the head of the line, routing each held one as its
+        turn comes (one whose write must wait stops the line again)."""
+        line, last = self._pending, None
+        self._advancing = True
+        try:
+            while line:
+                first = line[0]
+                held = first.held
+                if held is not None:
+                    first.held = None
+                    self._publish(first, held)
+                    if first.grant:
+                        self._grant(held.address, first.grant)
+                if not first.done:
+                    break
+                line.popleft()
+                last = first.sequence
+        finally:
+            self._advancing = False
         if last is not None:
             self._done(last)
 
