@@ -174,7 +174,6 @@ class _Outstanding:
     size: int = 0
     done: bool = False
     close: bool = False
-    failed: bool = False
 
 
 @attrs.define(eq=False)
@@ -391,7 +390,6 @@ class StompSession:
         if failure is None:
             self._stored(entry)
         else:
-            entry.failed = True
             self._store_failed(entry, failure)
 
     def _stored(self, entry: _Outstanding) -> None:
@@ -593,13 +591,13 @@ class StompSession:
             return
         try:
             if tx is None and message.durable:
-                # The hot path of persistent sends: no Deferred, one entry in line.
+                # The hot path of persistent sends: no Deferred, one entry in line (in it
+                # before publishing, whenever the store tells of its write).
                 entry = _Outstanding(receipt, len(message.body))
+                self._track(entry)
                 settled = partial(self._send_settled, entry)
                 if self._broker.publish_then(message, settled) is not None:
-                    self._after(None, receipt)
-                elif not entry.failed:  # (a store that refuses at once has told us)
-                    self._track(entry)
+                    self._stored(entry)  # routed at once: no write to wait for
                 return
             routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
         except AddressNotFound as missing:

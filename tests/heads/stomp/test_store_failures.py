@@ -1,0 +1,59 @@
+"""A persistent SEND the store cannot write: the connection gets an ERROR saying so and no
+receipt for it, then closes (a receipt still pending before it may not come either: the
+client resends what it has no receipt for); other connections go on.
+
+The store's failure is injected (its ``add_then`` tells of a failed commit, at once or
+on a later turn), since a real disk cannot be made to fail here on demand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.python.failure import Failure
+
+from bridge.store import CommitFailed
+
+
+def failing_add(store: Any, *, at_once: bool) -> Any:
+    """``add_then`` of ``store`` failing every add whose body is b'doomed'."""
+    real = store.add_then
+
+    def add_then(message: Any, queues: Any, then: Any) -> None:
+        if message.body != b"doomed":
+            real(message, queues, then)
+            return
+        failure = Failure(CommitFailed("disk full (injected)"))
+        if at_once:
+            then(failure)
+        else:
+            reactor.callLater(0, then, failure)
+
+    return add_then
+
+
+@pytest.mark.parametrize("at_once", [True, False], ids=["refused-at-once", "commit-failed"])
+@pytest_twisted.ensureDeferred
+async def test_a_persistent_send_that_is_not_stored_ends_its_connection_only(
+    stomp_node, monkeypatch, at_once
+):
+    store = stomp_node.broker.store
+    monkeypatch.setattr(store, "add_then", failing_add(store, at_once=at_once))
+    client = await stomp_node.raw()
+    await client.connect()
+    persistent = {"destination": "/queue/kept", "persistent": "true"}
+    client.send("SEND", {**persistent, "receipt": "first"}, b"fine")
+    client.send("SEND", {**persistent, "receipt": "second"}, b"doomed")
+    error = await client.error()
+    assert error.header("message") == "not stored"
+    assert b"disk full (injected)" in error.body
+    assert [f.header("receipt-id") for f in client.of("RECEIPT")] in ([], ["first"])
+
+    other = await stomp_node.raw()
+    await other.connect()
+    other.send("SEND", {**persistent, "receipt": "other"}, b"also fine")
+    await other.receipt("other")
+    kept = [entry.message.body for entry in stomp_node.broker.queue("kept").browse()]
+    assert kept == [b"fine", b"also fine"]
