@@ -89,7 +89,9 @@ def driver(role: str, args: list[str], out: Path) -> Child:
 
 
 def _events(child: Child) -> list[dict[str, Any]]:
-    """The JSON event lines ``child`` printed since the last call (an error raises)."""
+    """The JSON event lines ``child`` printed since the last call (an error raises). That
+    it ended raises too, but only once what it printed before is handled: a producer that
+    prints ``done`` and exits between two calls has done its part."""
     found: list[dict[str, Any]] = []
     while True:
         try:
@@ -97,6 +99,9 @@ def _events(child: Child) -> list[dict[str, Any]]:
         except queue.Empty:
             return found
         if line is None:
+            if found:
+                child.lines.put(None)  # the end, for the next call (if there is one)
+                return found
             child.process.wait()
             raise BenchmarkError(child.describe(f"exited ({child.process.returncode})"))
         if line.startswith("{"):

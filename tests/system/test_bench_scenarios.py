@@ -153,3 +153,24 @@ def test_the_faults_scenario_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert "fault: kill -9 of node a" in result.stdout
     assert "the bridge's connection to b" in result.stdout
     assert "process=runner" in _processes(out)
+
+
+def test_a_driver_that_says_done_and_exits_between_two_polls_has_done_its_part(
+    tmp_path: Path,
+) -> None:
+    """The runner polls its drivers every 50 ms: one that prints ``done`` and exits in
+    between is read to its ``done`` first; only polling it again says it ended."""
+    from benchmarks.node_throughput import BenchmarkError, Child
+    from benchmarks.scenarios.node import _events
+
+    child = Child(
+        "the producer",
+        [sys.executable, "-c", 'print(\'{"event": "done", "sent": 3}\')'],
+        tmp_path,
+        tmp_path / "producer.stderr",
+    )
+    child.process.wait(timeout=30)
+    child._reader.join(timeout=30)
+    assert [event["event"] for event in _events(child)] == ["done"]
+    with pytest.raises(BenchmarkError, match=r"the producer exited \(0\)"):
+        _events(child)
