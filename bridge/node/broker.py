@@ -482,8 +482,8 @@ class Broker:
             else:
                 tx.sends.append((message, bindings, None))
             return routed
-        if then is not None and detection is None:
-            self._add_then(message, bindings, stored, memory, then)
+        if then is not None:
+            self._add_then(message, bindings, stored, memory, then, detection=detection)
             return None
         store_tx = tx.store_tx if tx is not None else None
         writes = [self.store.add(message, stored, tx=store_tx)]
@@ -525,10 +525,12 @@ class Broker:
         stored: list[str],
         memory: AddressMemory,
         then: Then,
+        *,
+        detection: Detection | None,
     ) -> None:
-        """Store a send without a duplicate id and queue it once it is durable, then tell
-        ``then``: one store operation and no Deferred. Its memory is counted meanwhile, as
-        ``publish`` does."""
+        """Store a send and queue it once it is durable, then tell ``then``: one store
+        operation (its duplicate id, if any, goes with it) and no Deferred. Its memory is
+        counted meanwhile, as ``publish`` does, and a repeat waits for its outcome."""
         held = message.size * len(bindings)
         memory.add(held)
 
@@ -536,9 +538,19 @@ class Broker:
             if failure is None:
                 self._enqueue(message, bindings)
             memory.release(held)  # if queued, counted by the queues that hold it now
+            _settle(detection, committed=failure is None)
             then(failure)
 
-        self.store.add_then(message, stored, written)
+        if detection is None:
+            self.store.add_then(message, stored, written)
+            return
+        _hold(detection)  # before the add, which may tell of a refusal at once
+        cache = detection.cache
+        if not cache.size:  # a cache of size 0 keeps nothing, so nothing is stored
+            self.store.add_then(message, stored, written)
+            return
+        duplicate = (detection.key, detection.duplicate_id, cache.size)
+        self.store.add_then(message, stored, written, duplicate=duplicate)
 
     def _routed(self, bindings: list[Binding]) -> Routed:
         if len(bindings) != 1:

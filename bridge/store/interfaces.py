@@ -38,11 +38,17 @@ class IMessageStore(Interface):
         synced to disk with it, and opening the store removes body files no message owns."""
 
     def add_then(
-        message: Message, queues: Sequence[str], then: Callable[[Failure | None], object]
+        message: Message,
+        queues: Sequence[str],
+        then: Callable[[Failure | None], object],
+        *,
+        duplicate: tuple[str, bytes, int] | None = None,
     ) -> None:
         """``add`` outside a transaction without a Deferred, for the node's hot path:
         ``then`` is called with None once the message is durable, or with the failure
-        ``add``'s Deferred would have (at once, if the add is refused)."""
+        ``add``'s Deferred would have (at once, if the add is refused). ``duplicate``
+        (address, id, keep) is stored with the message, in the same operation, as
+        ``store_duplicate_id`` would store it: both or neither."""
 
     def large_body_path(message_id: int) -> str:
         """Where the node writes a large message's body before ``add``: the store's folder

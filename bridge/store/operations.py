@@ -62,13 +62,16 @@ class Operation(Protocol):
 @attrs.frozen
 class AddMessage:
     """A durable message; a large one's ``data`` is its header and ``large_path`` its body's
-    file, synced to disk before the row is written."""
+    file, synced to disk before the row is written. ``duplicate`` is the message's
+    duplicate-detection id, stored with it (one operation, so that a run of adds of a
+    bridge's target stays one run of multi-row statements)."""
 
     message_id: int
     queues: tuple[str, ...]
     data: bytes
     large_size: int | None = None
     large_path: str | None = None
+    duplicate: StoreDuplicateId | None = None
 
     def apply(self, cursor: sqlite3.Cursor, state: WriterState) -> None:
         for queue in self.queues:
@@ -92,6 +95,8 @@ class AddMessage:
             [(queue, self.message_id) for queue in self.queues],
         )
         state.highest_message_id = max(state.highest_message_id, self.message_id)
+        if self.duplicate is not None:
+            self.duplicate.apply(cursor, state)
 
 
 def _sync_file(path: str) -> None:
@@ -248,20 +253,26 @@ class StoreDuplicateId:
             "INSERT OR REPLACE INTO duplicate_ids (address, duplicate_id) VALUES (?, ?)",
             (self.address, self.duplicate_id),
         )
-        # Trimming scans ``keep`` index entries, so it runs once per eighth of ``keep``
-        # ids: the file holds at most that many more than ``keep`` (the node's cache
-        # keeps exactly the newest ``keep`` of what it recovers).
-        untrimmed = state.untrimmed.get(self.address, 0) + 1
-        if untrimmed < max(self.keep // 8, 1):
-            state.untrimmed[self.address] = untrimmed
-            return
-        state.untrimmed[self.address] = 0
-        cursor.execute(
-            "DELETE FROM duplicate_ids WHERE address = ? AND seq <= ("
-            " SELECT seq FROM duplicate_ids WHERE address = ?"
-            " ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-            (self.address, self.address, self.keep),
-        )
+        _trim(cursor, state, self.address, self.keep, 1)
+
+
+def _trim(cursor: sqlite3.Cursor, state: WriterState, address: str, keep: int, added: int) -> None:
+    """``added`` ids were stored for ``address``: trim its cache to the newest ``keep``.
+
+    Trimming scans ``keep`` index entries, so it runs once per eighth of ``keep`` ids:
+    after a batch the file holds at most that many more than ``keep`` (the node's cache
+    keeps exactly the newest ``keep`` of what it recovers)."""
+    untrimmed = state.untrimmed.get(address, 0) + added
+    if untrimmed < max(keep // 8, 1):
+        state.untrimmed[address] = untrimmed
+        return
+    state.untrimmed[address] = 0
+    cursor.execute(
+        "DELETE FROM duplicate_ids WHERE address = ? AND seq <= ("
+        " SELECT seq FROM duplicate_ids WHERE address = ?"
+        " ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+        (address, address, keep),
+    )
 
 
 @attrs.frozen
@@ -343,9 +354,29 @@ def _add_run(cursor: sqlite3.Cursor, state: WriterState, adds: list[AddMessage])
         "message_refs (queue, message_id, delivery_count)",
         [(queue, add.message_id, 0) for add in adds for queue in add.queues],
     )
+    duplicates = [add.duplicate for add in adds if add.duplicate is not None]
+    if duplicates:
+        _store_duplicates(cursor, state, duplicates)
     cursor.execute("RELEASE run")
     state.highest_message_id = max(state.highest_message_id, *(add.message_id for add in adds))
     return [None] * len(adds)
+
+
+def _store_duplicates(
+    cursor: sqlite3.Cursor, state: WriterState, duplicates: list[StoreDuplicateId]
+) -> None:
+    """The duplicate ids of a run of adds, in multi-row statements (a repeated id's later
+    row replaces the earlier, making it the newest), each cache trimmed once."""
+    _insert(
+        cursor,
+        "duplicate_ids (address, duplicate_id)",
+        [(duplicate.address, duplicate.duplicate_id) for duplicate in duplicates],
+        replace=True,
+    )
+    added = Counter(duplicate.address for duplicate in duplicates)
+    keep = {duplicate.address: duplicate.keep for duplicate in duplicates}
+    for address, count in added.items():
+        _trim(cursor, state, address, keep[address], count)
 
 
 def _ack_run(cursor: sqlite3.Cursor, state: WriterState, acks: list[Acknowledge]) -> list[Outcome]:
@@ -402,13 +433,21 @@ def _cut(count: int) -> Iterator[tuple[int, int]]:
             start += rows
 
 
-def _insert(cursor: sqlite3.Cursor, table: str, rows: Sequence[tuple[object, ...]]) -> None:
-    """``INSERT INTO table VALUES`` ``rows`` (all of one width), in multi-row statements."""
+def _insert(
+    cursor: sqlite3.Cursor,
+    table: str,
+    rows: Sequence[tuple[object, ...]],
+    *,
+    replace: bool = False,
+) -> None:
+    """``INSERT INTO table VALUES`` ``rows`` (all of one width), in multi-row statements;
+    ``INSERT OR REPLACE`` with ``replace``."""
+    verb = "INSERT OR REPLACE" if replace else "INSERT"
     one = "(" + ",".join("?" * len(rows[0])) + ")"
     for start, end in _cut(len(rows)):
         marks = ",".join([one] * (end - start))
         values = [value for row in rows[start:end] for value in row]
-        cursor.execute(f"INSERT INTO {table} VALUES {marks}", values)
+        cursor.execute(f"{verb} INTO {table} VALUES {marks}", values)
 
 
 def _delete(cursor: sqlite3.Cursor, where: str, key: object, ids: Sequence[int]) -> int:

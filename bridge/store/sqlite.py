@@ -153,16 +153,29 @@ class SQLiteMessageStore:
             return fail(error)
         return self._submit(operation, tx)
 
-    def add_then(self, message: Message, queues: Sequence[str], then: Then) -> None:
+    def add_then(
+        self,
+        message: Message,
+        queues: Sequence[str],
+        then: Then,
+        *,
+        duplicate: tuple[str, bytes, int] | None = None,
+    ) -> None:
         try:
-            operation = self._add_operation(message, queues)
+            operation = self._add_operation(message, queues, duplicate)
         except StoreError as error:
             then(Failure(error))
             return
         self._batches.submit_then(operation, then)
 
-    def _add_operation(self, message: Message, queues: Sequence[str]) -> AddMessage:
-        """The operation that adds ``message``; ``StoreError`` if it may not be added."""
+    def _add_operation(
+        self,
+        message: Message,
+        queues: Sequence[str],
+        duplicate: tuple[str, bytes, int] | None = None,
+    ) -> AddMessage:
+        """The operation that adds ``message`` (with ``duplicate``, as ``add_then`` says);
+        ``StoreError`` if it may not be added."""
         if self._state is not _OPEN:
             raise StoreNotOpen(f"{self.path} is {self._state.value}, not open")
         if not message.durable:
@@ -177,10 +190,16 @@ class SQLiteMessageStore:
             data = encode_message(message)
         except MessageFormatError as error:
             raise InvalidOperation(f"add message {message.id}: {error}") from None
+        stored_id = None
+        if duplicate is not None:
+            address, duplicate_id, keep = duplicate
+            if keep < 1:
+                raise InvalidOperation(f"duplicate ids of {address!r}: keep must be at least 1")
+            stored_id = StoreDuplicateId(address, duplicate_id, keep)
         large = message.large
         if large is None:
-            return AddMessage(message.id, tuple(queues), data)
-        return AddMessage(message.id, tuple(queues), data, large.size, large.path)
+            return AddMessage(message.id, tuple(queues), data, duplicate=stored_id)
+        return AddMessage(message.id, tuple(queues), data, large.size, large.path, stored_id)
 
     def large_body_path(self, message_id: int) -> str:
         return str(large_message_path(self.path.parent, message_id))

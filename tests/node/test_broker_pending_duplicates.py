@@ -4,6 +4,7 @@ first one's write fails (confirming it at once would lose it then)."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,11 @@ class GatedStore:
         self, address: str, duplicate_id: bytes, keep: int, tx: Any = None
     ) -> Deferred[None]:
         return self._gate(lambda: self._store.store_duplicate_id(address, duplicate_id, keep, tx))
+
+    def add_then(self, message: Message, queues: Sequence[str], then: Any, **options: Any) -> None:
+        gate: Deferred[None] = Deferred()
+        gate.addCallbacks(lambda _: self._store.add_then(message, queues, then, **options), then)
+        self._gates.append(gate)
 
     def _gate(self, write: Any) -> Deferred[None]:
         gate: Deferred[None] = Deferred()
@@ -143,3 +149,60 @@ def test_the_cache_tells_each_waiting_repeat_the_outcome() -> None:
     committed = cache.when_settled(ID)
     cache.settle(ID, committed=True)
     assert committed is not None and committed.result is True and ID in cache
+
+
+def send_then(broker: Broker, body: bytes) -> Deferred[None]:
+    """A send through ``publish_then`` (the heads' hot path), as a Deferred of what its
+    callable is told."""
+    told: Deferred[None] = Deferred()
+    routed = broker.publish_then(
+        Message(0, "orders", True, {}, body, ID),
+        lambda failure: told.callback(None) if failure is None else told.errback(failure),
+    )
+    assert routed is None, "a durable send waits for its write"
+    return told
+
+
+def stored_ids(broker: Broker) -> int:
+    with sqlite3.connect(broker.store.path) as connection:
+        (count,) = connection.execute("SELECT count(*) FROM duplicate_ids").fetchone()
+    return count
+
+
+@pytest_twisted.ensureDeferred
+async def test_publish_then_writes_a_send_and_its_id_as_one_operation_and_repeats_wait(
+    gated: tuple[Broker, GatedStore],
+) -> None:
+    broker, store = gated
+    first = send_then(broker, b"first")
+    repeat = send_then(broker, b"repeat")
+    assert store.pending == 1, "the message and its duplicate id are one write"
+    assert not settled(repeat), "confirmed before the first send is durable"
+    store.commit()
+    await first
+    await repeat
+    assert broker.queue("orders").depth == 1
+    assert stored_ids(broker) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_publish_then_a_repeat_counts_when_the_first_write_fails(
+    gated: tuple[Broker, GatedStore],
+) -> None:
+    broker, store = gated
+    first = send_then(broker, b"first")
+    repeat = send_then(broker, b"repeat")
+    store.fail()
+    with pytest.raises(StoreError):
+        await first
+    assert not settled(repeat), "the repeat is written now, as a new send"
+    assert store.pending == 2  # (a rare path: written as ``publish`` writes, in two)
+    store.commit()
+    await repeat
+    queue = broker.queue("orders")
+    assert queue.depth == 1
+    assert stored_ids(broker) == 1
+    assert broker.publish_then(Message(0, "orders", True, {}, b"third", ID), print) == Routed(
+        (), duplicate=True
+    )
+    assert queue.depth == 1
