@@ -262,8 +262,7 @@ class FrameConnection(Protocol):
         wire = self._wire = typing.cast(Wire, self.transport)
         self.peer = peer_name(wire.getPeer())
         self._last_received = self._clock.seconds()
-        if self.settings.io_size is not None:
-            tune_socket_io(self.transport, self.settings.io_size)
+        tune_socket_io(self.transport, self.settings.io_size, self.settings.read_size)
         self.writer.attach(wire)
         self._start_timers()
         self._receiver.connection_made(self)

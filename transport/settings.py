@@ -19,6 +19,10 @@ class ConnectionSettings:
     least twice the peer's heartbeat interval, so one late ping is not a death sentence.
     ``io_size``: bytes read or sent per socket call (Twisted's transport buffer size, which
     is also where Twisted pauses a connection handing it bytes); None keeps Twisted's own.
+    ``read_size``: bytes read per socket call, if not ``io_size``. Every whole frame of a
+    read is handled before the reactor turns to another connection, so a server with many
+    connections reads less at a time: its peers' credits and acknowledgements then wait
+    behind a few hundred microseconds of one busy producer's sends, not milliseconds.
     ``flush_budget``: the most bytes handed to the transport in one pass, so the transport
     has a chance to push back before it holds more (default: the high water mark).
     """
@@ -30,6 +34,7 @@ class ConnectionSettings:
     ttl: float | None = 60.0
     flush_budget: int | None = None
     io_size: int | None = 256 * 1024
+    read_size: int | None = None
 
     @max_frame_size.validator
     def _check_max_frame(self, attribute: attrs.Attribute[int], value: int) -> None:
@@ -37,8 +42,10 @@ class ConnectionSettings:
             raise ValueError(f"max_frame_size must be 1..{LENGTH_LIMIT}, got {value}")
 
     def __attrs_post_init__(self) -> None:
-        if self.io_size is not None and self.io_size < 4096:
-            raise ValueError(f"io_size must be at least 4096 bytes, got {self.io_size}")
+        for name in ("io_size", "read_size"):
+            size = getattr(self, name)
+            if size is not None and size < 4096:
+                raise ValueError(f"{name} must be at least 4096 bytes, got {size}")
         for name in ("heartbeat_interval", "ttl"):
             value = getattr(self, name)
             if value is not None and not value > 0:

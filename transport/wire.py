@@ -145,15 +145,20 @@ def peer_name(address: IAddress) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def tune_socket_io(transport: object, size: int) -> None:
-    """Read and send ``size`` bytes per socket call on the TCP transport beneath (under
-    TLS, the wrapped one): Twisted's 64 KiB reads and 128 KiB sends cost a reactor turn
-    each, which dominates the cost of moving large frames."""
+def tune_socket_io(transport: object, size: int | None, read_size: int | None = None) -> None:
+    """Send ``size`` bytes per socket call on the TCP transport beneath (under TLS, the
+    wrapped one), and read ``read_size`` (default ``size``; None keeps Twisted's own):
+    Twisted's 64 KiB reads and 128 KiB sends cost a reactor turn each, which dominates the
+    cost of moving large frames."""
     inner = transport
     while inner is not None and not isinstance(inner, FileDescriptor):
         inner = getattr(inner, "transport", None)
-    if isinstance(inner, FileDescriptor):
-        inner.bufferSize = size
+    if not isinstance(inner, FileDescriptor):
+        return
+    read = read_size if read_size is not None else size
+    if read is not None:
+        inner.bufferSize = read
+    if size is not None:
         inner.SEND_LIMIT = max(size, FileDescriptor.SEND_LIMIT)
 
 

@@ -51,6 +51,8 @@ PROTOCOLS = ("core", "stomp")
 UNLIMITED = units.UNLIMITED
 DEFAULT_GLOBAL_MAX_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 10
+DEFAULT_READ_SIZE = 64 * 1024
+MAX_READ_SIZE = 16 * 1024 * 1024
 """Artemis's default ``max-delivery-attempts``."""
 _E = TypeVar("_E", bound=StrEnum)
 
@@ -84,6 +86,10 @@ class Acceptor:
     stomp_prefetch_count: int = 1000
     """A STOMP subscription's unacknowledged messages when its SUBSCRIBE names no
     ``prefetch-count`` (0: no limit)."""
+    read_size: int = DEFAULT_READ_SIZE
+    """Bytes read from a connection per socket call: a read's frames are all handled
+    before other connections are served, so this bounds how long one busy producer holds
+    up everyone else's credits and acknowledgements."""
 
 
 @attrs.frozen
@@ -198,6 +204,7 @@ _ACCEPTOR = (
     "max-frame-size",
     "producer-window-size",
     "stomp-prefetch-count",
+    "read-size",
 )
 _SETTING_KEYS = (
     "max-size-bytes",
@@ -309,7 +316,13 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
         key_path(prefix, "stomp-prefetch-count"),
         minimum=0,
     )
-    return Acceptor(name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame, window, prefetch)
+    read_key = key_path(prefix, "read-size")
+    read_size = expect_size(table.get("read-size", "64KiB"), source, read_key)
+    if not 4096 <= read_size <= MAX_READ_SIZE:
+        raise ConfigError(source, read_key, "expected at least 4KiB and at most 16MiB")
+    return Acceptor(
+        name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame, window, prefetch, read_size
+    )
 
 
 def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:

@@ -70,6 +70,7 @@ def stomp_settings(acceptor: Acceptor) -> StompSettings:
         ttl=acceptor.connection_ttl,
         heart_beat=acceptor.connection_ttl / 3,
         prefetch=acceptor.stomp_prefetch_count,
+        read_size=acceptor.read_size,
     )
 
 
@@ -80,6 +81,7 @@ def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
         max_frame_size=acceptor.max_frame_size,
         ttl=acceptor.connection_ttl,
         heartbeat_interval=acceptor.connection_ttl / 3,
+        read_size=acceptor.read_size,
     )
 
 

@@ -56,6 +56,7 @@ def test_the_issue_example_loads_as_written(tmp_path):
         ("core",),
     )
     assert acceptor.connection_ttl == 60.0
+    assert acceptor.read_size == 64 * 1024
     (address,) = config.addresses
     assert address.name == "orders"
     assert config.routing_for("orders") is Routing.ANYCAST
@@ -167,6 +168,16 @@ GOOD_HEAD = '[node]\nname = "a"\ndata-dir = "d"\n'
             GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\nmax-frame-size = "10B"\n',
             "acceptor[0].max-frame-size",
             "at least 1KiB",
+        ),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\nread-size = "1KiB"\n',
+            "acceptor[0].read-size",
+            "at least 4KiB and at most 16MiB",
+        ),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\nread-size = "lots"\n',
+            "acceptor[0].read-size",
+            "expected a size such as",
         ),
         (
             GOOD_HEAD + '[[address]]\nname = "o"\nrouting = "broadcast"\n',

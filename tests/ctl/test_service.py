@@ -12,7 +12,14 @@ from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
 from bridge.config.node import parse_node_config
-from bridge.ctl.service import NodeService, StartupError, node_id
+from bridge.ctl.service import (
+    NodeService,
+    StartupError,
+    connection_settings,
+    node_id,
+    stomp_settings,
+)
+from bridge.heads.stomp.protocol import IO_SIZE
 from bridge.protocol import PACKET_TYPES
 from bridge.protocol import packets as p
 from tests.heads.conftest import Peer, message
@@ -122,4 +129,37 @@ async def test_an_acceptor_of_two_protocols_is_refused(tmp_path):
     service.startService()
     with pytest.raises(StartupError, match="acceptor 'both': one acceptor serves one protocol"):
         await service.started
+    await service.stopService()
+
+
+def test_an_acceptors_read_size_reaches_its_core_and_stomp_connections(tmp_path):
+    (acceptor,) = config(
+        tmp_path,
+        acceptor=[{"name": "c", "url": "tcp://127.0.0.1:0", "read-size": "32KiB"}],
+    ).acceptors
+    assert connection_settings(acceptor).read_size == 32 * 1024
+    assert stomp_settings(acceptor).read_size == 32 * 1024
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stomp_connection_reads_its_acceptors_read_size(tmp_path):
+    service = NodeService(
+        config(
+            tmp_path,
+            acceptor=[
+                {"name": "st", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"]},
+            ],
+        ),
+        reactor,
+        exit_on_failure=False,
+    )
+    service.startService()
+    await service.started
+    client = RawClient()
+    port = service.ports["st"].getHost().port
+    await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), client)
+    assert (await client.connect()).command == "CONNECTED"
+    assert service.stomp is not None
+    (protocol,) = service.stomp._live
+    assert (protocol.transport.bufferSize, protocol.transport.SEND_LIMIT) == (64 * 1024, IO_SIZE)
     await service.stopService()

@@ -138,6 +138,8 @@ class StompSettings:
     low_water: int = 32 * 1024
     max_unstored: int = 8 * 1024 * 1024
     """Body bytes of persistent sends waiting for the store before reading pauses."""
+    read_size: int | None = None
+    """Bytes read per socket call (None: as many as are sent, ``IO_SIZE``)."""
 
 
 @attrs.define(eq=False)

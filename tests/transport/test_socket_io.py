@@ -1,0 +1,76 @@
+"""Bytes per socket call on real sockets: ``io_size`` sets what a connection reads and
+sends per call, ``read_size`` what it reads, on plain TCP and beneath TLS."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.abstract import FileDescriptor
+from twisted.internet.task import deferLater
+
+from tests.transport.memory import APP, Recorder
+from transport.endpoints import connect, listen
+from transport.settings import ConnectionSettings
+
+KIB = 1024
+
+
+def _socket_of(receiver: Recorder) -> FileDescriptor:
+    """The TCP transport beneath a connection (beneath TLS too)."""
+    assert receiver.connection is not None
+    inner = getattr(receiver.connection, "transport", None)
+    while not isinstance(inner, FileDescriptor):
+        inner = getattr(inner, "transport", None)
+        assert inner is not None, "no socket beneath the connection"
+    return inner
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "tls"])
+@pytest_twisted.ensureDeferred
+async def test_a_server_reads_its_read_size_and_sends_its_io_size(scheme, certs):
+    accepted: list[Recorder] = []
+
+    def make() -> Recorder:
+        accepted.append(Recorder())
+        return accepted[-1]
+
+    server_settings = ConnectionSettings(io_size=256 * KIB, read_size=32 * KIB)
+    port = await listen(
+        reactor,
+        f"{scheme}://127.0.0.1:0",
+        make,
+        settings=server_settings,
+        accepted_types=[APP],
+        tls=certs.server_tls() if scheme == "tls" else None,
+    )
+    client = Recorder()
+    try:
+        await connect(
+            reactor,
+            f"{scheme}://127.0.0.1:{port.getHost().port}",
+            client,
+            accepted_types=[APP],
+            tls=certs.client_tls() if scheme == "tls" else None,
+        )
+        assert client.connection is not None
+        client.connection.send(APP, b"x" * 100 * KIB)
+        for _ in range(500):  # 5 s at most
+            if accepted and accepted[0].frames:
+                break
+            await deferLater(reactor, 0.01, lambda: None)
+        server_socket = _socket_of(accepted[0])
+        assert (server_socket.bufferSize, server_socket.SEND_LIMIT) == (32 * KIB, 256 * KIB)
+        assert accepted[0].frames[0].payload == b"x" * 100 * KIB  # read in four calls
+        client_socket = _socket_of(client)
+        assert (client_socket.bufferSize, client_socket.SEND_LIMIT) == (256 * KIB, 256 * KIB)
+    finally:
+        if client.connection is not None:
+            client.connection.close()
+            await client.connection.when_lost()
+        await port.stopListening()
+
+
+def test_a_read_size_below_a_page_is_refused():
+    with pytest.raises(ValueError, match="read_size must be at least 4096 bytes, got 100"):
+        ConnectionSettings(read_size=100)
