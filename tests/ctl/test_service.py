@@ -97,7 +97,12 @@ async def test_a_stomp_acceptor_serves_stomp_beside_the_core_one(tmp_path):
             tmp_path,
             acceptor=[
                 {"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]},
-                {"name": "st", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"]},
+                {
+                    "name": "st",
+                    "url": "tcp://127.0.0.1:0",
+                    "protocols": ["stomp"],
+                    "read-size": "32KiB",
+                },
             ],
         ),
         reactor,
@@ -110,6 +115,9 @@ async def test_a_stomp_acceptor_serves_stomp_beside_the_core_one(tmp_path):
     await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), client)
     connected = await client.connect()
     assert connected.command == "CONNECTED"
+    assert service.stomp is not None
+    (protocol,) = service.stomp._live  # the acceptor's read-size reached its connection
+    assert (protocol.transport.bufferSize, protocol.transport.SEND_LIMIT) == (32 * 1024, IO_SIZE)
     await service.stopService()
     error = await client.error()
     assert error.header("message") == "connection closed by the node"
@@ -139,27 +147,3 @@ def test_an_acceptors_read_size_reaches_its_core_and_stomp_connections(tmp_path)
     ).acceptors
     assert connection_settings(acceptor).read_size == 32 * 1024
     assert stomp_settings(acceptor).read_size == 32 * 1024
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_stomp_connection_reads_its_acceptors_read_size(tmp_path):
-    service = NodeService(
-        config(
-            tmp_path,
-            acceptor=[
-                {"name": "st", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"]},
-            ],
-        ),
-        reactor,
-        exit_on_failure=False,
-    )
-    service.startService()
-    await service.started
-    client = RawClient()
-    port = service.ports["st"].getHost().port
-    await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), client)
-    assert (await client.connect()).command == "CONNECTED"
-    assert service.stomp is not None
-    (protocol,) = service.stomp._live
-    assert (protocol.transport.bufferSize, protocol.transport.SEND_LIMIT) == (64 * 1024, IO_SIZE)
-    await service.stopService()
