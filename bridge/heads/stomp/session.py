@@ -83,6 +83,9 @@ STORE = "store"
 """The reason it gives while too many persistent sends wait for the store."""
 ADDRESS_FULL = "address-full"
 """The reason it gives while a SEND waits for room on an address full under BLOCK."""
+ORDER = "order"
+"""The reason it gives while a non-persistent SEND waits for the persistent ones before
+it to be stored and queued, so that it does not overtake them."""
 
 
 class StompError(Exception):
@@ -219,6 +222,10 @@ class StompSession:
         self._outstanding: deque[_Outstanding] = deque()
         self._unstored = 0
         self._store_paused = False
+        self._writing = 0
+        """Persistent SENDs outside transactions whose store write has not ended."""
+        self._behind_writes: tuple[Message, str | None] | None = None
+        """A non-persistent SEND (and its receipt) held until ``_writing`` is 0."""
         self._auto_ack_call: IDelayedCall | None = None
         self._auto_acks: list[_Subscription] = []
         self._room: tuple[AddressMemory, Callable[[], None]] | None = None
@@ -389,10 +396,37 @@ class StompSession:
 
     def _send_settled(self, entry: _Outstanding, failure: Failure | None) -> None:
         """A persistent SEND's store write ended (``publish_then``'s callable)."""
+        self._writing -= 1
         if failure is None:
             self._stored(entry)
         else:
             self._store_failed(entry, failure)
+        if not self._writing and self._behind_writes is not None:
+            self._release_behind_writes()
+
+    def _hold_behind_writes(self, message: Message, receipt: str | None) -> None:
+        """Keep a non-persistent SEND until the persistent SENDs before it are queued, and
+        read nothing more meanwhile (so it is the only one held), as the core head holds
+        such a send and Artemis keeps a session's sends in order."""
+        self._behind_writes = (message, receipt)
+        self._transport.pause_reading(ORDER)
+
+    def _release_behind_writes(self) -> None:
+        assert self._behind_writes is not None
+        message, receipt = self._behind_writes
+        self._behind_writes = None
+        if self.state is State.OPEN:  # else a write before it failed: the connection ends
+            self._publish_held(message, None, receipt, ORDER)
+
+    def _publish_held(
+        self, message: Message, tx: _Transaction | None, receipt: str | None, reason: str
+    ) -> None:
+        """Publish a SEND held while reading paused for ``reason``, then read on."""
+        try:
+            self._publish(message, tx, receipt)
+        except StompError as error:
+            self._fail(error.message, error.detail, receipt)
+        self._transport.resume_reading(reason)
 
     def _stored(self, entry: _Outstanding) -> None:
         entry.done = True
@@ -591,15 +625,12 @@ class StompSession:
         if memory is not None:
             self._hold(memory, message, tx, receipt)
             return
+        if tx is None and not message.durable and self._writing:
+            self._hold_behind_writes(message, receipt)
+            return
         try:
             if tx is None and message.durable:
-                # The hot path of persistent sends: no Deferred, one entry in line (in it
-                # before publishing, whenever the store tells of its write).
-                entry = _Outstanding(receipt, len(message.body))
-                self._track(entry)
-                settled = partial(self._send_settled, entry)
-                if self._broker.publish_then(message, settled) is not None:
-                    self._stored(entry)  # routed at once: no write to wait for
+                self._publish_persistent(message, receipt)
                 return
             routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
         except AddressNotFound as missing:
@@ -608,6 +639,22 @@ class StompSession:
             self._after(routed, receipt, len(message.body))
         elif receipt is not None:
             self._after(None, receipt)
+
+    def _publish_persistent(self, message: Message, receipt: str | None) -> None:
+        """The hot path of persistent sends: no Deferred, one entry in line (in it before
+        publishing, whenever the store tells of its write), counted in ``_writing`` until
+        the store tells (which it may do before ``publish_then`` returns)."""
+        entry = _Outstanding(receipt, len(message.body))
+        self._track(entry)
+        self._writing += 1
+        try:
+            routed = self._broker.publish_then(message, partial(self._send_settled, entry))
+        except BaseException:
+            self._writing -= 1
+            raise
+        if routed is not None:  # routed at once: no write to wait for
+            self._writing -= 1
+            self._stored(entry)
 
     def _full_under_block(self, name: str) -> AddressMemory | None:
         """The memory of address ``name`` if it is full under the BLOCK policy."""
@@ -638,13 +685,8 @@ class StompSession:
 
         def go_on() -> None:
             self._room_call = None
-            if self.state is State.CLOSED:
-                return
-            try:
-                self._publish(message, tx, receipt)
-            except StompError as error:
-                self._fail(error.message, error.detail, receipt)
-            self._transport.resume_reading(ADDRESS_FULL)
+            if self.state is not State.CLOSED:
+                self._publish_held(message, tx, receipt, ADDRESS_FULL)
 
         self._room = (memory, room)
         memory.when_room(room)
