@@ -22,7 +22,7 @@ class ConnectionSettings:
     ``read_size``: bytes read per socket call, if not ``io_size``. Every whole frame of a
     read is handled before the reactor turns to another connection, so a server with many
     connections reads less at a time: its peers' credits and acknowledgements then wait
-    behind a few hundred microseconds of one busy producer's sends, not milliseconds.
+    behind about a millisecond of one busy producer's sends, not several.
     ``flush_budget``: the most bytes handed to the transport in one pass, so the transport
     has a chance to push back before it holds more (default: the high water mark).
     """

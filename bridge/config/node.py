@@ -51,9 +51,10 @@ PROTOCOLS = ("core", "stomp")
 UNLIMITED = units.UNLIMITED
 DEFAULT_GLOBAL_MAX_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 10
-DEFAULT_READ_SIZE = 64 * 1024
-MAX_READ_SIZE = 16 * 1024 * 1024
 """Artemis's default ``max-delivery-attempts``."""
+DEFAULT_READ_SIZE = 64 * 1024
+"""An acceptor's ``read-size``: Twisted's own read size (docs/benchmarks.md says why)."""
+MAX_READ_SIZE = 16 * 1024 * 1024
 _E = TypeVar("_E", bound=StrEnum)
 
 
