@@ -81,6 +81,9 @@ class Transaction:
     """Each send, its bindings and, for a paged one, the queues that have it stored."""
     acknowledged: list[tuple[str, Entry]] = attrs.Factory(list)
     writes: list[Deferred[None]] = attrs.Factory(list)
+    repeats: list[tuple[Message, Deferred[bool]]] = attrs.Factory(list)
+    """Sends whose duplicate id's first send was still being written: at commit, each is
+    a duplicate if that send committed, and one of the transaction's sends if it failed."""
 
 
 _ANYCAST = Routing.ANYCAST
@@ -434,15 +437,15 @@ class Broker:
         detection = address.detection(message)
         if detection is not None and detection.duplicate_id in detection.cache:
             # A repeat waits while its first send is being written (that write may fail);
-            # one in a transaction does not, since the transaction may end before it could
-            # be sent again in its place.
-            settling = (
-                None if tx is not None else detection.cache.when_settled(detection.duplicate_id)
-            )
-            if settling is not None:
+            # one in a transaction waits at the transaction's commit.
+            settling = detection.cache.when_settled(detection.duplicate_id)
+            if settling is None:
+                _discard(message)
+                return Routed((), duplicate=True)
+            if tx is None:
                 return settling.addCallback(self._repeat_settled, message)
-            _discard(message)
-            return Routed((), duplicate=True)
+            tx.repeats.append((message, settling))
+            return Routed(())
         bindings = address.route(message)
         memory = address.memory
         paged = False
@@ -715,7 +718,14 @@ class Broker:
         return Transaction(self.store.begin())
 
     async def commit(self, tx: Transaction) -> None:
-        """Make the transaction's work durable, then visible: its sends reach their queues."""
+        """Make the transaction's work durable, then visible: its sends reach their queues.
+        Its repeats of sends still being written wait for those first; a commit that cannot
+        send a repeat (its address full under FAIL, or gone) rolls the transaction back."""
+        try:
+            await self._settle_repeats(tx)
+        except BaseException:
+            await self.rollback(tx)
+            raise
         await _all([self.store.commit(tx.store_tx), *tx.writes])
         for message, bindings, paged in tx.sends:
             if paged is None:
@@ -724,9 +734,21 @@ class Broker:
                 self._after_page(message, bindings, paged, Routed(()))
         self._release_large([entry for _, entry in tx.acknowledged])
 
+    async def _settle_repeats(self, tx: Transaction) -> None:
+        """Drop each repeat whose first send committed; send the others in ``tx``."""
+        while tx.repeats:
+            message, settling = tx.repeats.pop(0)
+            if await settling:
+                _discard(message)
+            else:
+                self._publish(message, tx, None)
+
     async def rollback(self, tx: Transaction) -> None:
         """Forget the transaction's sends; its acknowledged messages wait again, counted."""
         self.store.rollback(tx.store_tx)
+        for message, _ in tx.repeats:
+            _discard(message)
+        tx.repeats.clear()
         for write in tx.writes:
             write.addErrback(lambda failure: failure.trap(TransactionRolledBack))
         for message, bindings, paged in tx.sends:

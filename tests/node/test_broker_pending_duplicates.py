@@ -1,6 +1,7 @@
 """A repeat that arrives while its first send's store write is pending waits for that
-write: it is a duplicate once the first send commits, and the send that counts if the
-first one's write fails (confirming it at once would lose it then)."""
+write (in a transaction, at its commit): it is a duplicate once the first send commits,
+and the send that counts if the first one's write fails (confirming it at once would lose
+it then)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ ID = b"bridge-a:7"
 
 class GatedStore:
     """The real SQLite store, but a send's writes (the message and its duplicate id) wait
-    until the test commits or fails them. A double because a real store cannot be made to
-    fail one write on cue."""
+    until the test lets them through or refuses them; a transaction's go through (they
+    wait for its commit anyway). A double because a real store cannot be made to fail one
+    write on cue."""
 
     def __init__(self, store: SQLiteMessageStore) -> None:
         self._store = store
@@ -37,12 +39,16 @@ class GatedStore:
         return getattr(self._store, name)
 
     def add(self, message: Message, queues: Sequence[str], tx: Any = None) -> Deferred[None]:
-        return self._gate(lambda: self._store.add(message, queues, tx=tx))
+        if tx is not None:
+            return self._store.add(message, queues, tx=tx)
+        return self._gate(lambda: self._store.add(message, queues))
 
     def store_duplicate_id(
         self, address: str, duplicate_id: bytes, keep: int, tx: Any = None
     ) -> Deferred[None]:
-        return self._gate(lambda: self._store.store_duplicate_id(address, duplicate_id, keep, tx))
+        if tx is not None:
+            return self._store.store_duplicate_id(address, duplicate_id, keep, tx)
+        return self._gate(lambda: self._store.store_duplicate_id(address, duplicate_id, keep))
 
     def add_then(self, message: Message, queues: Sequence[str], then: Any, **options: Any) -> None:
         gate: Deferred[None] = Deferred()
@@ -59,12 +65,12 @@ class GatedStore:
     def pending(self) -> int:
         return len(self._gates)
 
-    def commit(self) -> None:
+    def write(self) -> None:
         gates, self._gates = self._gates, []
         for gate in gates:
             gate.callback(None)
 
-    def fail(self) -> None:
+    def refuse(self) -> None:
         gates, self._gates = self._gates, []
         for gate in gates:
             gate.errback(StoreError("disk full"))
@@ -81,7 +87,7 @@ def gated(tmp_path: Path) -> Iterator[tuple[Broker, GatedStore]]:
     broker = Broker(config, store)  # type: ignore[arg-type]
     pytest_twisted.blockon(Deferred.fromCoroutine(broker.open()))
     yield broker, store
-    store.commit()
+    store.write()
     pytest_twisted.blockon(Deferred.fromCoroutine(broker.close()))
 
 
@@ -106,7 +112,7 @@ async def test_a_repeat_waits_for_the_first_write_and_is_a_duplicate_once_it_com
     first = send(broker, b"first")
     repeat = send(broker, b"repeat")
     assert not settled(repeat), "confirmed before the first send is durable"
-    store.commit()
+    store.write()
     assert await first == Routed(("orders",))
     assert await repeat == Routed((), duplicate=True)
     assert broker.queue("orders").depth == 1
@@ -121,18 +127,70 @@ async def test_a_repeat_is_the_send_that_counts_when_the_first_write_fails(
     first = send(broker, b"first")
     repeat = send(broker, b"repeat")
     assert not settled(repeat)
-    store.fail()
+    store.refuse()
     with pytest.raises(StoreError):
         await first
     assert not settled(repeat), "the repeat is written now, as a new send"
     assert store.pending == 2  # the repeat's message and its duplicate id
-    store.commit()
+    store.write()
     assert await repeat == Routed(("orders",))
     queue = broker.queue("orders")
     assert queue.depth == 1
     third = broker.publish(Message(0, "orders", True, {}, b"third", ID))
     assert third == Routed((), duplicate=True)  # settled: dropped at once
     assert queue.depth == 1
+
+
+def repeat_in_a_transaction(broker: Broker) -> tuple[Deferred[Routed], Any]:
+    """A send being written, and a transaction holding its repeat."""
+    first = send(broker, b"first")
+    tx = broker.begin()
+    routed = broker.publish(Message(0, "orders", True, {}, b"repeat", ID), tx=tx)
+    assert isinstance(routed, Routed), "a send in a transaction is decided at its commit"
+    return first, tx
+
+
+@pytest.mark.parametrize(
+    ("first_committed", "queued"),
+    [(True, [b"first"]), (False, [b"repeat"])],
+    ids=["first-committed", "first-failed"],
+)
+@pytest_twisted.ensureDeferred
+async def test_a_repeat_in_a_transaction_is_decided_when_the_transaction_commits(
+    gated: tuple[Broker, GatedStore], first_committed: bool, queued: list[bytes]
+) -> None:
+    """A duplicate if the send it repeats committed; sent by the commit if that send's
+    write failed (dropped at once, as it was before, it would have been lost with it)."""
+    broker, store = gated
+    first, tx = repeat_in_a_transaction(broker)
+    committing = Deferred.fromCoroutine(broker.commit(tx))
+    assert not settled(committing), "the commit waits for the first send's write"
+    if first_committed:
+        store.write()
+        await first
+    else:
+        store.refuse()
+        with pytest.raises(StoreError):
+            await first
+    await committing
+    assert [e.message.body for e in broker.queue("orders").browse()] == queued
+    assert stored_ids(broker) == 1
+    again = broker.publish(Message(0, "orders", True, {}, b"again", ID))
+    assert again == Routed((), duplicate=True)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_rolled_back_transaction_sends_none_of_its_repeats(
+    gated: tuple[Broker, GatedStore],
+) -> None:
+    broker, store = gated
+    first, tx = repeat_in_a_transaction(broker)
+    await broker.rollback(tx)
+    store.refuse()
+    with pytest.raises(StoreError):
+        await first
+    assert broker.queue("orders").depth == 0
+    assert store.pending == 0
 
 
 def test_the_cache_tells_each_waiting_repeat_the_outcome() -> None:
@@ -178,7 +236,7 @@ async def test_publish_then_writes_a_send_and_its_id_as_one_operation_and_repeat
     repeat = send_then(broker, b"repeat")
     assert store.pending == 1, "the message and its duplicate id are one write"
     assert not settled(repeat), "confirmed before the first send is durable"
-    store.commit()
+    store.write()
     await first
     await repeat
     assert broker.queue("orders").depth == 1
@@ -192,12 +250,12 @@ async def test_publish_then_a_repeat_counts_when_the_first_write_fails(
     broker, store = gated
     first = send_then(broker, b"first")
     repeat = send_then(broker, b"repeat")
-    store.fail()
+    store.refuse()
     with pytest.raises(StoreError):
         await first
     assert not settled(repeat), "the repeat is written now, as a new send"
     assert store.pending == 2  # (a rare path: written as ``publish`` writes, in two)
-    store.commit()
+    store.write()
     await repeat
     queue = broker.queue("orders")
     assert queue.depth == 1
