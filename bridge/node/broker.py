@@ -740,8 +740,12 @@ class Broker:
             message, settling = tx.repeats.pop(0)
             if await settling:
                 _discard(message)
-            else:
+                continue
+            try:
                 self._publish(message, tx, None)
+            except BaseException:
+                _discard(message)  # sent nowhere: a large one's body goes too
+                raise
 
     async def rollback(self, tx: Transaction) -> None:
         """Forget the transaction's sends; its acknowledged messages wait again, counted."""

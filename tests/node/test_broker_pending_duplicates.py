@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 
 from bridge.config.node import parse_node_config
 from bridge.message import Message
-from bridge.node.broker import Broker, Routed
+from bridge.node.broker import AddressFull, Broker, Routed
 from bridge.node.duplicates import DuplicateIdCache
 from bridge.store.errors import StoreError
 from bridge.store.sqlite import SQLiteMessageStore
@@ -80,7 +80,10 @@ class GatedStore:
 def gated(tmp_path: Path) -> Iterator[tuple[Broker, GatedStore]]:
     document = {
         "node": {"name": "a", "data-dir": "data"},
-        "address": [{"name": "orders", "routing": "anycast"}],
+        "address": [
+            {"name": "orders", "routing": "anycast"},
+            {"name": "small", "max-size-bytes": "2KiB", "address-full-policy": "FAIL"},
+        ],
     }
     config = parse_node_config(document, tmp_path / "node.toml")
     store = GatedStore(SQLiteMessageStore(config.data_dir, reactor))
@@ -191,6 +194,28 @@ async def test_a_rolled_back_transaction_sends_none_of_its_repeats(
         await first
     assert broker.queue("orders").depth == 0
     assert store.pending == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_commit_that_cannot_send_a_repeat_rolls_the_transaction_back(
+    gated: tuple[Broker, GatedStore],
+) -> None:
+    """The first write fails, and by then the repeat's address is full under FAIL: the
+    commit fails with AddressFull and none of the transaction's sends is queued."""
+    broker, store = gated
+    first = broker.publish(Message(0, "small", True, {}, b"first", ID))
+    tx = broker.begin()
+    broker.publish(Message(0, "small", True, {}, b"other", None), tx=tx)
+    broker.publish(Message(0, "small", True, {}, b"repeat", ID), tx=tx)
+    broker.publish(Message(0, "small", False, {}, b"x" * 2048))  # fills the address
+    committing = Deferred.fromCoroutine(broker.commit(tx))
+    store.refuse()
+    with pytest.raises(StoreError):
+        await first
+    with pytest.raises(AddressFull):
+        await committing
+    assert [e.message.body for e in broker.queue("small").browse()] == [b"x" * 2048]
+    assert stored_ids(broker) == 0
 
 
 def test_the_cache_tells_each_waiting_repeat_the_outcome() -> None:
