@@ -145,15 +145,21 @@ def peer_name(address: IAddress) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def socket_beneath(transport: object) -> FileDescriptor | None:
+    """The TCP transport beneath ``transport`` (under TLS, the wrapped one), if any."""
+    inner = transport
+    while inner is not None and not isinstance(inner, FileDescriptor):
+        inner = getattr(inner, "transport", None)
+    return inner if isinstance(inner, FileDescriptor) else None
+
+
 def tune_socket_io(transport: object, size: int | None, read_size: int | None = None) -> None:
     """Send ``size`` bytes per socket call on the TCP transport beneath (under TLS, the
     wrapped one), and read ``read_size`` (default ``size``; None keeps Twisted's own):
     Twisted's 64 KiB reads and 128 KiB sends cost a reactor turn each, which dominates the
     cost of moving large frames."""
-    inner = transport
-    while inner is not None and not isinstance(inner, FileDescriptor):
-        inner = getattr(inner, "transport", None)
-    if not isinstance(inner, FileDescriptor):
+    inner = socket_beneath(transport)
+    if inner is None:
         return
     read = read_size if read_size is not None else size
     if read is not None:

@@ -12,6 +12,7 @@ from twisted.internet.task import deferLater
 from tests.transport.memory import APP, Recorder
 from transport.endpoints import connect, listen
 from transport.settings import ConnectionSettings
+from transport.wire import socket_beneath
 
 KIB = 1024
 
@@ -19,10 +20,8 @@ KIB = 1024
 def _socket_of(receiver: Recorder) -> FileDescriptor:
     """The TCP transport beneath a connection (beneath TLS too)."""
     assert receiver.connection is not None
-    inner = getattr(receiver.connection, "transport", None)
-    while not isinstance(inner, FileDescriptor):
-        inner = getattr(inner, "transport", None)
-        assert inner is not None, "no socket beneath the connection"
+    inner = socket_beneath(getattr(receiver.connection, "transport", None))
+    assert inner is not None, "no socket beneath the connection"
     return inner
 
 
