@@ -262,7 +262,10 @@ class FrameConnection(Protocol):
         wire = self._wire = typing.cast(Wire, self.transport)
         self.peer = peer_name(wire.getPeer())
         self._last_received = self._clock.seconds()
-        tune_socket_io(self.transport, self.settings.io_size, self.settings.read_size)
+        settings = self.settings
+        tune_socket_io(
+            self.transport, settings.io_size, settings.read_size, no_delay=settings.tcp_no_delay
+        )
         self.writer.attach(wire)
         self._start_timers()
         self._receiver.connection_made(self)

@@ -25,6 +25,8 @@ class ConnectionSettings:
     behind about a millisecond of one busy producer's sends, not several.
     ``flush_budget``: the most bytes handed to the transport in one pass, so the transport
     has a chance to push back before it holds more (default: the high water mark).
+    ``tcp_no_delay``: send small frames at once (``TCP_NODELAY``), not after the peer's
+    delayed acknowledgement of the last one (see ``transport.wire.tune_socket_io``).
     """
 
     high_water: int = DEFAULT_HIGH_WATER
@@ -35,6 +37,7 @@ class ConnectionSettings:
     flush_budget: int | None = None
     io_size: int | None = 256 * 1024
     read_size: int | None = None
+    tcp_no_delay: bool = True
 
     @max_frame_size.validator
     def _check_max_frame(self, attribute: attrs.Attribute[int], value: int) -> None:

@@ -23,6 +23,7 @@ from twisted.internet.interfaces import (
     IPushProducer,
     IReactorTime,
     ISystemHandle,
+    ITCPTransport,
 )
 from zope.interface import implementer
 
@@ -153,14 +154,27 @@ def socket_beneath(transport: object) -> FileDescriptor | None:
     return inner if isinstance(inner, FileDescriptor) else None
 
 
-def tune_socket_io(transport: object, size: int | None, read_size: int | None = None) -> None:
+def tune_socket_io(
+    transport: object,
+    size: int | None,
+    read_size: int | None = None,
+    *,
+    no_delay: bool = True,
+) -> None:
     """Send ``size`` bytes per socket call on the TCP transport beneath (under TLS, the
     wrapped one), and read ``read_size`` (default ``size``; None keeps Twisted's own):
     Twisted's 64 KiB reads and 128 KiB sends cost a reactor turn each, which dominates the
-    cost of moving large frames."""
+    cost of moving large frames.
+
+    ``no_delay`` turns Nagle's algorithm off (``TCP_NODELAY``, Artemis's ``tcpNoDelay``,
+    on by default there too). With it on, a small frame (a confirmation, a credit grant, an
+    acknowledgement) written while an earlier small one is unacknowledged waits for the
+    peer's delayed ACK, up to 40 ms on Linux: the peer's window stalls meanwhile."""
     inner = socket_beneath(transport)
     if inner is None:
         return
+    if ITCPTransport.providedBy(inner):
+        inner.setTcpNoDelay(no_delay)
     read = read_size if read_size is not None else size
     if read is not None:
         inner.bufferSize = read

@@ -91,6 +91,9 @@ class Acceptor:
     """Bytes read from a connection per socket call: a read's frames are all handled
     before other connections are served, so this bounds how long one busy producer holds
     up everyone else's credits and acknowledgements."""
+    tcp_no_delay: bool = True
+    """Nagle's algorithm off on its connections (Artemis's ``tcpNoDelay``, on by default
+    there too), so that small frames are not held for the peer's delayed ACK."""
 
 
 @attrs.frozen
@@ -206,6 +209,7 @@ _ACCEPTOR = (
     "producer-window-size",
     "stomp-prefetch-count",
     "read-size",
+    "tcp-no-delay",
 )
 _SETTING_KEYS = (
     "max-size-bytes",
@@ -321,8 +325,19 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
     read_size = expect_size(table.get("read-size", "64KiB"), source, read_key)
     if not 4096 <= read_size <= MAX_READ_SIZE:
         raise ConfigError(source, read_key, "expected at least 4KiB and at most 16MiB")
+    no_delay = expect_bool(
+        table.get("tcp-no-delay", True), source, key_path(prefix, "tcp-no-delay")
+    )
     return Acceptor(
-        name, url, tuple(dict.fromkeys(protocols)), ttl, max_frame, window, prefetch, read_size
+        name,
+        url,
+        tuple(dict.fromkeys(protocols)),
+        ttl,
+        max_frame,
+        window,
+        prefetch,
+        read_size,
+        no_delay,
     )
 
 

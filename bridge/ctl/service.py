@@ -71,6 +71,7 @@ def stomp_settings(acceptor: Acceptor) -> StompSettings:
         heart_beat=acceptor.connection_ttl / 3,
         prefetch=acceptor.stomp_prefetch_count,
         read_size=acceptor.read_size,
+        tcp_no_delay=acceptor.tcp_no_delay,
     )
 
 
@@ -82,6 +83,7 @@ def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
         ttl=acceptor.connection_ttl,
         heartbeat_interval=acceptor.connection_ttl / 3,
         read_size=acceptor.read_size,
+        tcp_no_delay=acceptor.tcp_no_delay,
     )
 
 

@@ -57,6 +57,7 @@ def test_the_issue_example_loads_as_written(tmp_path):
     )
     assert acceptor.connection_ttl == 60.0
     assert acceptor.read_size == 64 * 1024
+    assert acceptor.tcp_no_delay
     (address,) = config.addresses
     assert address.name == "orders"
     assert config.routing_for("orders") is Routing.ANYCAST
@@ -178,6 +179,11 @@ GOOD_HEAD = '[node]\nname = "a"\ndata-dir = "d"\n'
             GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\nread-size = "lots"\n',
             "acceptor[0].read-size",
             "expected a size such as",
+        ),
+        (
+            GOOD_HEAD + '[[acceptor]]\nname = "x"\nurl = "tcp://h:1"\ntcp-no-delay = "yes"\n',
+            "acceptor[0].tcp-no-delay",
+            "expected true or false, got a string",
         ),
         (
             GOOD_HEAD + '[[address]]\nname = "o"\nrouting = "broadcast"\n',

@@ -102,6 +102,7 @@ async def test_a_stomp_acceptor_serves_stomp_beside_the_core_one(tmp_path):
                     "url": "tcp://127.0.0.1:0",
                     "protocols": ["stomp"],
                     "read-size": "32KiB",
+                    "tcp-no-delay": False,
                 },
             ],
         ),
@@ -116,8 +117,9 @@ async def test_a_stomp_acceptor_serves_stomp_beside_the_core_one(tmp_path):
     connected = await client.connect()
     assert connected.command == "CONNECTED"
     assert service.stomp is not None
-    (protocol,) = service.stomp._live  # the acceptor's read-size reached its connection
+    (protocol,) = service.stomp._live  # the acceptor's socket settings reached its connection
     assert (protocol.transport.bufferSize, protocol.transport.SEND_LIMIT) == (32 * 1024, IO_SIZE)
+    assert not protocol.transport.getTcpNoDelay()
     await service.stopService()
     error = await client.error()
     assert error.header("message") == "connection closed by the node"
@@ -147,3 +149,14 @@ def test_an_acceptors_read_size_reaches_its_core_and_stomp_connections(tmp_path)
     ).acceptors
     assert connection_settings(acceptor).read_size == 32 * 1024
     assert stomp_settings(acceptor).read_size == 32 * 1024
+
+
+def test_an_acceptors_tcp_no_delay_reaches_its_core_and_stomp_connections(tmp_path):
+    (default,) = config(tmp_path).acceptors
+    assert connection_settings(default).tcp_no_delay and stomp_settings(default).tcp_no_delay
+    (off,) = config(
+        tmp_path,
+        acceptor=[{"name": "c", "url": "tcp://127.0.0.1:0", "tcp-no-delay": False}],
+    ).acceptors
+    assert not connection_settings(off).tcp_no_delay
+    assert not stomp_settings(off).tcp_no_delay

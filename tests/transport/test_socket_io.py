@@ -1,7 +1,10 @@
-"""Bytes per socket call on real sockets: ``io_size`` sets what a connection reads and
-sends per call, ``read_size`` what it reads, on plain TCP and beneath TLS."""
+"""Socket settings on real sockets: ``io_size`` sets what a connection reads and sends per
+call, ``read_size`` what it reads, ``tcp_no_delay`` whether Nagle's algorithm holds small
+frames back, on plain TCP and beneath TLS."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 import pytest_twisted
@@ -63,6 +66,54 @@ async def test_a_server_reads_its_read_size_and_sends_its_io_size(scheme, certs)
         assert accepted[0].frames[0].payload == b"x" * 100 * KIB  # read in four calls
         client_socket = _socket_of(client)
         assert (client_socket.bufferSize, client_socket.SEND_LIMIT) == (256 * KIB, 256 * KIB)
+    finally:
+        if client.connection is not None:
+            client.connection.close()
+            await client.connection.when_lost()
+        await port.stopListening()
+
+
+def _no_delay(receiver: Recorder) -> bool:
+    """Whether the kernel has Nagle's algorithm off on the connection's socket."""
+    handle = _socket_of(receiver).getHandle()
+    return bool(handle.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "tls"])
+@pytest.mark.parametrize("server_no_delay", [True, False])
+@pytest_twisted.ensureDeferred
+async def test_sockets_send_small_frames_at_once_unless_told_not_to(scheme, server_no_delay, certs):
+    accepted: list[Recorder] = []
+
+    def make() -> Recorder:
+        accepted.append(Recorder())
+        return accepted[-1]
+
+    port = await listen(
+        reactor,
+        f"{scheme}://127.0.0.1:0",
+        make,
+        settings=ConnectionSettings(tcp_no_delay=server_no_delay),
+        accepted_types=[APP],
+        tls=certs.server_tls() if scheme == "tls" else None,
+    )
+    client = Recorder()
+    try:
+        await connect(
+            reactor,
+            f"{scheme}://127.0.0.1:{port.getHost().port}",
+            client,
+            accepted_types=[APP],
+            tls=certs.client_tls() if scheme == "tls" else None,
+        )
+        assert client.connection is not None
+        client.connection.send(APP, b"ping")
+        for _ in range(500):  # 5 s at most
+            if accepted and accepted[0].frames:
+                break
+            await deferLater(reactor, 0.01, lambda: None)
+        assert _no_delay(accepted[0]) is server_no_delay
+        assert _no_delay(client)  # the default
     finally:
         if client.connection is not None:
             client.connection.close()

@@ -330,7 +330,12 @@ class StompProtocol(Protocol):
         wire = self._wire = typing.cast(Wire, self.transport)
         self.peer = peer_name(wire.getPeer())
         self._last_received = self._clock.seconds()
-        tune_socket_io(self.transport, IO_SIZE, self.settings.read_size)
+        tune_socket_io(
+            self.transport,
+            IO_SIZE,
+            self.settings.read_size,
+            no_delay=self.settings.tcp_no_delay,
+        )
         self.writer.attach(wire)
         self._session = StompSession(
             self._head.broker,

@@ -143,6 +143,9 @@ class StompSettings:
     """Body bytes of persistent sends waiting for the store before reading pauses."""
     read_size: int | None = None
     """Bytes read per socket call (None: as many as are sent, ``IO_SIZE``)."""
+    tcp_no_delay: bool = True
+    """Small frames (receipts, acknowledgements) leave at once, not after the peer's
+    delayed acknowledgement of the last one (``TCP_NODELAY``)."""
 
 
 @attrs.define(eq=False)
