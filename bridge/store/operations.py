@@ -6,13 +6,13 @@ something the store does not hold raises ``InvalidOperation`` before it changes 
 so the rest of its batch goes on; any SQLite error fails the whole batch.
 
 Python pays per statement, so ``apply_all`` hands a run of consecutive adds, or of
-consecutive acknowledgements, to SQLite as a few multi-row statements per table; should
-one of them be invalid, the run is undone (a savepoint) and applied one by one, so that
-one alone fails. Multi-row statements, not ``executemany``: the sqlite3 module lets go of
-the GIL around every step into SQLite, once per row with ``executemany``, and each time the
-writer thread may wait for the reactor's thread to hand it back (measured: a batch of 350
-operations took 11 ms, 3.6 ms of it the writer's own CPU; in multi-row statements 6 ms and
-2.1 ms).
+consecutive acknowledgements, to SQLite as one multi-row statement per table (up to
+``MAX_STATEMENT_ROWS`` rows each); should one of them be invalid, the run is undone (a
+savepoint) and applied one by one, so that one alone fails. Multi-row statements, not
+``executemany``: the sqlite3 module lets go of the GIL around every step into SQLite,
+once per row with ``executemany``, and each time the writer thread may wait for the
+reactor's thread to hand it back (measured: a batch of 350 operations took 11 ms, 3.6 ms
+of it the writer's own CPU; in multi-row statements 6 ms and 2.1 ms).
 """
 
 from __future__ import annotations
@@ -418,19 +418,29 @@ def _release(cursor: sqlite3.Cursor, refs: list[tuple[str, int]]) -> bool:
     return True
 
 
-STATEMENT_ROWS = (256, 32, 4, 1)
-"""The row counts of multi-row statements: a run is cut greedily into these, so that at
-most four shapes of each statement exist (SQLite's prepared statements are cached by
-their text, and a cache of statements of every length would cost megabytes)."""
+MAX_STATEMENT_ROWS = 1024
+"""The most rows one multi-row statement writes or deletes; longer runs take several."""
+
+STATEMENT_ROWS = tuple(1 << k for k in range(MAX_STATEMENT_ROWS.bit_length()))
+"""The row counts statements are prepared for: a part of a run is padded up to the next
+of these with rows of NULLs, which the statement skips (``WHERE column1 IS NOT NULL``, or
+an ``IN`` list's NULL, which matches nothing). So a run of any length up to
+``MAX_STATEMENT_ROWS`` is one statement, and only eleven shapes of each exist (SQLite's
+prepared statements are cached by their text; one of every length would cost megabytes).
+One statement, not several: each statement lets go of the GIL and must win it back from
+the busy reactor thread, which can take a millisecond, so a batch cut into tens of
+statements took tens of milliseconds under load."""
 
 
-def _cut(count: int) -> Iterator[tuple[int, int]]:
-    """(start, end) of the parts ``count`` rows are written or deleted in."""
+def _parts(count: int) -> Iterator[tuple[int, int, int]]:
+    """(start, end, rows) of the statements ``count`` rows are written or deleted in:
+    ``rows`` is the statement's shape, at least ``end - start``."""
     start = 0
-    for rows in STATEMENT_ROWS:
-        while count - start >= rows:
-            yield start, start + rows
-            start += rows
+    while count - start > MAX_STATEMENT_ROWS:
+        yield start, start + MAX_STATEMENT_ROWS, MAX_STATEMENT_ROWS
+        start += MAX_STATEMENT_ROWS
+    if start < count:
+        yield start, count, 1 << (count - start - 1).bit_length()
 
 
 def _insert(
@@ -440,22 +450,28 @@ def _insert(
     *,
     replace: bool = False,
 ) -> None:
-    """``INSERT INTO table VALUES`` ``rows`` (all of one width), in multi-row statements;
-    ``INSERT OR REPLACE`` with ``replace``."""
+    """``INSERT INTO table`` ``rows`` (all of one width, the first value never NULL), in
+    multi-row statements; ``INSERT OR REPLACE`` with ``replace``."""
     verb = "INSERT OR REPLACE" if replace else "INSERT"
-    one = "(" + ",".join("?" * len(rows[0])) + ")"
-    for start, end in _cut(len(rows)):
-        marks = ",".join([one] * (end - start))
+    width = len(rows[0])
+    one = "(" + ",".join("?" * width) + ")"
+    for start, end, shape in _parts(len(rows)):
+        marks = ",".join([one] * shape)
         values = [value for row in rows[start:end] for value in row]
-        cursor.execute(f"{verb} INTO {table} VALUES {marks}", values)
+        values += [None] * (width * (shape - (end - start)))
+        cursor.execute(
+            f"{verb} INTO {table} SELECT * FROM (VALUES {marks}) WHERE column1 IS NOT NULL",
+            values,
+        )
 
 
 def _delete(cursor: sqlite3.Cursor, where: str, key: object, ids: Sequence[int]) -> int:
     """``DELETE FROM`` ``where`` (a condition on ``key`` ending in the id column) for
     ``ids``, in multi-row statements; the rows deleted."""
     deleted = 0
-    for start, end in _cut(len(ids)):
-        marks = ",".join("?" * (end - start))
-        cursor.execute(f"DELETE FROM {where} IN ({marks})", (key, *ids[start:end]))
+    for start, end, shape in _parts(len(ids)):
+        marks = ",".join("?" * shape)
+        padding = [None] * (shape - (end - start))
+        cursor.execute(f"DELETE FROM {where} IN ({marks})", (key, *ids[start:end], *padding))
         deleted += cursor.rowcount
     return deleted

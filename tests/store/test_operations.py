@@ -9,7 +9,7 @@ import pytest_twisted
 from twisted.internet.defer import gatherResults
 
 from bridge.store import InvalidOperation, QueueRecord, RecoveredMessage
-from bridge.store.operations import STATEMENT_ROWS, _cut
+from bridge.store.operations import MAX_STATEMENT_ROWS, STATEMENT_ROWS, _parts
 from tests.store.conftest import anycast, message
 
 
@@ -297,11 +297,12 @@ async def test_runs_of_adds_and_acks_in_one_batch_keep_per_operation_outcomes(st
     assert recovered.highest_message_id == 5
 
 
-@pytest.mark.parametrize("count", [1, 3, 4, 37, 256, 293, 600])
+@pytest.mark.parametrize("count", [1, 3, 4, 37, 256, 293, 600, 1024, 1025, 2100])
 @pytest_twisted.ensureDeferred
 async def test_runs_of_every_length_are_written_and_released_whole(stores, count):
-    """A run is cut into multi-row statements of a few fixed sizes; every row of every
-    part is written, and a cumulative acknowledgement of all of them releases them all."""
+    """A run is written in multi-row statements of a few fixed sizes, padded with rows
+    that are skipped; every row is written, none more, and a cumulative acknowledgement of
+    all of them releases them all."""
     store, _ = await stores.open()
     await gatherResults([store.create_queue(anycast(name)) for name in "ab"])
     queues = {i: ["a"] if i % 3 else ["a", "b"] for i in range(1, count + 1)}
@@ -319,10 +320,12 @@ async def test_runs_of_every_length_are_written_and_released_whole(stores, count
     assert rows(store.path, "messages") == count - len(acked)
 
 
-def test_a_run_is_cut_into_parts_of_the_fixed_statement_sizes():
-    for count in range(700):
-        position = 0
-        for start, end in _cut(count):
-            assert start == position and end - start in STATEMENT_ROWS
-            position = end
+def test_a_run_is_one_statement_of_a_fixed_size_per_thousand_rows():
+    for count in range(3 * MAX_STATEMENT_ROWS):
+        position, parts = 0, 0
+        for start, end, shape in _parts(count):
+            assert start == position and shape in STATEMENT_ROWS
+            assert end - start <= shape < 2 * (end - start)  # padded up to the next shape
+            position, parts = end, parts + 1
         assert position == count
+        assert parts == -(-count // MAX_STATEMENT_ROWS)
