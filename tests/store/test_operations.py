@@ -6,9 +6,11 @@ import sqlite3
 
 import pytest
 import pytest_twisted
-from twisted.internet.defer import gatherResults
+from twisted.internet.defer import Deferred, gatherResults
 
+from bridge.message import Message
 from bridge.store import InvalidOperation, QueueRecord, RecoveredMessage
+from bridge.store.sqlite import SQLiteMessageStore
 from bridge.store.operations import MAX_STATEMENT_ROWS, STATEMENT_ROWS, _parts
 from tests.store.conftest import anycast, message
 
@@ -294,6 +296,58 @@ async def test_runs_of_adds_and_acks_in_one_batch_keep_per_operation_outcomes(st
     store, recovered = await stores.reopen(store)
     assert {q: ids(recovered, q) for q in "abc"} == {"a": [1], "b": [3, 4], "c": []}
     assert rows(store.path, "messages") == 3
+    assert recovered.highest_message_id == 5
+
+
+def _add_with_duplicate_id(
+    store: SQLiteMessageStore, added: Message, queue: str, duplicate_id: bytes
+) -> Deferred[None]:
+    """``add_then`` with a duplicate id kept in address ``a``'s cache, as a Deferred."""
+    done: Deferred[None] = Deferred()
+    store.add_then(
+        added,
+        [queue],
+        lambda failure: done.callback(None) if failure is None else done.errback(failure),
+        duplicate=("a", duplicate_id, 10),
+    )
+    return done
+
+
+@pytest_twisted.ensureDeferred
+async def test_invalid_runs_in_a_batch_undo_only_themselves(stores):
+    """One batch: a queue created, adds with duplicate ids to it, a cumulative
+    acknowledgement that fails after releasing its first message, and a run of adds
+    holding a stored id. Each invalid operation fails alone; everything else is written
+    once, and what the failed ones touched is as it was."""
+    store, _ = await stores.open()
+    await store.create_queue(anycast("a"))
+    await gatherResults([store.add(message(1), ["a"]), store.add(message(5), ["a"])])
+    commits = store.commits
+
+    calls = [
+        store.create_queue(anycast("new")),
+        _add_with_duplicate_id(store, message(2), "new", b"d2"),
+        _add_with_duplicate_id(store, message(3), "new", b"d3"),
+        store.acknowledge_many("a", [5]),
+        store.acknowledge_many("a", [1, 7]),  # 7 is not held: invalid, 1 released first
+        store.add(message(4), ["a"]),
+        store.add(message(1), ["a"]),  # a run of adds holding a stored id
+    ]
+    outcomes = await gatherResults([d.addErrback(lambda f: f.value) for d in calls])
+    assert [str(o) if o else None for o in outcomes] == [
+        None,
+        None,
+        None,
+        None,
+        "acknowledge 2 messages on queue 'a': the queue does not hold all of them",
+        None,
+        "add message 1: a message with this id is already stored",
+    ]
+    assert store.commits == commits + 1
+
+    store, recovered = await stores.reopen(store)
+    assert {q: ids(recovered, q) for q in ("a", "new")} == {"a": [1, 4], "new": [2, 3]}
+    assert recovered.duplicate_ids == {"a": [b"d2", b"d3"]}
     assert recovered.highest_message_id == 5
 
 
