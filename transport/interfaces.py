@@ -32,6 +32,12 @@ class IFrameConnection(Interface):
     def send(frame_type: int, payload: bytes) -> None:
         """Queue one frame; it leaves at the end of this reactor turn at the latest."""
 
+    def call_before_flush(call: Callable[[], None]) -> None:
+        """Call ``call()`` once at the end of this reactor turn, just before the turn's
+        frames are handed to the transport, so that it can still ``send`` what it gathered
+        during the turn (several messages in one frame). Not called if the connection
+        closes first."""
+
     def add_writability_listener(listener: WritabilityListener) -> None:
         """Call ``listener(is_writable)`` after every change, in registration order.
 

@@ -25,9 +25,12 @@ from twisted.internet.interfaces import (
     ISystemHandle,
     ITCPTransport,
 )
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from transport.outbound import OutboundQueue
+
+log = Logger()
 
 
 class Wire(typing.Protocol):
@@ -60,6 +63,7 @@ class OutboundWriter:
         self._budget = budget
         self._announce = announce
         self._turn_call: IDelayedCall | None = None
+        self._before_flush: list[Callable[[], None]] = []
         self._flushing = False
         self._registered = False
         self._finished = False
@@ -82,6 +86,15 @@ class OutboundWriter:
         if self._turn_call is None:
             self._turn_call = self._clock.callLater(0, self._end_of_turn)
 
+    def before_flush(self, call: Callable[[], None]) -> None:
+        """Call ``call()`` at the end of this turn, before the queued bytes are handed
+        over (it may push more); dropped if the writer is cancelled first."""
+        if self._finished:
+            return
+        self._before_flush.append(call)
+        if self._turn_call is None:
+            self._turn_call = self._clock.callLater(0, self._end_of_turn)
+
     def finish(self) -> None:
         """The connection closes: no more turns, everything queued goes to the transport
         now, and the writer stops producing."""
@@ -94,6 +107,7 @@ class OutboundWriter:
     def cancel(self) -> None:
         """Nothing more leaves (the connection is gone or going)."""
         self._finished = True
+        self._before_flush.clear()
         if self._turn_call is not None:
             if self._turn_call.active():
                 self._turn_call.cancel()
@@ -101,6 +115,13 @@ class OutboundWriter:
 
     def _end_of_turn(self) -> None:
         self._turn_call = None
+        if self._before_flush:
+            calls, self._before_flush = self._before_flush, []
+            for call in calls:
+                try:
+                    call()
+                except Exception:
+                    log.failure("a call before the flush failed: {call!r}", call=call)
         self.flush()
         self._announce()
 

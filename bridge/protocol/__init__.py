@@ -8,6 +8,7 @@ a packet or raises ``PacketFormatError``. Pass ``PACKET_TYPES`` to the transport
 
 from bridge.protocol.codec import PacketFormatError, decode_packet, encode_packet
 from bridge.protocol.packets import (
+    FRAME_SIZE_UNSTATED,
     PACKET_CLASSES,
     PACKET_TYPES,
     PROTOCOL_VERSION,
@@ -25,6 +26,7 @@ from bridge.protocol.packets import (
     Deliver,
     DeliverLargeBegin,
     DeliverLargeChunk,
+    DeliverMany,
     ErrorCode,
     Failed,
     Nack,
@@ -39,12 +41,14 @@ from bridge.protocol.packets import (
     SendFailed,
     SendLargeBegin,
     SendLargeChunk,
+    SendMany,
     TxBegin,
     TxCommit,
     TxRollback,
 )
 
 __all__ = [
+    "FRAME_SIZE_UNSTATED",
     "PACKET_CLASSES",
     "PACKET_TYPES",
     "PROTOCOL_VERSION",
@@ -62,6 +66,7 @@ __all__ = [
     "Deliver",
     "DeliverLargeBegin",
     "DeliverLargeChunk",
+    "DeliverMany",
     "ErrorCode",
     "Failed",
     "Nack",
@@ -77,6 +82,7 @@ __all__ = [
     "SendFailed",
     "SendLargeBegin",
     "SendLargeChunk",
+    "SendMany",
     "TxBegin",
     "TxCommit",
     "TxRollback",

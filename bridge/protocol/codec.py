@@ -49,6 +49,7 @@ from bridge.protocol.packets import (
     Deliver,
     DeliverLargeBegin,
     DeliverLargeChunk,
+    DeliverMany,
     ErrorCode,
     Failed,
     Nack,
@@ -63,6 +64,7 @@ from bridge.protocol.packets import (
     SendFailed,
     SendLargeBegin,
     SendLargeChunk,
+    SendMany,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -305,6 +307,36 @@ class _MessageWire(_Sized):
 
 _BODY_NOT_EMPTY = "a large message's body must be empty here: it follows in chunks"
 
+
+class _Messages(_Wire):
+    """A u32 count, at least 1, then that many ``message`` fields: a batch's messages, as
+    a tuple. The count is checked against the bytes left (each message takes at least its
+    4-byte length), so a hostile count allocates nothing."""
+
+    name = "u32 count, then count x message"
+
+    def encode(self, value: Any, parts: list[bytes]) -> None:
+        if not isinstance(value, tuple) or not value:
+            raise _Unencodable("expected a non-empty tuple of messages")
+        if len(value) > 0xFFFF_FFFF:
+            raise _Unencodable(f"{len(value)} messages, at most {0xFFFF_FFFF} fit")
+        parts.append(_BE_U32.pack(len(value)))
+        for message in value:
+            MESSAGE.encode(message, parts)
+
+    def decode(self, view: memoryview, at: int) -> tuple[tuple[Message, ...], int]:
+        count: int = _unpack(view, at, _BE_U32)
+        at += _BE_U32.size
+        if count == 0:
+            raise _Malformed("a batch holds at least one message")
+        if count * _BE_U32.size > len(view) - at:
+            raise _Malformed(f"truncated: {count} messages declared, {len(view) - at} bytes remain")
+        messages = []
+        for _ in range(count):
+            message, at = MESSAGE.decode(view, at)
+            messages.append(message)
+        return tuple(messages), at
+
 U16 = _Int("u16", _BE_U16, 0, 0xFFFF)
 U32 = _Int("u32", _BE_U32, 0, 0xFFFF_FFFF)
 U64 = _Int("u64", _BE_U64, 0, 0xFFFF_FFFF_FFFF_FFFF)
@@ -319,6 +351,7 @@ MESSAGE_HEADER = _MessageWire("message header", header_only=True)
 CODE = _Enum("error code u16", _BE_U16, ErrorCode)
 ROUTING = _Enum("routing u8", _BE_U8, Routing)
 POLICY = _Enum("policy u8", _BE_U8, AddressFullPolicy)
+MESSAGES = _Messages()
 
 
 @attrs.frozen
@@ -374,6 +407,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("user", _Optional(STR)),
             ("password", _Optional(STR)),
             ("confirmation_window_size", U32),
+            ("max_frame_size", U32),
         ),
         _layout(
             Connected,
@@ -381,6 +415,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("node_id", STR),
             ("protocol_version", U16),
             ("producer_window_size", WINDOW),
+            ("max_frame_size", U32),
         ),
         _layout(Ok, ("request_id", U64)),
         _layout(Failed, ("request_id", U64), ("code", CODE), ("message", TEXT)),
@@ -406,6 +441,9 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("total_size", U64),
         ),
         _layout(SendLargeChunk, ("sequence", U64), ("data", DATA), ("last", BOOL)),
+        _layout(
+            SendMany, ("first_sequence", U64), ("tx_id", _Optional(U64)), ("messages", MESSAGES)
+        ),
         _layout(
             CreateConsumer,
             ("request_id", U64),
@@ -447,6 +485,13 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("delivery_id", U64),
             ("data", DATA),
             ("last", BOOL),
+        ),
+        _layout(
+            DeliverMany,
+            ("consumer_id", U32),
+            ("first_delivery_id", U64),
+            ("delivery_count", U32),
+            ("messages", MESSAGES),
         ),
         _layout(TxBegin, ("request_id", U64), ("tx_id", U64)),
         _layout(TxCommit, ("request_id", U64), ("tx_id", U64)),

@@ -23,6 +23,7 @@ from bridge.protocol import (
     Deliver,
     DeliverLargeBegin,
     DeliverLargeChunk,
+    DeliverMany,
     ErrorCode,
     Failed,
     Nack,
@@ -38,6 +39,7 @@ from bridge.protocol import (
     SendFailed,
     SendLargeBegin,
     SendLargeChunk,
+    SendMany,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -55,8 +57,17 @@ HEADER_ONLY_HEX = "01 00 0000000000000000 0000000000000000 0001 71 0000 00000000
 
 # One packet of every type (more for the hot path's layouts), and its payload field by field.
 GOLDEN: list[tuple[Packet, int, str]] = [
-    (Connect(1, "cli", None, "pw", 65536), 16, "0001 | 0003 636c69 | 00 | 01 0002 7077 | 00010000"),
-    (Connected("a", "id1", 1, -1), 17, "0001 61 | 0003 696431 | 0001 | ffffffff"),
+    (
+        Connect(1, "cli", None, "pw", 65536),
+        16,
+        "0001 | 0003 636c69 | 00 | 01 0002 7077 | 00010000 | 00400000",
+    ),
+    (
+        Connect(2, "cli", None, None, 65536, 1024),
+        16,
+        "0002 | 0003 636c69 | 00 | 00 | 00010000 | 00000400",
+    ),
+    (Connected("a", "id1", 1, -1), 17, "0001 61 | 0003 696431 | 0001 | ffffffff | 00400000"),
     (Ok(5), 32, "0000000000000005"),
     (Failed(5, ErrorCode.PERMISSION_DENIED, "no"), 33, "0000000000000005 | 0002 | 00000002 6e6f"),
     (
@@ -84,6 +95,16 @@ GOLDEN: list[tuple[Packet, int, str]] = [
         f"0000000000000005 | 01 0000000000000009 | 0000001b {HEADER_ONLY_HEX} | 0000000040000000",
     ),
     (SendLargeChunk(5, b"abc", True), 69, "0000000000000005 | 00000003 616263 | 01"),
+    (
+        SendMany(6, None, (MESSAGE, HEADER_ONLY)),
+        70,
+        f"0000000000000006 | 00 | 00000002 | 00000029 {MESSAGE_HEX} | 0000001b {HEADER_ONLY_HEX}",
+    ),
+    (
+        SendMany(8, 9, (MESSAGE,)),
+        70,
+        f"0000000000000008 | 01 0000000000000009 | 00000001 | 00000029 {MESSAGE_HEX}",
+    ),
     (
         CreateConsumer(6, 1, "q", None, False, 0),
         80,
@@ -127,6 +148,12 @@ GOLDEN: list[tuple[Packet, int, str]] = [
         DeliverLargeChunk(1, 12, b"xyz", False),
         87,
         "00000001 | 000000000000000c | 00000003 78797a | 00",
+    ),
+    (
+        DeliverMany(1, 13, 1, (MESSAGE, MESSAGE)),
+        88,
+        f"00000001 | 000000000000000d | 00000001 | 00000002"
+        f" | 00000029 {MESSAGE_HEX} | 00000029 {MESSAGE_HEX}",
     ),
     (TxBegin(9, 100), 96, "0000000000000009 | 0000000000000064"),
     (TxCommit(10, 100), 97, "000000000000000a | 0000000000000064"),
@@ -177,6 +204,21 @@ def test_the_golden_messages_are_bridge_message_encodings():
             r"CONNECTED\.producer_window_size at offset 8: -2 is not in -1\.\.2147483647",
         ),
         (32, "0000000000000005 | 00", r"OK at offset 8: 1 trailing byte\(s\) after the last field"),
+        (
+            70,
+            "0000000000000006 | 00 | 00000000",
+            r"SEND_MANY\.messages at offset 9: a batch holds at least one message",
+        ),
+        (
+            70,
+            "0000000000000006 | 00 | 00000003 | 00000001 00",
+            r"SEND_MANY\.messages at offset 9: truncated: 3 messages declared, 5 bytes remain",
+        ),
+        (
+            88,
+            f"00000001 | 000000000000000d | 00000001 | 00000002 | 00000029 {MESSAGE_HEX} | 0000",
+            r"DELIVER_MANY\.messages at offset 16: truncated: 4 bytes needed, 2 remain",
+        ),
         (
             33,
             "0000000000000005 | 0063 | 00000000",
@@ -392,6 +434,8 @@ def peak_allocation(action) -> int:
     ("frame_type", "payload"),
     [
         (64, "0000000000000003 | 00 | ffffffff 01"),
+        (70, "0000000000000003 | 00 | ffffffff 01"),
+        (70, "0000000000000003 | 00 | 00000001 ffffffff 01"),
         (82, "00000001 | 000000000000000a | 00000002 | ffffffff 01"),
         (69, "0000000000000005 | ffffffff 61"),
         (33, "0000000000000005 | 0001 | ffffffff 6e"),
@@ -399,7 +443,7 @@ def peak_allocation(action) -> int:
 )
 def test_a_huge_declared_length_allocates_nothing_near_it(frame_type, payload):
     def decode() -> None:
-        with pytest.raises(PacketFormatError, match="4294967295 bytes declared"):
+        with pytest.raises(PacketFormatError, match="4294967295 (bytes|messages) declared"):
             decode_packet(frame_type, unhex(payload))
 
     assert peak_allocation(decode) < 64 * 1024

@@ -28,6 +28,7 @@ from bridge.protocol import (
     Deliver,
     DeliverLargeBegin,
     DeliverLargeChunk,
+    DeliverMany,
     ErrorCode,
     Failed,
     Nack,
@@ -43,6 +44,7 @@ from bridge.protocol import (
     SendFailed,
     SendLargeBegin,
     SendLargeChunk,
+    SendMany,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -80,10 +82,11 @@ def message_strategy(body: st.SearchStrategy[bytes]) -> st.SearchStrategy[Messag
 
 MESSAGES = message_strategy(DATA)
 HEADERS_ONLY = message_strategy(st.just(b""))
+BATCHES = st.lists(message_strategy(st.binary(max_size=100)), min_size=1, max_size=4).map(tuple)
 
 STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
-    Connect: st.builds(Connect, U16, NAMES, st.none() | NAMES, st.none() | NAMES, U32),
-    Connected: st.builds(Connected, NAMES, NAMES, U16, WINDOW),
+    Connect: st.builds(Connect, U16, NAMES, st.none() | NAMES, st.none() | NAMES, U32, U32),
+    Connected: st.builds(Connected, NAMES, NAMES, U16, WINDOW, U32),
     Ok: st.builds(Ok, U64),
     Failed: st.builds(Failed, U64, CODES, TEXTS),
     CreateQueue: st.builds(
@@ -96,6 +99,7 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     ProducerCredits: st.builds(ProducerCredits, NAMES, U32),
     SendLargeBegin: st.builds(SendLargeBegin, U64, st.none() | U64, HEADERS_ONLY, U64),
     SendLargeChunk: st.builds(SendLargeChunk, U64, DATA, st.booleans()),
+    SendMany: st.builds(SendMany, U64, st.none() | U64, BATCHES),
     CreateConsumer: st.builds(
         CreateConsumer, U64, U32, NAMES, st.none() | TEXTS, st.booleans(), WINDOW
     ),
@@ -106,6 +110,7 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     Nack: st.builds(Nack, U32, U64, st.booleans()),
     DeliverLargeBegin: st.builds(DeliverLargeBegin, U32, U64, U32, HEADERS_ONLY, U64),
     DeliverLargeChunk: st.builds(DeliverLargeChunk, U32, U64, DATA, st.booleans()),
+    DeliverMany: st.builds(DeliverMany, U32, U64, U32, BATCHES),
     TxBegin: st.builds(TxBegin, U64, U64),
     TxCommit: st.builds(TxCommit, U64, U64),
     TxRollback: st.builds(TxRollback, U64, U64),

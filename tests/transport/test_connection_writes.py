@@ -20,6 +20,50 @@ def test_a_turns_frames_leave_in_one_write_sequence():
     assert w.written_frames() == [Frame(APP, b"%d" % i) for i in range(5)]
 
 
+def test_calls_before_the_flush_send_within_the_turn_once_and_in_order():
+    w = wired()
+    calls: list[str] = []
+
+    def gathered(name: str) -> None:
+        calls.append(name)
+        w.connection.send(APP, name.encode())
+
+    w.connection.call_before_flush(lambda: gathered("batch"))  # schedules the turn's end
+    assert w.transport.value() == b""
+    w.connection.send(APP, b"first")
+    w.connection.call_before_flush(lambda: gathered("later"))
+    w.turn()
+    assert calls == ["batch", "later"]
+    assert w.transport.sequences == 1
+    assert w.written_frames() == [Frame(APP, b"first"), Frame(APP, b"batch"), Frame(APP, b"later")]
+    w.turn()
+    assert calls == ["batch", "later"]  # once each
+
+
+def test_a_failing_call_before_the_flush_spoils_neither_the_others_nor_the_flush():
+    w = wired()
+
+    def broken() -> None:
+        raise RuntimeError("a caller's bug")
+
+    w.connection.send(APP, b"kept")
+    w.connection.call_before_flush(broken)
+    w.connection.call_before_flush(lambda: w.connection.send(APP, b"after"))
+    w.turn()
+    assert w.written_frames() == [Frame(APP, b"kept"), Frame(APP, b"after")]
+
+
+def test_calls_before_the_flush_are_dropped_when_the_connection_closes():
+    w = wired()
+    calls: list[str] = []
+    w.connection.call_before_flush(lambda: calls.append("late"))
+    w.connection.close()
+    w.turn()
+    w.connection.call_before_flush(lambda: calls.append("later"))
+    w.turn()
+    assert calls == []
+
+
 def test_the_connection_registers_its_writer_as_one_streaming_producer():
     w = wired()
     assert w.transport.producer is w.connection.writer
