@@ -117,6 +117,10 @@ class FrameConnection(Protocol):
             raise ConnectionClosed(f"connection to {self.peer} is closing")
         self._queue(frame_type, payload)
 
+    @property
+    def max_frame_size(self) -> int:
+        return self.settings.max_frame_size
+
     def call_before_flush(self, call: Callable[[], None]) -> None:
         if not self._closing:
             self.writer.before_flush(call)

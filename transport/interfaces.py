@@ -28,6 +28,7 @@ class IFrameConnection(Interface):
     pending_bytes: int = Attribute("Bytes counted against the water marks now.")
     peer: str = Attribute("The peer's address, as host:port ([v6]:port).")
     lost_reason: BaseException | None = Attribute("Why the connection is gone, or None.")
+    max_frame_size: int = Attribute("The largest frame payload this side sends and reads.")
 
     def send(frame_type: int, payload: bytes) -> None:
         """Queue one frame; it leaves at the end of this reactor turn at the latest."""

@@ -366,6 +366,8 @@ class Client:
         self._writable_waiters: list[tuple[str | None, Deferred[None]]] = []
         self._closed_waiters: list[Deferred[ClientError]] = []
         self._closed_by: ClientError | None = None
+        self._gathering_on: IFrameConnection | None = None
+        """The connection asked to end this turn's gathered sends before it writes."""
         self._connected: Deferred[Client] | None = Deferred(self._give_up_connecting)
         self._closed = False
         clock = cast(IReactorTime, reactor)
@@ -518,7 +520,7 @@ class Client:
             if trace is not None:
                 trace.not_sent(message.headers, address, error)
             raise
-        self._flush()
+        self._flush_sends()
 
     # -- queues -----------------------------------------------------------------------
 
@@ -747,7 +749,24 @@ class Client:
             self._flush()
             self._wake_writers()
 
-    def _flush(self) -> None:
+    def _flush_sends(self) -> None:
+        """After a send: write what is whole now; sends the session gathers into one
+        SEND_MANY go when the connection ends its turn (at the latest when it writes)."""
+        self._flush(end_of_turn=False)
+        connection = self._connection
+        if (
+            connection is not None
+            and self._session.gathering
+            and self._gathering_on is not connection
+        ):
+            self._gathering_on = connection
+            connection.call_before_flush(self._end_of_turn)
+
+    def _end_of_turn(self) -> None:
+        self._gathering_on = None
+        self._flush()
+
+    def _flush(self, end_of_turn: bool = True) -> None:
         """Write what the session has to send; read chunks of a large send only while
         the connection is writable (the listener resumes them)."""
         connection = self._connection
@@ -755,7 +774,7 @@ class Client:
         if connection is None or not session.has_data_to_send:
             return
         while True:
-            frames = session.data_to_send(connection.is_writable)
+            frames = session.data_to_send(connection.is_writable, end_of_turn=end_of_turn)
             for frame_type, payload in frames:
                 connection.send(frame_type, payload)
             if not frames or not session.streaming:
@@ -872,6 +891,7 @@ def connect(
         confirmation_window_size=confirmation_window_size,
         min_large_message_size=min_large_message_size,
         producer_window_size=producer_window_size,
+        max_frame_size=(settings or ConnectionSettings()).max_frame_size,
     )
     client = Client(
         reactor, parsed, session, tls=tls, settings=settings, reconnect=reconnect, trace=trace

@@ -36,9 +36,12 @@ from bridge.client.errors import (
     StaleDelivery,
     refused,
 )
-from bridge.message import Message
+from bridge.message import Message, MessageFormatError, encode_message
 from bridge.protocol import (
+    BATCH_BYTES,
+    FRAME_SIZE_UNSTATED,
     PROTOCOL_VERSION,
+    SEND_MANY_OVERHEAD,
     UNLIMITED,
     Ack,
     CloseConsumer,
@@ -51,6 +54,7 @@ from bridge.protocol import (
     Deliver,
     DeliverLargeBegin,
     DeliverLargeChunk,
+    DeliverMany,
     Failed,
     Nack,
     Ok,
@@ -69,6 +73,7 @@ from bridge.protocol import (
     TxRollback,
     decode_packet,
     encode_packet,
+    encode_sends,
 )
 from bridge.protocol import AddressInfo as AddressInfoPacket
 
@@ -326,6 +331,7 @@ class ClientSession:
         producer_window_size: int = UNLIMITED,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         spool: Callable[[], IO[bytes]] = default_spool,
+        max_frame_size: int = FRAME_SIZE_UNSTATED,
     ) -> None:
         if not 0 < confirmation_window_size <= 0xFFFF_FFFF:
             raise ValueError(
@@ -341,7 +347,17 @@ class ClientSession:
         self.min_large_message_size = min_large_message_size
         self._chunk_size = chunk_size
         self._spool = spool
+        self.max_frame_size = max_frame_size
+        """The largest frame payload this client reads, stated in CONNECT."""
         self._out: list[Frame] = []
+        self._run: list[bytes] = []
+        """Sends gathered for one SEND_MANY, encoded: consecutive sequences from
+        ``_run_first`` in one transaction (``_run_tx``), ended by any other frame, by
+        ``data_to_send`` at the end of the turn, or by reaching ``_run_limit`` bytes."""
+        self._run_first = 0
+        self._run_tx: int | None = None
+        self._run_bytes = 0
+        self._run_limit = 0
         self._events: list[Event] = []
         self._is_ready = False
         self._closed = False
@@ -373,6 +389,7 @@ class ClientSession:
         self._handlers: dict[type[Packet], Callable[[Packet], None]] = {
             SendConfirmed: self._on_confirmed,  # type: ignore[dict-item]
             Deliver: self._on_deliver,  # type: ignore[dict-item]
+            DeliverMany: self._on_deliver_many,  # type: ignore[dict-item]
             Ok: self._answered,  # type: ignore[dict-item]
             Failed: self._answered,  # type: ignore[dict-item]
             SendFailed: self._on_send_failed,  # type: ignore[dict-item]
@@ -388,10 +405,13 @@ class ClientSession:
 
     # -- what the glue takes ----------------------------------------------------------
 
-    def data_to_send(self, read_chunks: bool = True) -> list[Frame]:
+    def data_to_send(self, read_chunks: bool = True, *, end_of_turn: bool = True) -> list[Frame]:
         """The frames to write now. With ``read_chunks`` (the connection is writable), the
         next chunk of a large send is read from its file if its address has credit: call
-        again until the answer is empty or the connection is no longer writable."""
+        again until the answer is empty or the connection is no longer writable. Sends
+        being gathered into one SEND_MANY stay gathered unless ``end_of_turn``."""
+        if end_of_turn and self._run:
+            self._end_run()
         if read_chunks and self._streaming is not None and self._is_ready:
             self._next_chunk(self._streaming)
         out, self._out = self._out, []
@@ -400,7 +420,23 @@ class ClientSession:
     @property
     def has_data_to_send(self) -> bool:
         """Whether ``data_to_send`` may give frames (cheaper to ask than calling it)."""
-        return bool(self._out) or self._streaming is not None
+        return bool(self._out) or bool(self._run) or self._streaming is not None
+
+    @property
+    def gathering(self) -> bool:
+        """Sends are being gathered: ``data_to_send`` must be called by the turn's end."""
+        return bool(self._run)
+
+    def _put(self, frame: Frame) -> None:
+        """Queue ``frame`` to write, after the sends gathered before it."""
+        if self._run:
+            self._end_run()
+        self._out.append(frame)
+
+    def _end_run(self) -> None:
+        """The gathered sends as one SEND, or one SEND_MANY."""
+        run, self._run = self._run, []
+        self._out.append(encode_sends(self._run_first, self._run_tx, run))
 
     def take_events(self) -> list[Event]:
         """What happened since the last call, in order."""
@@ -482,7 +518,7 @@ class ClientSession:
 
     def _handshake(self) -> None:
         self._connections += 1
-        self._out.append(
+        self._put(
             encode_packet(
                 Connect(
                     PROTOCOL_VERSION,
@@ -490,12 +526,14 @@ class ClientSession:
                     self.user,
                     self._password,
                     self.confirmation_window_size,
+                    self.max_frame_size,
                 )
             )
         )
 
     def _accepted(self, packet: Connected) -> None:
         self._is_ready = True
+        self._run_limit = min(BATCH_BYTES, packet.max_frame_size - SEND_MANY_OVERHEAD)
         self.node_name, self.node_id = packet.node_name, packet.node_id
         granted = packet.producer_window_size
         cap = self._producer_window_cap
@@ -521,6 +559,7 @@ class ClientSession:
         self._is_ready = False
         self._epoch += 1
         self._out.clear()
+        self._run = []
         self._transactions.clear()  # the node rolls back what was open
         for request_id, request in list(self._requests.items()):
             kind = request.kind
@@ -600,6 +639,7 @@ class ClientSession:
         self._closed = True
         self._is_ready = False
         self._out.clear()
+        self._run = []
         requests, self._requests = self._requests, {}
         for request in requests.values():
             self._settle(request.callback, error)
@@ -649,7 +689,7 @@ class ClientSession:
 
     def _put_request(self, request_id: int, request: _Request) -> None:
         request.sent = True
-        self._out.append(request.frame)
+        self._put(request.frame)
 
     def _take_request(self, packet: Ok | Failed | AddressInfoPacket) -> _Request:
         """The request ``packet`` answers, no longer pending; NodeProtocolError if there is
@@ -861,16 +901,33 @@ class ClientSession:
     def _put_send(self, send: _Send) -> None:
         sequence = self._sequence + 1
         if send.file is None:
-            frame = encode_packet(Send(sequence, send.tx_id, send.message))
+            try:
+                data = encode_message(send.message)
+            except MessageFormatError:
+                encode_packet(Send(sequence, send.tx_id, send.message))  # names the fault
+                raise
+            self._gather(sequence, send.tx_id, data)
         else:
             frame = encode_packet(SendLargeBegin(sequence, send.tx_id, send.message, send.total))
             self._streaming = send
+            self._put(frame)
         self._sequence = send.sequence = sequence
         send.cost = send.message.size
-        self._out.append(frame)
         self._unconfirmed.append(send)
         self._unconfirmed_bytes += send.cost
         self._spend(send.message.address, send.cost)
+
+    def _gather(self, sequence: int, tx_id: int | None, data: bytes) -> None:
+        """Add an encoded send to the run it continues, or start a run with it."""
+        cost = len(data) + 4  # each message of a SEND_MANY has its u32 length
+        if self._run:
+            if tx_id == self._run_tx and self._run_bytes + cost <= self._run_limit:
+                self._run.append(data)
+                self._run_bytes += cost
+                return
+            self._end_run()
+        self._run = [data]
+        self._run_first, self._run_tx, self._run_bytes = sequence, tx_id, cost
 
     def _drain(self) -> None:
         """Put waiting sends (and commits behind them) on the wire as the windows allow."""
@@ -896,7 +953,7 @@ class ClientSession:
         # A file shorter than it was at the send ends the body early; the node refuses it.
         send.remaining = send.remaining - len(data) if data else 0
         last = send.remaining == 0
-        self._out.append(encode_packet(SendLargeChunk(send.sequence, data, last)))
+        self._put(encode_packet(SendLargeChunk(send.sequence, data, last)))
         self._spend(address, len(data))
         if last:
             self._streaming = None
@@ -1046,7 +1103,7 @@ class ClientSession:
         consumer.to_grant = 0
         if self._is_ready and not consumer.closing:
             consumer.balance += credits
-            self._out.append(encode_packet(ConsumerCredits(consumer.consumer_id, credits)))
+            self._put(encode_packet(ConsumerCredits(consumer.consumer_id, credits)))
 
     def _consumer_for(self, consumer_id: int, delivery_id: int) -> _Consumer:
         consumer = self._consumers.get(consumer_id)
@@ -1066,24 +1123,27 @@ class ClientSession:
         return consumer
 
     def _on_deliver(self, packet: Deliver) -> None:
-        consumer = self._consumer_for(packet.consumer_id, packet.delivery_id)
-        message = packet.message
+        self._delivered(
+            packet.consumer_id, packet.delivery_id, packet.delivery_count, packet.message
+        )
+
+    def _on_deliver_many(self, packet: DeliverMany) -> None:
+        consumer_id, count = packet.consumer_id, packet.delivery_count
+        delivery_id = packet.first_delivery_id
+        for message in packet.messages:
+            self._delivered(consumer_id, delivery_id, count, message)
+            delivery_id += 1
+
+    def _delivered(self, consumer_id: int, delivery_id: int, count: int, message: Message) -> None:
+        consumer = self._consumer_for(consumer_id, delivery_id)
         cost = message.size
         consumer.balance -= cost
         if consumer.closing:
             return
         if not consumer.browse_only:
-            consumer.unsettled[packet.delivery_id] = None
+            consumer.unsettled[delivery_id] = None
         self._events.append(
-            Delivery(
-                packet.consumer_id,
-                packet.delivery_id,
-                packet.delivery_count,
-                message,
-                None,
-                cost,
-                self._epoch,
-            )
+            Delivery(consumer_id, delivery_id, count, message, None, cost, self._epoch)
         )
 
     def _on_large_begin(self, packet: DeliverLargeBegin) -> None:
@@ -1165,7 +1225,7 @@ class ClientSession:
             del unsettled[delivery_id]
         packet = Ack(consumer.consumer_id, delivery_id, cumulative, tx_id, None)
         if callback is None:
-            self._out.append(encode_packet(packet))
+            self._put(encode_packet(packet))
         else:
             self._request(
                 _Kind.ACK,
@@ -1178,7 +1238,7 @@ class ClientSession:
         """Refuse ``delivery``: back on its queue (``requeue``) or dropped."""
         consumer = self._settleable(delivery)
         del consumer.unsettled[delivery.delivery_id]
-        self._out.append(encode_packet(Nack(consumer.consumer_id, delivery.delivery_id, requeue)))
+        self._put(encode_packet(Nack(consumer.consumer_id, delivery.delivery_id, requeue)))
 
     def _settleable(self, delivery: Delivery) -> _Consumer:
         self._check_open()

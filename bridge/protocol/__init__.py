@@ -6,12 +6,15 @@ a packet or raises ``PacketFormatError``. Pass ``PACKET_TYPES`` to the transport
 ``accepted_types``. docs/protocol.md is the reference for each packet and the session rules.
 """
 
-from bridge.protocol.codec import PacketFormatError, decode_packet, encode_packet
+from bridge.protocol.codec import PacketFormatError, decode_packet, encode_packet, encode_sends
 from bridge.protocol.packets import (
+    BATCH_BYTES,
+    DELIVER_MANY_OVERHEAD,
     FRAME_SIZE_UNSTATED,
     PACKET_CLASSES,
     PACKET_TYPES,
     PROTOCOL_VERSION,
+    SEND_MANY_OVERHEAD,
     UNLIMITED,
     Ack,
     AddressFullPolicy,
@@ -48,10 +51,13 @@ from bridge.protocol.packets import (
 )
 
 __all__ = [
+    "BATCH_BYTES",
+    "DELIVER_MANY_OVERHEAD",
     "FRAME_SIZE_UNSTATED",
     "PACKET_CLASSES",
     "PACKET_TYPES",
     "PROTOCOL_VERSION",
+    "SEND_MANY_OVERHEAD",
     "UNLIMITED",
     "Ack",
     "AddressFullPolicy",
@@ -88,4 +94,5 @@ __all__ = [
     "TxRollback",
     "decode_packet",
     "encode_packet",
+    "encode_sends",
 ]

@@ -337,6 +337,7 @@ class _Messages(_Wire):
             messages.append(message)
         return tuple(messages), at
 
+
 U16 = _Int("u16", _BE_U16, 0, 0xFFFF)
 U32 = _Int("u32", _BE_U32, 0, 0xFFFF_FFFF)
 U64 = _Int("u64", _BE_U64, 0, 0xFFFF_FFFF_FFFF_FFFF)
@@ -684,6 +685,32 @@ _DECODERS.update(
         PacketType.ACK: _decode_ack,
     }
 )
+
+
+_SEND_MANY = struct.Struct(">QBI")  # first sequence, 0 (no tx), count
+_SEND_MANY_TX = struct.Struct(">QBQI")  # first sequence, 1, tx_id, count
+_pack_u32 = _BE_U32.pack
+
+
+def encode_sends(first_sequence: int, tx_id: int | None, encoded: list[bytes]) -> tuple[int, bytes]:
+    """A SEND (one message) or a SEND_MANY (several) of messages encoded already
+    (``bridge.message.encode_message``), numbered from ``first_sequence``: what
+    ``encode_packet`` gives for the same packet, without encoding a message twice. The
+    client encodes each message as it is sent, so that a bad one is refused at once."""
+    if len(encoded) == 1:
+        data = encoded[0]
+        if tx_id is None:
+            head = _SEND.pack(first_sequence, 0, len(data))
+        else:
+            head = _SEND_TX.pack(first_sequence, 1, tx_id, len(data))
+        return PacketType.SEND, head + data
+    if tx_id is None:
+        parts = [_SEND_MANY.pack(first_sequence, 0, len(encoded))]
+    else:
+        parts = [_SEND_MANY_TX.pack(first_sequence, 1, tx_id, len(encoded))]
+    for data in encoded:
+        parts += (_pack_u32(len(data)), data)
+    return PacketType.SEND_MANY, b"".join(parts)
 
 
 def encode_packet(packet: Packet) -> tuple[int, bytes]:

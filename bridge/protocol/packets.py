@@ -26,6 +26,17 @@ FRAME_SIZE_UNSTATED = 4 * 1024 * 1024
 """The ``max_frame_size`` a CONNECT or CONNECTED built without one states: the
 transport's default (``transport.frames.DEFAULT_MAX_FRAME_SIZE``)."""
 
+BATCH_BYTES = 64 * 1024
+"""The most bytes of messages (each with its u32 length) a sender puts in one SEND_MANY or
+DELIVER_MANY, less if its peer reads smaller frames: enough to spare most of the per-frame
+work, small enough not to hold a turn's first message back behind a long batch."""
+
+SEND_MANY_OVERHEAD = 21
+"""SEND_MANY's bytes besides its messages, at most: sequence, transaction, count."""
+
+DELIVER_MANY_OVERHEAD = 20
+"""DELIVER_MANY's bytes besides its messages: consumer, first delivery id, count, count."""
+
 UNLIMITED = -1
 """A window size meaning "no flow control" (CREATE_CONSUMER, CONNECTED)."""
 

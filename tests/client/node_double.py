@@ -43,6 +43,7 @@ from bridge.protocol import (
     SendFailed,
     SendLargeBegin,
     SendLargeChunk,
+    SendMany,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -210,6 +211,10 @@ class NodeSide:
 
     def on_Send(self, packet: Send) -> None:
         self._accept(packet.sequence, packet.tx_id, packet.message)
+
+    def on_SendMany(self, packet: SendMany) -> None:
+        for offset, message in enumerate(packet.messages):
+            self._accept(packet.first_sequence + offset, packet.tx_id, message)
 
     def on_SendLargeBegin(self, packet: SendLargeBegin) -> None:
         self.large = (packet, bytearray())

@@ -7,7 +7,7 @@ from typing import Any
 from bridge.client.errors import ClientError
 from bridge.client.session import ClientSession, Event, Settled
 from bridge.message import Message
-from bridge.protocol import Connected, Packet, decode_packet, encode_packet
+from bridge.protocol import Connected, Packet, Send, SendMany, decode_packet, encode_packet
 
 
 def message(address: str = "orders", body: bytes = b"hello", **fields: Any) -> Message:
@@ -42,6 +42,20 @@ class Driver:
         self.session = session
 
     def sent(self, read_chunks: bool = True) -> list[Packet]:
+        """What the session sends now, a SEND_MANY as the SENDs it stands for."""
+        packets: list[Packet] = []
+        for packet in self.packets(read_chunks):
+            if isinstance(packet, SendMany):
+                packets += [
+                    Send(packet.first_sequence + i, packet.tx_id, m)
+                    for i, m in enumerate(packet.messages)
+                ]
+            else:
+                packets.append(packet)
+        return packets
+
+    def packets(self, read_chunks: bool = True) -> list[Packet]:
+        """What the session sends now, as it sends it."""
         return [decode_packet(t, p) for t, p in self.session.data_to_send(read_chunks)]
 
     def all_sent(self) -> list[Packet]:

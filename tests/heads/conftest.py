@@ -68,10 +68,13 @@ SECURITY: dict[str, Any] = {
 
 @implementer(IFrameReceiver)
 class Peer:
-    """A raw core-protocol peer: sends packets, collects what the node answers."""
+    """A raw core-protocol peer: sends packets, collects what the node answers. A
+    DELIVER_MANY is collected as the DELIVERs it stands for; ``packets`` keeps what came
+    as it came."""
 
     def __init__(self) -> None:
         self.received: list[p.Packet | Frame] = []
+        self.packets: list[p.Packet | Frame] = []
         self.connection: IFrameConnection | None = None
         self._waiting: list[tuple[Any, Deferred[Any]]] = []
         self.lost: Deferred[BaseException] = Deferred()
@@ -83,7 +86,14 @@ class Peer:
         item: p.Packet | Frame = (
             decode_packet(frame.type, frame.payload) if frame.type in PACKET_TYPES else frame
         )
-        self.received.append(item)
+        self.packets.append(item)
+        if isinstance(item, p.DeliverMany):
+            self.received += [
+                p.Deliver(item.consumer_id, item.first_delivery_id + i, item.delivery_count, m)
+                for i, m in enumerate(item.messages)
+            ]
+        else:
+            self.received.append(item)
         self._wake()
 
     def connection_lost(self, reason: BaseException) -> None:

@@ -443,7 +443,7 @@ def peak_allocation(action) -> int:
 )
 def test_a_huge_declared_length_allocates_nothing_near_it(frame_type, payload):
     def decode() -> None:
-        with pytest.raises(PacketFormatError, match="4294967295 (bytes|messages) declared"):
+        with pytest.raises(PacketFormatError, match=r"4294967295 (bytes|messages) declared"):
             decode_packet(frame_type, unhex(payload))
 
     assert peak_allocation(decode) < 64 * 1024

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.message import Message
+from bridge.message import Message, encode_message
 from bridge.protocol import (
     PACKET_CLASSES,
     PACKET_TYPES,
@@ -51,7 +51,7 @@ from bridge.protocol import (
     decode_packet,
     encode_packet,
 )
-from bridge.protocol.codec import LAYOUTS
+from bridge.protocol.codec import LAYOUTS, encode_sends
 
 U16 = st.integers(0, 0xFFFF)
 U32 = st.integers(0, 0xFFFF_FFFF)
@@ -247,3 +247,16 @@ def test_hot_path_encoders_refuse_what_the_generic_layout_refuses(packet, data):
     bad = data.draw(st.sampled_from([-1, 1 << 64, 1 << 32, 1 << 16]))
     broken = attrs.evolve(packet, **{name: bad})
     assert outcome(lambda p: encode_packet(p)[1], broken) == outcome(LAYOUTS[cls].encode, broken)
+
+
+@given(U64, st.none() | U64, BATCHES)
+def test_sends_of_encoded_messages_encode_as_their_packets(first_sequence, tx_id, messages):
+    """The client's SEND or SEND_MANY of messages it encoded already is byte for byte the
+    packet's own encoding."""
+    encoded = [encode_message(message) for message in messages]
+    packet: Packet = (
+        Send(first_sequence, tx_id, messages[0])
+        if len(messages) == 1
+        else SendMany(first_sequence, tx_id, messages)
+    )
+    assert encode_sends(first_sequence, tx_id, encoded) == encode_packet(packet)

@@ -140,6 +140,8 @@ class CoreReceiver:
             authenticate=self._authenticate,
             producer_window_size=self._producer_window,
             is_writable=lambda: connection.is_writable,
+            max_frame_size=connection.max_frame_size,
+            before_flush=connection.call_before_flush,
         )
         connection.add_writability_listener(self._session.writability_changed)
         head.opened(self)

@@ -72,6 +72,9 @@ MIN_LARGE_MESSAGE_SIZE = 100 * 1024
 LARGE_CHUNK_SIZE = 256 * 1024
 """Bytes of body per DELIVER_LARGE_CHUNK."""
 
+BeforeFlush = Callable[[Callable[[], None]], None]
+"""Asks the connection to call something at the end of the turn, before it writes."""
+
 
 class SessionError(Exception):
     """The peer broke a session rule: the connection ends with this message."""
@@ -172,13 +175,24 @@ class CoreSession:
         authenticate: Authenticate,
         producer_window_size: int = p.UNLIMITED,
         is_writable: Callable[[], bool] | None = None,
+        max_frame_size: int = p.FRAME_SIZE_UNSTATED,
+        before_flush: BeforeFlush | None = None,
     ) -> None:
         self._broker = broker
         self._security = security
         self._node_name = node_name
         self._node_id = node_id
         self._clock = clock
-        self._emit = emit
+        self._emit_packet = emit
+        self._max_frame_size = max_frame_size
+        self._before_flush = before_flush
+        self._run: list[Message] = []
+        """Deliveries gathered for one DELIVER_MANY: consecutive ids of one consumer with
+        one delivery count (``_run_key``), sent before any other packet and at the end of
+        the turn (``before_flush``; without it, each delivery goes at once)."""
+        self._run_key = (0, 0, 0)
+        self._run_bytes = 0
+        self._run_limit = 0
         self._abort = abort
         self._authenticate = authenticate
         self._producer_window = producer_window_size
@@ -203,6 +217,7 @@ class CoreSession:
             p.CreateQueue: self._create_queue,  # type: ignore[dict-item]
             p.DeleteQueue: self._delete_queue,  # type: ignore[dict-item]
             p.Send: self._send,  # type: ignore[dict-item]
+            p.SendMany: self._send_many,  # type: ignore[dict-item]
             p.SendLargeBegin: self._send_large_begin,  # type: ignore[dict-item]
             p.SendLargeChunk: self._send_large_chunk,  # type: ignore[dict-item]
             p.CreateConsumer: self._create_consumer,  # type: ignore[dict-item]
@@ -252,6 +267,7 @@ class CoreSession:
         """Give back what the connection held: unsettled deliveries return to their queues,
         open transactions roll back, its non-durable queues go. Fires when stored."""
         self.state = State.CLOSED
+        self._run = []
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
         for pending in self._pending:  # held sends were never routed, nor confirmed
@@ -300,6 +316,7 @@ class CoreSession:
             self._abort("")
             return
         self.client_id = packet.client_id
+        self._run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
         self.state = State.AUTHENTICATING
         self._authenticate(packet).addCallbacks(self._authenticated, self._refused)
 
@@ -309,7 +326,13 @@ class CoreSession:
         self.subject = subject
         self.state = State.OPEN
         self._emit(
-            p.Connected(self._node_name, self._node_id, p.PROTOCOL_VERSION, self._producer_window)
+            p.Connected(
+                self._node_name,
+                self._node_id,
+                p.PROTOCOL_VERSION,
+                self._producer_window,
+                self._max_frame_size,
+            )
         )
 
     def _refused(self, failure: Failure) -> None:
@@ -454,10 +477,21 @@ class CoreSession:
         self._last_sequence = sequence
 
     def _send(self, packet: p.Send) -> None:
-        self._sequence(packet.sequence)
-        message = packet.message
+        self._send_one(packet.sequence, packet.tx_id, packet.message)
+
+    def _send_many(self, packet: p.SendMany) -> None:
+        """Each message as a SEND of its own, in order (one may end the session)."""
+        sequence, tx_id = packet.first_sequence, packet.tx_id
+        for message in packet.messages:
+            if self.state is not _OPEN:
+                return
+            self._send_one(sequence, tx_id, message)
+            sequence += 1
+
+    def _send_one(self, sequence: int, tx_id: int | None, message: Message) -> None:
+        self._sequence(sequence)
         credit = message.size if self._producer_window != p.UNLIMITED else 0
-        held = self._route(packet.sequence, packet.tx_id, message, credit)
+        held = self._route(sequence, tx_id, message, credit)
         if credit and not held:
             self._grant(message.address, credit)
 
@@ -758,7 +792,7 @@ class CoreSession:
             self._start_stream(consumer, delivery_id, count, message, message.large)
             return
         if len(message.body) < MIN_LARGE_MESSAGE_SIZE:
-            self._emit(p.Deliver(consumer_id, delivery_id, count, message))
+            self._deliver_in_run(consumer_id, delivery_id, count, message)
             return
         body = memoryview(message.body)
         header = attrs.evolve(message, body=b"")
@@ -767,6 +801,50 @@ class CoreSession:
             end = start + LARGE_CHUNK_SIZE
             chunk = bytes(body[start:end])
             self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
+
+    def _deliver_in_run(
+        self, consumer_id: int, delivery_id: int, count: int, message: Message
+    ) -> None:
+        """Add a delivery to the run it continues, or start a new run with it."""
+        run = self._run
+        cost = message.size + 4  # each message of a DELIVER_MANY has its u32 length
+        if run:
+            first_consumer, first_id, first_count = self._run_key
+            if (
+                consumer_id == first_consumer
+                and count == first_count
+                and delivery_id == first_id + len(run)
+                and self._run_bytes + cost <= self._run_limit
+            ):
+                run.append(message)
+                self._run_bytes += cost
+                return
+            self._flush_run()
+        if self._before_flush is None:
+            self._emit_packet(p.Deliver(consumer_id, delivery_id, count, message))
+            return
+        self._run = [message]
+        self._run_key = (consumer_id, delivery_id, count)
+        self._run_bytes = cost
+        self._before_flush(self._flush_run)
+
+    def _flush_run(self) -> None:
+        """Send the gathered deliveries: one DELIVER, or a DELIVER_MANY."""
+        run = self._run
+        if not run:
+            return
+        self._run = []
+        consumer_id, first_id, count = self._run_key
+        if len(run) == 1:
+            self._emit_packet(p.Deliver(consumer_id, first_id, count, run[0]))
+        else:
+            self._emit_packet(p.DeliverMany(consumer_id, first_id, count, tuple(run)))
+
+    def _emit(self, packet: p.Packet) -> None:
+        """Send ``packet`` after the deliveries gathered before it."""
+        if self._run:
+            self._flush_run()
+        self._emit_packet(packet)
 
     # -- large deliveries -----------------------------------------------------------------
 
