@@ -14,6 +14,23 @@ def bodies(deliveries) -> list[bytes]:  # type: ignore[no-untyped-def]
     return [d.message.body for d in deliveries]
 
 
+async def queued(node, count: int, body: bytes = b"") -> None:  # type: ignore[no-untyped-def]
+    """``count`` messages on queue "orders" (bodies "0", "1", ... after ``body``), sent
+    in one SEND_MANY and confirmed."""
+    producer = await node.peer()
+    batch = tuple(message("orders", body + b"%d" % n) for n in range(count))
+    producer.send(p.SendMany(1, None, batch))
+    await producer.confirmed(count)
+
+
+async def consuming(node, consumer_id: int, deliveries: int):  # type: ignore[no-untyped-def]
+    """A peer consuming "orders" without a credit limit, once it got ``deliveries``."""
+    consumer = await node.peer()
+    consumer.send(p.CreateConsumer(1, consumer_id, "orders", None, False, -1))
+    await consumer.next(p.Deliver, deliveries)
+    return consumer
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_send_many_is_each_send_in_turn_refusals_included(node):
     producer = await node.peer()
@@ -58,12 +75,8 @@ async def test_a_send_many_whose_sequences_do_not_follow_ends_the_connection(nod
 
 @pytest_twisted.ensureDeferred
 async def test_a_consumers_deliveries_of_one_turn_leave_in_one_frame(node):
-    producer = await node.peer()
-    producer.send(p.SendMany(1, None, tuple(message("orders", b"%d" % n) for n in range(20))))
-    await producer.confirmed(20)
-    consumer = await node.peer()
-    consumer.send(p.CreateConsumer(1, 3, "orders", None, False, -1))
-    await consumer.next(p.Deliver, 20)
+    await queued(node, 20)
+    consumer = await consuming(node, 3, 20)
     [batch] = [packet for packet in consumer.packets if isinstance(packet, p.DeliverMany)]
     assert (batch.consumer_id, batch.first_delivery_id, batch.delivery_count) == (3, 1, 1)
     assert [m.body for m in batch.messages] == [b"%d" % n for n in range(20)]
@@ -74,9 +87,7 @@ async def test_a_consumers_deliveries_of_one_turn_leave_in_one_frame(node):
 async def test_a_batch_never_passes_the_packets_emitted_after_its_deliveries(node):
     """The node flushes gathered deliveries before any other packet: the OK of a consumer
     close comes after every delivery made to that consumer."""
-    producer = await node.peer()
-    producer.send(p.SendMany(1, None, tuple(message("orders", b"%d" % n) for n in range(5))))
-    await producer.confirmed(5)
+    await queued(node, 5)
     consumer = await node.peer()
     consumer.send(p.CreateConsumer(1, 1, "orders", None, False, -1), p.CloseConsumer(2, 1))
     assert await consumer.reply(2) == p.Ok(2)
@@ -85,25 +96,22 @@ async def test_a_batch_never_passes_the_packets_emitted_after_its_deliveries(nod
 
 
 @pytest_twisted.ensureDeferred
-async def test_runs_break_at_another_consumer_or_delivery_count(node):
-    producer = await node.peer()
-    producer.send(p.SendMany(1, None, tuple(message("orders", b"%d" % n) for n in range(4))))
-    await producer.confirmed(4)
-    consumer = await node.peer()
-    consumer.send(p.CreateConsumer(1, 1, "orders", None, False, -1))
-    await consumer.next(p.Deliver, 4)
+async def test_redeliveries_come_in_a_batch_of_their_own_count(node):
+    await queued(node, 4)
+    consumer = await consuming(node, 1, 4)
     consumer.send(p.Nack(1, 2, True), p.Nack(1, 3, True))  # back, to come again counted 2
     await consumer.next(p.Deliver, 6)
     again = consumer.of(p.Deliver)[4:]
     assert [(d.message.body, d.delivery_count) for d in again] == [(b"1", 2), (b"2", 2)]
     assert all(d.delivery_id > 4 for d in again)
+    counted = [pk for pk in consumer.packets if isinstance(pk, p.Deliver | p.DeliverMany)]
+    assert [pk.delivery_count for pk in counted][-1] == 2
+    assert all(pk.delivery_count == 1 for pk in counted[:-1])
 
 
 @pytest_twisted.ensureDeferred
 async def test_batches_stay_within_the_clients_max_frame_size(node):
-    producer = await node.peer()
-    producer.send(p.SendMany(1, None, tuple(message("orders", b"x" * 500) for _ in range(30))))
-    await producer.confirmed(30)
+    await queued(node, 30, b"x" * 500)
     consumer = await node.peer(connect_as=None)
     consumer.send(p.Connect(p.PROTOCOL_VERSION, "small", None, None, 1 << 20, 4096))
     connected = await consumer.next(p.Connected)

@@ -5,11 +5,14 @@ frames back, on plain TCP and beneath TLS."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
+import attrs
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.abstract import FileDescriptor
+from twisted.internet.interfaces import IListeningPort
 from twisted.internet.task import deferLater
 
 from tests.transport.memory import APP, Recorder
@@ -28,49 +31,69 @@ def _socket_of(receiver: Recorder) -> FileDescriptor:
     return inner
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "tls"])
-@pytest_twisted.ensureDeferred
-async def test_a_server_reads_its_read_size_and_sends_its_io_size(scheme, certs):
+@attrs.define
+class _Pair:
+    """A listening server with the connection it accepted, and the client's end."""
+
+    port: IListeningPort
+    server: Recorder
+    client: Recorder
+
+    async def close(self) -> None:
+        if self.client.connection is not None:
+            self.client.connection.close()
+            await self.client.connection.when_lost()
+        await self.port.stopListening()
+
+
+async def _pair(scheme: str, certs: Any, settings: ConnectionSettings, payload: bytes) -> _Pair:
+    """A server on ``settings`` and a client on the defaults, once the server has the
+    client's first frame, ``payload``."""
     accepted: list[Recorder] = []
 
     def make() -> Recorder:
         accepted.append(Recorder())
         return accepted[-1]
 
-    server_settings = ConnectionSettings(io_size=256 * KIB, read_size=32 * KIB)
     port = await listen(
         reactor,
         f"{scheme}://127.0.0.1:0",
         make,
-        settings=server_settings,
+        settings=settings,
         accepted_types=[APP],
         tls=certs.server_tls() if scheme == "tls" else None,
     )
     client = Recorder()
+    await connect(
+        reactor,
+        f"{scheme}://127.0.0.1:{port.getHost().port}",
+        client,
+        accepted_types=[APP],
+        tls=certs.client_tls() if scheme == "tls" else None,
+    )
+    assert client.connection is not None
+    client.connection.send(APP, payload)
+    for _ in range(500):  # 5 s at most
+        if accepted and accepted[0].frames:
+            return _Pair(port, accepted[0], client)
+        await deferLater(reactor, 0.01, lambda: None)
+    await _Pair(port, Recorder(), client).close()
+    raise AssertionError("the server did not get the client's frame")
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "tls"])
+@pytest_twisted.ensureDeferred
+async def test_a_server_reads_its_read_size_and_sends_its_io_size(scheme, certs):
+    settings = ConnectionSettings(io_size=256 * KIB, read_size=32 * KIB)
+    pair = await _pair(scheme, certs, settings, b"x" * 100 * KIB)
     try:
-        await connect(
-            reactor,
-            f"{scheme}://127.0.0.1:{port.getHost().port}",
-            client,
-            accepted_types=[APP],
-            tls=certs.client_tls() if scheme == "tls" else None,
-        )
-        assert client.connection is not None
-        client.connection.send(APP, b"x" * 100 * KIB)
-        for _ in range(500):  # 5 s at most
-            if accepted and accepted[0].frames:
-                break
-            await deferLater(reactor, 0.01, lambda: None)
-        server_socket = _socket_of(accepted[0])
+        server_socket = _socket_of(pair.server)
         assert (server_socket.bufferSize, server_socket.SEND_LIMIT) == (32 * KIB, 256 * KIB)
-        assert accepted[0].frames[0].payload == b"x" * 100 * KIB  # read in four calls
-        client_socket = _socket_of(client)
+        assert pair.server.frames[0].payload == b"x" * 100 * KIB  # read in four calls
+        client_socket = _socket_of(pair.client)
         assert (client_socket.bufferSize, client_socket.SEND_LIMIT) == (256 * KIB, 256 * KIB)
     finally:
-        if client.connection is not None:
-            client.connection.close()
-            await client.connection.when_lost()
-        await port.stopListening()
+        await pair.close()
 
 
 def _no_delay(receiver: Recorder) -> bool:
@@ -83,42 +106,12 @@ def _no_delay(receiver: Recorder) -> bool:
 @pytest.mark.parametrize("server_no_delay", [True, False])
 @pytest_twisted.ensureDeferred
 async def test_sockets_send_small_frames_at_once_unless_told_not_to(scheme, server_no_delay, certs):
-    accepted: list[Recorder] = []
-
-    def make() -> Recorder:
-        accepted.append(Recorder())
-        return accepted[-1]
-
-    port = await listen(
-        reactor,
-        f"{scheme}://127.0.0.1:0",
-        make,
-        settings=ConnectionSettings(tcp_no_delay=server_no_delay),
-        accepted_types=[APP],
-        tls=certs.server_tls() if scheme == "tls" else None,
-    )
-    client = Recorder()
+    pair = await _pair(scheme, certs, ConnectionSettings(tcp_no_delay=server_no_delay), b"ping")
     try:
-        await connect(
-            reactor,
-            f"{scheme}://127.0.0.1:{port.getHost().port}",
-            client,
-            accepted_types=[APP],
-            tls=certs.client_tls() if scheme == "tls" else None,
-        )
-        assert client.connection is not None
-        client.connection.send(APP, b"ping")
-        for _ in range(500):  # 5 s at most
-            if accepted and accepted[0].frames:
-                break
-            await deferLater(reactor, 0.01, lambda: None)
-        assert _no_delay(accepted[0]) is server_no_delay
-        assert _no_delay(client)  # the default
+        assert _no_delay(pair.server) is server_no_delay
+        assert _no_delay(pair.client)  # the default
     finally:
-        if client.connection is not None:
-            client.connection.close()
-            await client.connection.when_lost()
-        await port.stopListening()
+        await pair.close()
 
 
 def test_a_read_size_below_a_page_is_refused():
