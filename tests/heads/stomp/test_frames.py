@@ -195,6 +195,21 @@ def test_serialize_then_parse_gives_the_frames_back_however_split(data):
     assert received == sent
 
 
+@given(frames(Version.V1_2))
+def test_a_head_that_needs_no_escape_is_written_as_escaping_would_write_it(frame):
+    """1.2 writes a head with nothing to escape as it is, and any other head escaped:
+    byte for byte what escaping every name and value gives."""
+
+    def escaped(text: str) -> str:
+        return (
+            text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
+        )
+
+    lines = [frame.command.value, *[f"{escaped(k)}:{escaped(v)}" for k, v in frame.headers]]
+    expected = ("\n".join(lines) + "\n\n").encode() + frame.body + b"\x00"
+    assert serialize_bytes(frame, Version.V1_2) == expected
+
+
 @given(st.binary(max_size=500), st.sampled_from([None, *Version]))
 def test_random_bytes_give_events_or_a_frame_error(data, version):
     parser = FrameParser(Limits(max_body=100, max_headers=5, max_header_bytes=100))
