@@ -114,14 +114,16 @@ class OutboundWriter:
             self._turn_call = None
 
     def _end_of_turn(self) -> None:
-        self._turn_call = None
-        if self._before_flush:
+        # The calls run while this turn's call is still set, so that what they push (and
+        # any call they ask for) goes out in this flush, not in one more turn.
+        while self._before_flush:
             calls, self._before_flush = self._before_flush, []
             for call in calls:
                 try:
                     call()
                 except Exception:
                     log.failure("a call before the flush failed: {call!r}", call=call)
+        self._turn_call = None
         self.flush()
         self._announce()
 

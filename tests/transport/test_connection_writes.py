@@ -40,6 +40,24 @@ def test_calls_before_the_flush_send_within_the_turn_once_and_in_order():
     assert calls == ["batch", "later"]  # once each
 
 
+def test_what_calls_before_the_flush_send_or_ask_for_leaves_in_that_same_turn():
+    w = wired()
+
+    def again() -> None:
+        w.connection.send(APP, b"asked during the call")
+
+    def first() -> None:
+        w.connection.send(APP, b"gathered")
+        w.connection.call_before_flush(again)
+
+    w.connection.call_before_flush(first)
+    w.turn()
+    assert w.transport.sequences == 1
+    assert w.written_frames() == [Frame(APP, b"gathered"), Frame(APP, b"asked during the call")]
+    due = [c for c in w.clock.getDelayedCalls() if c.getTime() <= w.clock.seconds()]
+    assert due == []  # no turn left over
+
+
 def test_a_failing_call_before_the_flush_spoils_neither_the_others_nor_the_flush():
     w = wired()
 
