@@ -322,7 +322,7 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
         minimum=0,
     )
     read_key = key_path(prefix, "read-size")
-    read_size = expect_size(table.get("read-size", "64KiB"), source, read_key)
+    read_size = expect_size(table.get("read-size", DEFAULT_READ_SIZE), source, read_key)
     if not 4096 <= read_size <= MAX_READ_SIZE:
         raise ConfigError(source, read_key, "expected at least 4KiB and at most 16MiB")
     no_delay = expect_bool(
