@@ -11,9 +11,11 @@ changed: the connection decides who hears it.
 
 from __future__ import annotations
 
+import socket
 import typing
 from collections.abc import Callable, Iterable, Sequence
 
+import attrs
 from cryptography import x509
 from OpenSSL import SSL
 from twisted.internet.abstract import FileDescriptor
@@ -62,6 +64,8 @@ class OutboundWriter:
         self._clock = clock
         self._budget = budget
         self._announce = announce
+        self.direct: DirectSend | None = None
+        """Set while the wire is a plain TCP socket: bursts go to it straight."""
         self._turn_call: IDelayedCall | None = None
         self._before_flush: list[Callable[[], None]] = []
         self._flushing = False
@@ -71,6 +75,7 @@ class OutboundWriter:
     def attach(self, wire: Wire) -> None:
         """Become ``wire``'s one streaming producer."""
         self.wire = wire
+        self.direct = DirectSend.beneath(wire)
         wire.registerProducer(self, True)
         self._registered = True
 
@@ -139,7 +144,10 @@ class OutboundWriter:
             while out.queued and not out.transport_paused and budget > 0:
                 parts = out.take(budget)
                 budget -= sum(map(len, parts))
-                self.wire.writeSequence(parts)
+                if self.direct is not None:
+                    parts = self.direct.send(parts)
+                if parts:
+                    self.wire.writeSequence(parts)
         finally:
             self._flushing = False
         if out.queued and not out.transport_paused and self._turn_call is None:
@@ -159,6 +167,76 @@ class OutboundWriter:
 
     def stopProducing(self) -> None:
         """The transport is going away; the connection's ``connectionLost`` cleans up."""
+
+
+IOV_MAX = 1024
+"""The most buffers one ``sendmsg`` takes (Linux's ``UIO_MAXIOV``)."""
+
+
+@attrs.frozen
+class DirectSend:
+    """Sends straight to a plain TCP socket while Twisted holds nothing for it.
+
+    Twisted only queues what it is given, asks epoll to watch the socket for writability,
+    and writes on the next reactor turn, joining its buffer first: for each burst, two
+    ``epoll_ctl`` calls, a turn and a copy. With Twisted's buffer empty, nothing can be
+    overtaken, so a burst goes to the kernel at once, its parts gathered by ``sendmsg``;
+    only what the kernel does not take is handed to Twisted, whose buffer and pause
+    signals then work as before. Under TLS the bytes must go through the TLS layer: none.
+    """
+
+    transport: FileDescriptor
+    socket: socket.socket
+
+    @classmethod
+    def beneath(cls, wire: object) -> DirectSend | None:
+        """For a plain TCP transport whose buffer this can see; None otherwise."""
+        sock = getattr(wire, "socket", None)
+        if (
+            isinstance(wire, FileDescriptor)
+            and isinstance(sock, socket.socket)
+            and sock.type == socket.SOCK_STREAM
+            and all(hasattr(wire, name) for name in _TWISTED_BUFFER)
+        ):
+            return cls(wire, sock)
+        return None
+
+    def _idle(self) -> bool:
+        transport = self.transport
+        return (
+            bool(transport.connected)
+            and not transport.disconnecting
+            and not transport._tempDataLen
+            and transport.offset == len(transport.dataBuffer)
+        )
+
+    def send(self, parts: list[bytes]) -> list[bytes]:
+        """Send what the kernel takes of ``parts`` now; return the rest, in order.
+
+        A failing socket sends nothing here: Twisted meets the same error on its own
+        write and reports the connection lost as usual."""
+        if not self._idle():
+            return parts
+        while parts:
+            batch = parts[:IOV_MAX]
+            try:
+                sent = self.socket.sendmsg(batch)
+            except OSError:
+                return parts
+            whole = 0
+            for part in batch:
+                if sent < len(part):
+                    break
+                sent -= len(part)
+                whole += 1
+            if whole < len(batch):
+                return [parts[whole][sent:], *parts[whole + 1 :]]
+            parts = parts[whole:]
+        return parts
+
+
+_TWISTED_BUFFER = ("dataBuffer", "offset", "_tempDataLen", "connected", "disconnecting")
+"""What Twisted's FileDescriptor keeps of its write buffer (DirectSend's check)."""
 
 
 def peer_name(address: IAddress) -> str:
