@@ -73,11 +73,13 @@ class OutboundQueue:
         self._update()
 
     def take(self, budget: int) -> list[bytes]:
-        """Remove whole parts, at least one, up to about ``budget`` bytes, to hand over."""
+        """Remove whole parts until they reach ``budget`` bytes (or none are left), to hand
+        over: the part that crosses the budget goes too, so that a large frame leaves with
+        its header in one socket call."""
         parts = self._parts
         out: list[bytes] = []
         taken = 0
-        while parts and (not out or taken + len(parts[0]) <= budget):
+        while parts and taken < budget:
             part = parts.popleft()
             out.append(part)
             taken += len(part)

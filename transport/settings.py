@@ -23,8 +23,9 @@ class ConnectionSettings:
     read is handled before the reactor turns to another connection, so a server with many
     connections reads less at a time: its peers' credits and acknowledgements then wait
     behind about a millisecond of one busy producer's sends, not several.
-    ``flush_budget``: the most bytes handed to the transport in one pass, so the transport
-    has a chance to push back before it holds more (default: the high water mark).
+    ``flush_budget``: about the most bytes handed to the transport in one pass (the part
+    that crosses it goes too), so the transport has a chance to push back before it holds
+    more (default: the high water mark).
     ``tcp_no_delay``: send small frames at once (``TCP_NODELAY``), not after the peer's
     delayed acknowledgement of the last one (see ``transport.wire.tune_socket_io``).
     """

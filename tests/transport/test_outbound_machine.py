@@ -53,7 +53,10 @@ class OutboundMachine(RuleBasedStateMachine):
             return
         taken = self.queue.take(budget)
         assert taken, "a pass always takes at least one part"
-        assert sum(map(len, taken[:-1])) <= budget
+        assert sum(map(len, taken[:-1])) < budget, "only the last part may cross the budget"
+        assert sum(map(len, taken)) >= budget or len(taken) == len(self.model_parts), (
+            "a pass stops at the budget or when nothing is left"
+        )
         assert taken == self.model_parts[: len(taken)]
         del self.model_parts[: len(taken)]
         self.model_in_transport += sum(map(len, taken))
