@@ -22,7 +22,6 @@ no client creates one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredList, FirstError, succeed
@@ -356,7 +355,7 @@ class Broker:
         if name in self._durable:
             self._durable.discard(name)
             await self.store.delete_queue(name)
-        self._release_large(entries)
+        await self._release_large(entries)
 
     # -- sending --------------------------------------------------------------------------
 
@@ -389,10 +388,12 @@ class Broker:
         """Where a large message's body file goes (the store's folder)."""
         return self.store.large_body_path(message_id)
 
-    @staticmethod
-    def discard(message: Message) -> None:
-        """A large message that will not be published after all: its body file goes."""
-        _discard(message)
+    def discard(self, message: Message) -> Deferred[None]:
+        """A large message that will not be published after all, or is gone for good: its
+        body file goes, off the reactor thread (see ``IMessageStore.discard_body``)."""
+        if message.large is None:
+            return succeed(None)
+        return self.store.discard_body(message.large.path)
 
     def publish(
         self, message: Message, *, tx: Transaction | None = None
@@ -440,7 +441,7 @@ class Broker:
             # one in a transaction waits at the transaction's commit.
             settling = detection.cache.when_settled(detection.duplicate_id)
             if settling is None:
-                _discard(message)
+                self.discard(message)
                 return Routed((), duplicate=True)
             if tx is None:
                 return settling.addCallback(self._repeat_settled, message)
@@ -456,11 +457,11 @@ class Broker:
                 paged = message.large is None
             elif memory.full and policy is AddressFullPolicy.DROP:
                 memory.dropped_total += 1
-                _discard(message)
+                self.discard(message)
                 return Routed((), dropped=True)
             elif memory.full and policy is AddressFullPolicy.FAIL:
                 memory.refused_total += 1
-                _discard(message)
+                self.discard(message)
                 raise AddressFull(
                     f"address {address.name!r} is full ({memory.size} bytes in memory, "
                     f"max-size-bytes {memory.max_size}, global-max-size "
@@ -473,7 +474,7 @@ class Broker:
             if bindings:
                 self._large_refs[message.id] = len(bindings)
             else:
-                _discard(message)
+                self.discard(message)
         if paged:
             return self._page(message, address, bindings, routed, tx, detection=detection)
         stored = (
@@ -517,7 +518,7 @@ class Broker:
         """A repeat that waited on its first send's write: a duplicate if that committed;
         if it failed, the repeat is the send that counts."""
         if committed:
-            _discard(message)
+            self.discard(message)
             return Routed((), duplicate=True)
         return self.publish(message)
 
@@ -732,26 +733,26 @@ class Broker:
                 self._enqueue(message, bindings)
             else:
                 self._after_page(message, bindings, paged, Routed(()))
-        self._release_large([entry for _, entry in tx.acknowledged])
+        await self._release_large([entry for _, entry in tx.acknowledged])
 
     async def _settle_repeats(self, tx: Transaction) -> None:
         """Drop each repeat whose first send committed; send the others in ``tx``."""
         while tx.repeats:
             message, settling = tx.repeats.pop(0)
             if await settling:
-                _discard(message)
+                self.discard(message)
                 continue
             try:
                 self._publish(message, tx, None)
             except BaseException:
-                _discard(message)  # sent nowhere: a large one's body goes too
+                self.discard(message)  # sent nowhere: a large one's body goes too
                 raise
 
     async def rollback(self, tx: Transaction) -> None:
         """Forget the transaction's sends; its acknowledged messages wait again, counted."""
         self.store.rollback(tx.store_tx)
         for message, _ in tx.repeats:
-            _discard(message)
+            self.discard(message)
         tx.repeats.clear()
         for write in tx.writes:
             write.addErrback(lambda failure: failure.trap(TransactionRolledBack))
@@ -762,7 +763,7 @@ class Broker:
                 self._unpage(message, address, bindings)
             if message.large is not None:
                 self._large_refs.pop(message.id, None)
-                _discard(message)
+                self.discard(message)
         by_queue: dict[str, list[Entry]] = {}
         for queue_name, entry in tx.acknowledged:
             by_queue.setdefault(queue_name, []).append(entry)
@@ -878,12 +879,11 @@ class Broker:
             done.addCallback(lambda _: self._release_large(entries))
         return done
 
-    def _release_large(self, entries: list[Entry]) -> None:
+    def _release_large(self, entries: list[Entry]) -> Deferred[None]:
         """``entries`` left their queue for good: a large message held by no other queue
-        loses its body file."""
+        loses its body file; fires once the files are gone."""
         refs = self._large_refs
-        if not refs:
-            return
+        discards: list[Deferred[None]] = []
         for entry in entries:
             message = entry.message
             if message.large is None:
@@ -893,7 +893,8 @@ class Broker:
                 refs[message.id] = left
             else:
                 refs.pop(message.id, None)
-                _discard(message)
+                discards.append(self.discard(message))
+        return _all(discards)
 
     def _stored_ids(self, queue_name: str, entries: list[Entry]) -> list[int]:
         """The ids of the entries the store holds on this queue."""
@@ -922,12 +923,6 @@ class Broker:
         await _all(returns)
         await _all(list(self._moving))
         await self.store.close()
-
-
-def _discard(message: Message) -> None:
-    """Delete a large message's body file (the message goes nowhere, or nowhere more)."""
-    if message.large is not None:
-        Path(message.large.path).unlink(missing_ok=True)
 
 
 def _forget(detection: Detection | None) -> None:

@@ -54,6 +54,12 @@ class IMessageStore(Interface):
         """Where the node writes a large message's body before ``add``: the store's folder
         for them, whose files no stored message owns it deletes when it opens."""
 
+    def discard_body(path: str) -> Deferred[None]:
+        """Delete a large body file no message needs any more, off the reactor thread
+        (freeing a large file keeps the file system busy for milliseconds), after the
+        operations already issued; fires once it is gone. A failure is logged, not
+        passed on: the file is then deleted at the next open, as no stored message owns it."""
+
     def page(message: Message, queues: Sequence[str], tx: TxId | None = None) -> Deferred[None]:
         """Keep a message that paging takes out of memory (a non-durable one, or a durable
         one for non-durable ``queues``) until ``unpage`` has been called once per queue;

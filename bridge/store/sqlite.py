@@ -16,9 +16,10 @@ from threading import Thread
 from typing import Any
 
 import attrs
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
@@ -50,6 +51,8 @@ from bridge.store.records import QueueRecord, Recovered, TxId
 from bridge.store.schema import large_message_path
 from bridge.store.writer import Writer
 
+log = Logger()
+
 FILENAME = "messages.sqlite"
 DEFAULT_BUSY_TIMEOUT = 5.0
 
@@ -80,6 +83,19 @@ class _DaemonThread(Thread):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.daemon = True
+
+
+def _delete_body(path: str) -> None:
+    """Delete a large body file; a failure is logged (the next open deletes it)."""
+    try:
+        Path(path).unlink(missing_ok=True)
+    except OSError as error:
+        log.warn(
+            "large message body {path} could not be deleted: {error}; it is deleted when "
+            "the store next opens",
+            path=path,
+            error=error,
+        )
 
 
 class _WriterPool(ThreadPool):
@@ -203,6 +219,12 @@ class SQLiteMessageStore:
 
     def large_body_path(self, message_id: int) -> str:
         return str(large_message_path(self.path.parent, message_id))
+
+    def discard_body(self, path: str) -> Deferred[None]:
+        if self._state is not _OPEN:
+            _delete_body(path)
+            return succeed(None)
+        return deferToThreadPool(self._threads, self._pool, _delete_body, path)
 
     def page(
         self, message: Message, queues: Sequence[str], tx: TxId | None = None

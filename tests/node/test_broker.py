@@ -10,6 +10,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
 
 from bridge.config.node import parse_node_config
 from bridge.message import Message
@@ -55,6 +56,16 @@ class Brokers:
     async def close(self, broker: Broker) -> None:
         self.open_ones.remove(broker)
         await broker.close()
+
+    @staticmethod
+    async def gone(path: str) -> bool:
+        """Whether the file at ``path`` is deleted within 5 s: a large body a send or an
+        acknowledgement dropped goes on the store's writer thread, soon after."""
+        for _ in range(500):
+            if not Path(path).exists():
+                return True
+            await deferLater(reactor, 0.01, lambda: None)
+        return False
 
 
 @pytest.fixture

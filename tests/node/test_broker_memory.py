@@ -300,4 +300,4 @@ async def test_a_large_message_going_nowhere_loses_its_file(brokers: Brokers) ->
     broker = await brokers(**limited("DROP", max_size=0))
     message = large(broker, b"q" * 1000, durable=False)
     assert broker.publish(message) == Routed((), dropped=True)
-    assert message.large is not None and not Path(message.large.path).exists()
+    assert message.large is not None and await brokers.gone(message.large.path)

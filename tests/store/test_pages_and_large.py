@@ -5,11 +5,14 @@ message owns are gone when the store opens; a version 1 store is migrated."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 import pytest_twisted
+from twisted.logger import globalLogPublisher
 
+import bridge.store.sqlite as sqlite_store
 from bridge.message import LargeBody, Message
 from bridge.store import StoreError
 from bridge.store.errors import InvalidOperation
@@ -122,3 +125,51 @@ async def test_a_version_1_store_is_migrated(stores: Stores) -> None:
         "SELECT version FROM schema_version"
     )
     assert version.fetchone() == (2,)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_discarded_body_goes_on_the_writer_thread(stores: Stores, monkeypatch) -> None:
+    store, _ = await stores.open()
+    path = store.large_body_path(7)
+    large_message(7, b"d" * 100_000, path)
+    threads: list[str] = []
+    delete = sqlite_store._delete_body
+
+    def recording(path: str) -> None:
+        threads.append(threading.current_thread().name)
+        delete(path)
+
+    monkeypatch.setattr(sqlite_store, "_delete_body", recording)
+    await store.discard_body(path)
+    assert not Path(path).exists()
+    assert threads and threads[0] != threading.main_thread().name
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_discarded_by_a_closed_store_goes_at_once(stores: Stores) -> None:
+    store, _ = await stores.open()
+    path = store.large_body_path(8)
+    large_message(8, b"c" * 1000, path)
+    await store.close()
+    done = store.discard_body(path)
+    assert done.called and not Path(path).exists()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_that_cannot_be_deleted_is_logged_not_raised(
+    stores: Stores,
+) -> None:
+    store, _ = await stores.open()
+    path = Path(store.large_body_path(9))
+    (path / "inside").mkdir(parents=True)  # a folder in its place: unlink fails
+    logged: list[dict[str, object]] = []
+    globalLogPublisher.addObserver(logged.append)
+    try:
+        await store.discard_body(str(path))
+    finally:
+        globalLogPublisher.removeObserver(logged.append)
+    assert path.exists()
+    assert any(
+        "could not be deleted" in str(event.get("log_format")) and event.get("path") == str(path)
+        for event in logged
+    )
