@@ -15,8 +15,9 @@ from twisted.internet import reactor
 from twisted.internet.abstract import FileDescriptor
 from twisted.internet.task import deferLater
 
-from tests.transport.memory import APP, Recorder, wired
-from transport.endpoints import connect, listen
+from tests.transport.memory import APP, wired
+from tests.transport.test_socket_io import connected_pair
+from transport.settings import ConnectionSettings
 from transport.wire import IOV_MAX, DirectSend
 
 
@@ -42,21 +43,18 @@ def _read(sock: socket.socket, size: int) -> bytes:
     return bytes(out)
 
 
-def test_an_idle_socket_takes_the_whole_burst(pair):
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [b"head", b"", b"payload" * 100, b"tail"],
+        [bytes([i % 251]) * 3 for i in range(IOV_MAX * 2 + 7)],
+    ],
+    ids=["a-burst", "more-parts-than-one-sendmsg-takes"],
+)
+def test_an_idle_socket_takes_the_whole_burst_in_order(pair, parts):
     transport, theirs = pair
     direct = DirectSend.beneath(transport)
     assert direct is not None
-    parts = [b"head", b"", b"payload" * 100, b"tail"]
-    assert direct.send(parts) == []
-    joined = b"".join(parts)
-    assert _read(theirs, len(joined)) == joined
-
-
-def test_more_parts_than_one_sendmsg_takes_leave_in_order(pair):
-    transport, theirs = pair
-    direct = DirectSend.beneath(transport)
-    assert direct is not None
-    parts = [bytes([i % 251]) * 3 for i in range(IOV_MAX * 2 + 7)]
     assert direct.send(parts) == []
     joined = b"".join(parts)
     assert _read(theirs, len(joined)) == joined
@@ -161,40 +159,18 @@ def test_sent_and_returned_bytes_are_the_burst_exactly(sizes, takes):
 @pytest.mark.parametrize("scheme", ["tcp", "tls"])
 @pytest_twisted.ensureDeferred
 async def test_a_live_connection_sends_directly_only_on_plain_tcp(scheme, certs):
-    accepted: list[Recorder] = []
-
-    def make() -> Recorder:
-        accepted.append(Recorder())
-        return accepted[-1]
-
-    port = await listen(
-        reactor,
-        f"{scheme}://127.0.0.1:0",
-        make,
-        accepted_types=[APP],
-        tls=certs.server_tls() if scheme == "tls" else None,
-    )
-    client = Recorder()
+    payloads = [bytes([i]) * (i * 1000) for i in range(1, 200)]
+    connected = await connected_pair(scheme, certs, ConnectionSettings(), payloads[0])
+    client, server = connected.client, connected.server
     try:
-        await connect(
-            reactor,
-            f"{scheme}://127.0.0.1:{port.getHost().port}",
-            client,
-            accepted_types=[APP],
-            tls=certs.client_tls() if scheme == "tls" else None,
-        )
         assert client.connection is not None
         assert (client.connection.writer.direct is not None) is (scheme == "tcp")
-        payloads = [bytes([i]) * (i * 1000) for i in range(1, 200)]
-        for payload in payloads:
+        for payload in payloads[1:]:
             client.connection.send(APP, payload)
         for _ in range(500):  # 5 s at most
-            if accepted and len(accepted[0].frames) == len(payloads):
+            if len(server.frames) == len(payloads):
                 break
             await deferLater(reactor, 0.01, lambda: None)
-        assert [frame.payload for frame in accepted[0].frames] == payloads
+        assert [frame.payload for frame in server.frames] == payloads
     finally:
-        if client.connection is not None:
-            client.connection.close()
-            await client.connection.when_lost()
-        await port.stopListening()
+        await connected.close()

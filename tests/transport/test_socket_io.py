@@ -32,7 +32,7 @@ def _socket_of(receiver: Recorder) -> FileDescriptor:
 
 
 @attrs.define
-class _Pair:
+class ConnectedPair:
     """A listening server with the connection it accepted, and the client's end."""
 
     port: IListeningPort
@@ -46,7 +46,9 @@ class _Pair:
         await self.port.stopListening()
 
 
-async def _pair(scheme: str, certs: Any, settings: ConnectionSettings, payload: bytes) -> _Pair:
+async def connected_pair(
+    scheme: str, certs: Any, settings: ConnectionSettings, payload: bytes
+) -> ConnectedPair:
     """A server on ``settings`` and a client on the defaults, once the server has the
     client's first frame, ``payload``."""
     accepted: list[Recorder] = []
@@ -75,9 +77,9 @@ async def _pair(scheme: str, certs: Any, settings: ConnectionSettings, payload: 
     client.connection.send(APP, payload)
     for _ in range(500):  # 5 s at most
         if accepted and accepted[0].frames:
-            return _Pair(port, accepted[0], client)
+            return ConnectedPair(port, accepted[0], client)
         await deferLater(reactor, 0.01, lambda: None)
-    await _Pair(port, Recorder(), client).close()
+    await ConnectedPair(port, Recorder(), client).close()
     raise AssertionError("the server did not get the client's frame")
 
 
@@ -85,7 +87,7 @@ async def _pair(scheme: str, certs: Any, settings: ConnectionSettings, payload: 
 @pytest_twisted.ensureDeferred
 async def test_a_server_reads_its_read_size_and_sends_its_io_size(scheme, certs):
     settings = ConnectionSettings(io_size=256 * KIB, read_size=32 * KIB)
-    pair = await _pair(scheme, certs, settings, b"x" * 100 * KIB)
+    pair = await connected_pair(scheme, certs, settings, b"x" * 100 * KIB)
     try:
         server_socket = _socket_of(pair.server)
         assert (server_socket.bufferSize, server_socket.SEND_LIMIT) == (32 * KIB, 256 * KIB)
@@ -106,7 +108,9 @@ def _no_delay(receiver: Recorder) -> bool:
 @pytest.mark.parametrize("server_no_delay", [True, False])
 @pytest_twisted.ensureDeferred
 async def test_sockets_send_small_frames_at_once_unless_told_not_to(scheme, server_no_delay, certs):
-    pair = await _pair(scheme, certs, ConnectionSettings(tcp_no_delay=server_no_delay), b"ping")
+    pair = await connected_pair(
+        scheme, certs, ConnectionSettings(tcp_no_delay=server_no_delay), b"ping"
+    )
     try:
         assert _no_delay(pair.server) is server_no_delay
         assert _no_delay(pair.client)  # the default
