@@ -11,7 +11,9 @@ docs/stomp.md describes what a client sees; the choices in short:
   whose ``message`` header says what and whose body says why, then the connection closes,
   as the specification asks. Nothing else on the node is affected.
 - A RECEIPT is a confirmation: for a persistent SEND it goes once the store holds the
-  message, and receipts go out in the order of their frames.
+  message, for a SEND in a transaction once the transaction is committed (or aborted),
+  for a SUBSCRIBE before any of its messages; receipts go out in the order of their
+  frames.
 - While a step waits on the node (a login, a durable queue being stored) the session
   stops reading, so frames are handled in order and nothing piles up.
 """
@@ -182,12 +184,16 @@ class _Outstanding:
     size: int = 0
     done: bool = False
     close: bool = False
+    then: Callable[[], None] | None = None
+    """Run once the receipt has gone: a subscription starts delivering after it."""
 
 
 @attrs.define(eq=False)
 class _Transaction:
     tx: Transaction
     nacks: list[tuple[_Subscription, list[int], bool]] = attrs.Factory(list)
+    receipts: list[str] = attrs.Factory(list)
+    """The receipts its SENDs asked for, sent at COMMIT (or ABORT), in order."""
 
 
 Authenticate = Callable[[SecurityAuth], "Deferred[Subject]"]
@@ -373,20 +379,42 @@ class StompSession:
 
         work.addCallbacks(succeeded, refused)
 
-    def _after(self, work: Deferred[Any] | None, receipt: str | None, size: int = 0) -> None:
+    def _after(
+        self,
+        work: Deferred[Any] | None,
+        receipt: str | None,
+        size: int = 0,
+        then: Callable[[], None] | None = None,
+    ) -> None:
         """Send the receipt (if any) once ``work`` is stored and every earlier frame's
-        receipt has gone; a failure to store is an ERROR."""
+        receipt has gone, then run ``then``; a failure to store is an ERROR."""
         if work is None and not self._outstanding:
             if receipt is not None:
                 self._emit(Frame(Command.RECEIPT, (("receipt-id", receipt),)))
+            if then is not None:
+                then()
             return
-        entry = _Outstanding(receipt, size, done=work is None)
+        entry = _Outstanding(receipt, size, done=work is None, then=then)
         self._track(entry)
         if work is not None:
             work.addCallbacks(
                 lambda _: self._stored(entry),
                 lambda failure: self._store_failed(entry, failure),
             )
+
+    def _after_each(self, work: Deferred[Any], receipts: list[str | None]) -> None:
+        """Send ``receipts`` in order once ``work`` is stored and every earlier frame's
+        receipt has gone (a transaction's SENDs', then its COMMIT's or ABORT's)."""
+        entries = [_Outstanding(receipt) for receipt in receipts]
+        for entry in entries:
+            self._track(entry)
+
+        def stored(_: object) -> None:
+            for entry in entries:
+                entry.done = True
+            self._stored(entries[-1])
+
+        work.addCallbacks(stored, lambda failure: self._store_failed(entries[-1], failure))
 
     def _track(self, entry: _Outstanding) -> None:
         """``entry`` waits in line; its bytes count towards pausing this connection."""
@@ -443,6 +471,8 @@ class StompSession:
             first = outstanding.popleft()
             if first.receipt is not None:
                 self._emit(Frame(Command.RECEIPT, (("receipt-id", first.receipt),)))
+            if first.then is not None:
+                first.then()
             if first.close:
                 self._closing()
 
@@ -507,7 +537,8 @@ class StompSession:
                 Command.CONNECTED,
                 (
                     ("version", self.version.value),
-                    ("heart-beat", f"{ours},{ours}"),
+                    # Nothing either way where the client offers or wants none.
+                    ("heart-beat", f"{ours if client_receive else 0},{ours if client_send else 0}"),
                     ("server", SERVER),
                     ("session", self.id),
                 ),
@@ -638,6 +669,10 @@ class StompSession:
             routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
         except AddressNotFound as missing:
             raise StompError("no such destination", str(missing)) from None
+        if tx is not None:  # done at commit: so is its receipt
+            if receipt is not None:
+                tx.receipts.append(receipt)
+            return
         if isinstance(routed, Deferred):
             self._after(routed, receipt, len(message.body))
         elif receipt is not None:
@@ -699,9 +734,15 @@ class StompSession:
     def _subscribe(self, frame: Frame, headers: dict[str, str]) -> None:
         destination = _destination(headers)
         sub_id = headers.get("id")
+        durable = destination.kind is Kind.TOPIC and _durable(headers)
         if sub_id is None:
             if self.version is not Version.V1_0:
                 raise StompError("missing header", "SUBSCRIBE needs an 'id' header")
+            if durable and "activemq.subscriptionName" not in headers:
+                raise StompError(
+                    "missing header",
+                    "a durable SUBSCRIBE needs an 'id' header: it names the subscription",
+                )
             sub_id = str(destination)
         if sub_id in self._subscriptions:
             raise StompError("duplicate subscription", f"subscription id {sub_id!r} is in use")
@@ -713,7 +754,6 @@ class StompSession:
                 compile_selector(selector)
             except SelectorError as error:
                 raise StompError("bad selector", f"selector {selector!r}: {error}") from None
-        durable = destination.kind is Kind.TOPIC and _durable(headers)
         self._keys += 1
         subscription = _Subscription(
             sub_id,
@@ -821,8 +861,21 @@ class StompSession:
     def _consume(
         self, subscription: _Subscription, consumer_filter: str | None, receipt: str | None
     ) -> None:
+        """Start the subscription's consumer; with a receipt, once the receipt has gone,
+        so that it comes before any of the subscription's messages."""
         if self._subscriptions.get(subscription.id) is not subscription:
             return
+        start = partial(self._start, subscription, consumer_filter)
+        if receipt is None:
+            start()
+        else:
+            self._after(None, receipt, then=start)
+
+    def _start(self, subscription: _Subscription, consumer_filter: str | None) -> None:
+        if self.state is not State.OPEN or (
+            self._subscriptions.get(subscription.id) is not subscription
+        ):
+            return  # unsubscribed, or the connection ends, while the receipt waited
         subscription.active = True
         self._broker.consume(
             subscription.queue,
@@ -831,7 +884,6 @@ class StompSession:
             filter=consumer_filter,
         )
         self._update_ready(subscription)
-        self._after(None, receipt)
 
     def _update_ready(self, subscription: _Subscription) -> None:
         """A consumer takes messages while the connection is writable and its
@@ -1007,9 +1059,14 @@ class StompSession:
         return subscription, [d for d in subscription.unacked if d <= delivery_id]
 
     def _settled(self, subscription: _Subscription, delivery_ids: list[int]) -> None:
+        """Forget settled deliveries. A message's id names its latest delivery only: a
+        NACKed message may already be out again under a new delivery id, recorded under
+        the same message id, and that entry stays."""
+        by_message = subscription.by_message
         for delivery_id in delivery_ids:
             message_id = subscription.unacked.pop(delivery_id)
-            subscription.by_message.pop(message_id, None)
+            if by_message.get(message_id) == delivery_id:
+                del by_message[message_id]
         self._update_ready(subscription)
 
     def _ack(self, frame: Frame, headers: dict[str, str]) -> None:
@@ -1036,7 +1093,7 @@ class StompSession:
     def _nack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.NACK, headers)
         tx = self._transaction(headers.get("transaction"))
-        requeue = headers.get("requeue", "true") != "false"
+        requeue = _requeue(headers.get("requeue", "true"))
         if tx is not None:
             tx.nacks.append((subscription, deliveries, requeue))
         else:
@@ -1093,11 +1150,15 @@ class StompSession:
         tx = self._end(Command.COMMIT, headers)
         for subscription, deliveries, requeue in tx.nacks:
             self._give_up(subscription, deliveries, requeue)
-        self._after(Deferred.fromCoroutine(self._broker.commit(tx.tx)), headers.get("receipt"))
+        committing = Deferred.fromCoroutine(self._broker.commit(tx.tx))
+        self._after_each(committing, [*tx.receipts, headers.get("receipt")])
 
     def _abort(self, frame: Frame, headers: dict[str, str]) -> None:
+        """Roll back; the receipts of its SENDs go too (each frame was handled, as the
+        client asked: the ABORT undid them), then the ABORT's."""
         tx = self._end(Command.ABORT, headers)
-        self._after(Deferred.fromCoroutine(self._broker.rollback(tx.tx)), headers.get("receipt"))
+        rolling_back = Deferred.fromCoroutine(self._broker.rollback(tx.tx))
+        self._after_each(rolling_back, [*tx.receipts, headers.get("receipt")])
 
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
         """Answer the receipt once every earlier frame's effect is stored, then close."""
@@ -1152,6 +1213,14 @@ def _ack_mode(text: str) -> AckMode:
         raise StompError(
             "bad header", f"ack {text!r} is not one of auto, client, client-individual"
         ) from None
+
+
+def _requeue(text: str) -> bool:
+    """RabbitMQ's ``requeue`` header of NACK: true or false, in any case."""
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise StompError("bad header", f"requeue {text!r} is not true or false")
+    return lowered == "true"
 
 
 def _durable(headers: Mapping[str, str]) -> bool:
