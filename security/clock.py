@@ -1,4 +1,5 @@
-"""The injected clock: time comes from the caller, so tests drive it (DESIGN rule 3)."""
+"""The injected clock: time comes from the caller, so tests drive it (docs/architecture.md,
+rule 3)."""
 
 from __future__ import annotations
 

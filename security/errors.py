@@ -1,10 +1,11 @@
-"""What the security store raises: to clients, to operators, to whoever wrote a bad file."""
+"""What the security store raises: refusals to clients and operators (``SecurityError``),
+and ``ConfigError`` to whoever wrote a bad file."""
 
 from __future__ import annotations
 
 
 class SecurityError(Exception):
-    """Base of every error the security package raises on purpose."""
+    """Base of the refusals the security store raises: a login refused, a permission lacking."""
 
 
 class AuthenticationFailed(SecurityError):
@@ -31,11 +32,15 @@ class PermissionDenied(SecurityError):
         super().__init__(f"user {user!r} lacks permission {permission!r} on {where}")
 
 
-class ConfigError(SecurityError):
+class ConfigError(Exception):
     """A configuration, users or certificate mapping file is wrong.
 
     The message names the file, the key (a dotted path such as
-    ``security.setting[2].send``) and what was expected.
+    ``security.setting[2].send``) and what was expected. Not a ``SecurityError``: a bad
+    file is the operator's mistake, not a refused login or operation, so whatever reports
+    refusals to a client must never catch it. It lives here because the security files'
+    readers raise it and the security package imports nothing of ``bridge``; the node's
+    configuration (``bridge.config``) raises the same error.
     """
 
     def __init__(self, source: str, key: str, expected: str) -> None:

@@ -27,7 +27,7 @@ from bridge.config.checks import (
 )
 from bridge.config.units import UNLIMITED
 from bridge.message import Message
-from bridge.node.selector import SelectorError, compile_selector
+from bridge.selector import SelectorError, compile_selector
 from security.errors import ConfigError
 from security.validate import (
     check_keys,

@@ -28,7 +28,7 @@ from bridge.forward.lane import CREDITS, Lane
 from bridge.forward.status import BridgeSnapshot, BridgeState
 from bridge.node.broker import Broker, QueueNotFound
 from bridge.node.queue import Queue
-from bridge.node.selector import compile_selector
+from bridge.selector import compile_selector
 from transport.reconnect import ReconnectPolicy
 from transport.urls import URL
 

@@ -33,7 +33,7 @@ from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
 from bridge.node.address import BRIDGE_KEY_PREFIX, Address, Binding, Detection
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
-from bridge.node.selector import compile_selector
+from bridge.selector import compile_selector
 from bridge.store.errors import TransactionRolledBack
 from bridge.store.interfaces import IMessageStore
 from bridge.store.records import QueueRecord, Recovered, TxId

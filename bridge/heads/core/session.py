@@ -52,8 +52,8 @@ from bridge.node.broker import (
 )
 from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, Entry, Queue, QueueError
-from bridge.node.selector import SelectorError, compile_selector
 from bridge.protocol import packets as p
+from bridge.selector import SelectorError, compile_selector
 from security import SecurityStore
 from security.errors import AuthenticationFailed, PermissionDenied
 from security.permissions import Permission

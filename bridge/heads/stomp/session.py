@@ -56,7 +56,7 @@ from bridge.message import HeaderValue, Message
 from bridge.node.broker import AddressNotFound, Broker, NodeError, Transaction
 from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, QueueError
-from bridge.node.selector import SelectorError, compile_selector
+from bridge.selector import SelectorError, compile_selector
 from security import SecurityStore
 from security.errors import AuthenticationFailed, PermissionDenied
 from security.permissions import Permission

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.node.selector import compile_selector, parse_selector
-from bridge.node.selector.evaluate import compile_condition
-from bridge.node.selector.syntax import Header, Truth
+from bridge.selector import compile_selector, parse_selector
+from bridge.selector.evaluate import compile_condition
+from bridge.selector.syntax import Header, Truth
 
 EU = {"region": "eu", "priority": 5, "price": 9.5, "urgent": True, "blob": b"eu"}
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import attrs
 
-from bridge.node.selector.errors import SelectorError
-from bridge.node.selector.evaluate import Headers, Test, compile_condition
-from bridge.node.selector.lexer import MAX_LENGTH
-from bridge.node.selector.parser import MAX_DEPTH, parse_selector
-from bridge.node.selector.syntax import Condition
+from bridge.selector.errors import SelectorError
+from bridge.selector.evaluate import Headers, Test, compile_condition
+from bridge.selector.lexer import MAX_LENGTH
+from bridge.selector.parser import MAX_DEPTH, parse_selector
+from bridge.selector.syntax import Condition
 
 
 @attrs.frozen

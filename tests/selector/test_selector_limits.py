@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.node.selector import MAX_DEPTH, MAX_LENGTH, SelectorError, compile_selector
+from bridge.selector import MAX_DEPTH, MAX_LENGTH, SelectorError, compile_selector
 
 
 def test_too_long():

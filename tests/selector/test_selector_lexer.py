@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.node.selector.lexer import KEYWORDS, Kind, Token, tokenize
+from bridge.selector.lexer import KEYWORDS, Kind, Token, tokenize
 
 
 def kinds_and_values(text: str) -> list[tuple[Kind, object]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.node.selector import SelectorError, compile_selector
+from bridge.selector import SelectorError, compile_selector
 
 MALFORMED = [
     # (text, column, the reason: what was expected there)

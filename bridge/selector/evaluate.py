@@ -14,7 +14,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 
-from bridge.node.selector.syntax import (
+from bridge.selector.syntax import (
     ORDERING_OPERATORS,
     And,
     Between,

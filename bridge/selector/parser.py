@@ -21,9 +21,9 @@ the recursion here and in the evaluator is bounded whatever the text.
 
 from __future__ import annotations
 
-from bridge.node.selector.errors import SelectorError
-from bridge.node.selector.lexer import Kind, Token, tokenize
-from bridge.node.selector.syntax import (
+from bridge.selector.errors import SelectorError
+from bridge.selector.lexer import Kind, Token, tokenize
+from bridge.selector.syntax import (
     ORDERING_OPERATORS,
     And,
     Between,

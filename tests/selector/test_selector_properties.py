@@ -16,15 +16,15 @@ from typing import Any
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from bridge.node.selector import (
+from bridge.selector import (
     MAX_DEPTH,
     MAX_LENGTH,
     SelectorError,
     compile_selector,
     parse_selector,
 )
-from bridge.node.selector.evaluate import HeaderValue
-from bridge.node.selector.syntax import (
+from bridge.selector.evaluate import HeaderValue
+from bridge.selector.syntax import (
     And,
     Between,
     BooleanLiteral,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.node.selector import parse_selector
-from bridge.node.selector.syntax import (
+from bridge.selector import parse_selector
+from bridge.selector.syntax import (
     And,
     Between,
     BooleanLiteral,

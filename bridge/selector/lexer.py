@@ -13,7 +13,7 @@ import re
 
 import attrs
 
-from bridge.node.selector.errors import SelectorError
+from bridge.selector.errors import SelectorError
 
 MAX_LENGTH = 4096
 """The longest selector accepted, in characters."""

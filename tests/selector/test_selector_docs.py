@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bridge.node.selector import SelectorError, compile_selector
+from bridge.selector import SelectorError, compile_selector
 from tests.processes import ROOT
 
 DOC = (ROOT / "docs" / "selectors.md").read_text()
