@@ -338,9 +338,12 @@ class CoreSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        if not failure.check(AuthenticationFailed):
+        reason = "authentication failed"
+        if failure.check(AuthenticationFailed):
+            reason = str(failure.value)  # the same whatever the cause, unless the node is busy
+        else:
             log.failure("authentication failed unexpectedly", failure)
-        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, "authentication failed"))
+        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
         self._abort("")
 
     # -- permissions ----------------------------------------------------------------------

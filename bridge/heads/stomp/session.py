@@ -517,9 +517,12 @@ class StompSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        if not failure.check(AuthenticationFailed):
+        detail = "authentication failed"
+        if failure.check(AuthenticationFailed):
+            detail = str(failure.value)  # the same whatever the cause, unless the node is busy
+        else:
             log.failure("a STOMP login failed unexpectedly", failure)
-        self._fail("authentication failed", "authentication failed")
+        self._fail("authentication failed", detail)
 
     # -- permissions and destinations -----------------------------------------------------
 
