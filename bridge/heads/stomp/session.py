@@ -51,10 +51,11 @@ from bridge.heads.stomp.frames import (
 )
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import HeaderValue, Message
-from bridge.node.broker import AddressNotFound, Broker, NodeError, Transaction
+from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
 from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, QueueError
 from bridge.node.selector import SelectorError, compile_selector
+from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import AuthenticationFailed, PermissionDenied
 from security.permissions import Permission
@@ -449,7 +450,10 @@ class StompSession:
     def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
         if self.state is State.CLOSED:
             return
-        log.failure("a STOMP send or acknowledgement could not be stored", failure)
+        if failure.check(NotStored, StoreError):  # a full disk, say: no bug, no traceback
+            log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())
+        else:
+            log.failure("a STOMP send or acknowledgement could not be stored", failure)
         self._fail("not stored", f"the node could not store it: {failure.getErrorMessage()}")
 
     # -- connecting -----------------------------------------------------------------------
