@@ -50,17 +50,17 @@ class TwistedAuditHandler(logging.Handler):
 
 
 def route_audit_log(reactor: Any) -> Callable[[], None]:
-    """Send the audit log to the Twisted log, INFO and above, and nowhere else; the
-    function returned undoes it."""
+    """Send the audit log to the Twisted log, INFO and above; the function returned
+    undoes it. Records still propagate to any standard-library handlers an embedding
+    application set up; having a handler of its own, the logger no longer falls to the
+    last-resort one (stderr)."""
     handler = TwistedAuditHandler(reactor)
-    level, propagate = audit_logger.level, audit_logger.propagate
+    level = audit_logger.level
     audit_logger.addHandler(handler)
     audit_logger.setLevel(logging.INFO)
-    audit_logger.propagate = False
 
     def undo() -> None:
         audit_logger.removeHandler(handler)
         audit_logger.setLevel(level)
-        audit_logger.propagate = propagate
 
     return undo
