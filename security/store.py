@@ -191,8 +191,10 @@ class SecurityStore:
         """The subject ``auth`` proves, or AuthenticationFailed (which never says why).
 
         A login the cache does not answer hashes a password (scrypt: a fraction of a
-        second and up to 256 MiB): protocol heads call this from a worker thread, for
-        example with ``twisted.internet.threads.deferToThreadPool``.
+        second and up to 256 MiB): protocol heads call this from a worker thread, a few
+        at most at once (a node's ``bridge.logins.Logins`` bounds them), after waiting
+        out :meth:`login_delay`. A (host, user) pair in its back-off window is refused
+        here without hashing.
         """
         host = remote_host(auth.remote_address)
         pair = (host, auth.user or "")
