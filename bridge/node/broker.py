@@ -128,6 +128,8 @@ class Broker:
         self._moving: set[Deferred[None]] = set()
         """Dead-letter moves not finished yet (closing waits for them)."""
         self._dead_dropped: set[str] = set()
+        self._acks_not_stored: set[str] = set()
+        """Queues whose last acknowledgement the store could not write (logged once)."""
         """Queues whose dropped dead letters were logged (once each)."""
         self._creating: dict[str, list[Deferred[None]]] = {}
         """Queues being created (stored first), and the calls waiting for each."""
@@ -712,7 +714,12 @@ class Broker:
         entries = queue.acknowledge(consumer_id, delivery_id, cumulative)
         if tx is None:
             forgotten = self._forget(queue_name, entries)
-            forgotten.addErrback(self._acknowledgement_not_stored, queue_name, entries)
+            forgotten.addCallbacks(
+                self._acknowledgement_stored,
+                self._acknowledgement_not_stored,
+                callbackArgs=(queue_name,),
+                errbackArgs=(queue_name, entries),
+            )
             return forgotten
         tx.acknowledged.extend((queue_name, entry) for entry in entries)
         ids = self._stored_ids(queue_name, entries)
@@ -897,13 +904,26 @@ class Broker:
         else:
             queue.acknowledged_total -= len(entries)
             kept = queue.give_back(entries)
-            self._with_moves(self._count_deliveries(queue_name, kept)).addErrback(
-                _warn_not_stored, f"the delivery counts of queue {queue_name!r}"
-            )
+            # Counts the store cannot write either fail for the cause logged below.
+            self._with_moves(self._count_deliveries(queue_name, kept)).addErrback(lambda _: None)
             where = f"{which} back on queue {queue_name!r}, unacknowledged"
         cause = failure.getErrorMessage()
-        log.warn("an acknowledgement was not stored ({cause}): {where}", cause=cause, where=where)
+        if queue_name not in self._acks_not_stored:
+            # Once until one is stored again: a full disk must not fill the log too.
+            self._acks_not_stored.add(queue_name)
+            log.warn(
+                "acknowledgements on queue {queue!r} are not stored ({cause}): their messages "
+                "go back on the queue, unacknowledged, until the store writes again",
+                queue=queue_name,
+                cause=cause,
+            )
         return Failure(NotStored(f"acknowledgement not stored ({cause}); {where}"))
+
+    def _acknowledgement_stored(self, result: None, queue_name: str) -> None:
+        if queue_name in self._acks_not_stored:
+            self._acks_not_stored.discard(queue_name)
+            log.info("acknowledgements on queue {queue!r} are stored again", queue=queue_name)
+        return result
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
         """Drop acknowledged entries from the store: one operation however many; then

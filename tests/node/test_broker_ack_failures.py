@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet.defer import fail
+from twisted.logger import formatEvent, globalLogPublisher
 
 from bridge.node.broker import NotStored
 from bridge.node.queue import Delivery
@@ -37,6 +38,13 @@ async def test_a_failed_acknowledgement_puts_the_message_back_and_says_so(
         "acknowledge_many",
         lambda *args, **kwargs: fail(CommitFailed("messages.sqlite: database or disk is full")),
     )
+    logged: list[str] = []
+
+    def observe(event: dict[str, Any]) -> None:
+        if event.get("log_namespace") == "bridge.node.broker":
+            logged.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
     with pytest.raises(NotStored) as refused:
         await broker.acknowledge("orders", 1, first.delivery_id)
     assert str(refused.value) == (
@@ -49,13 +57,29 @@ async def test_a_failed_acknowledgement_puts_the_message_back_and_says_so(
         (b"second", 0),
         (b"third", 0),
     ]
-    # With the store back, it is redelivered first, as a redelivery, and its ack holds.
-    monkeypatch.setattr(broker.store, "acknowledge_many", real)
+    # Redelivered first, as a redelivery; while the store still fails, its ack fails
+    # again (logged once for the queue), and it comes back once more.
     queue.add_credits(1, 10_000)
-    assert [d.message.body for d in deliveries] == [b"first", b"first", b"second", b"third"]
-    again = deliveries[1]
-    assert (again.message.body, again.delivery_count) == (b"first", 2)
-    await broker.acknowledge("orders", 1, again.delivery_id)
+    assert [(d.message.body, d.delivery_count) for d in deliveries] == [
+        (b"first", 1),
+        (b"first", 2),
+        (b"second", 1),
+        (b"third", 1),
+    ]
+    with pytest.raises(NotStored):
+        await broker.acknowledge("orders", 1, deliveries[1].delivery_id)
+    last = deliveries[-1]
+    assert (last.message.body, last.delivery_count) == (b"first", 3)
+    # With the store back, the ack holds.
+    monkeypatch.setattr(broker.store, "acknowledge_many", real)
+    await broker.acknowledge("orders", 1, last.delivery_id)
+    globalLogPublisher.removeObserver(observe)
+    assert logged == [
+        "acknowledgements on queue 'orders' are not stored (messages.sqlite: database or disk "
+        "is full): their messages go back on the queue, unacknowledged, until the store "
+        "writes again",
+        "acknowledgements on queue 'orders' are stored again",
+    ]
     await broker.close_consumer("orders", 1)  # second and third go back
     broker = await brokers.restart(broker)
     assert [e.message.body for e in broker.queue("orders").browse()] == [b"second", b"third"]

@@ -1033,7 +1033,8 @@ class CoreSession:
 
     @staticmethod
     def _settle_failed(failure: Failure) -> None:
-        log.failure("storing an acknowledgement failed", failure)
+        if not failure.check(NotStored):  # the broker put the message back and logged why
+            log.failure("storing an acknowledgement failed", failure)
 
     # -- transactions ---------------------------------------------------------------------
 

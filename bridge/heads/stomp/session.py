@@ -1203,4 +1203,5 @@ def _describe(failure: Failure) -> tuple[str, str]:
 
 
 def _log_settle_failure(failure: Failure) -> None:
-    log.failure("storing a STOMP acknowledgement failed", failure)
+    if not failure.check(NotStored):  # the broker put the message back and logged why
+        log.failure("storing a STOMP acknowledgement failed", failure)
