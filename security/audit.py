@@ -1,9 +1,13 @@
-"""The audit log: one line per failed login and per denied operation, never a password.
+"""The security audit log: one line per login (successful or not) and per denied
+operation, never a password.
 
-Lines are ``key=value`` pairs in a fixed order, for example::
+Every line starts with the same five fields, who, from where, over which protocol, what
+and the outcome, then the details of that kind of line::
 
-    event=permission-denied user=alice permission=send address=orders.eu queue=- \
-protocol=core remote=10.0.0.7:53211 match="orders.#"
+    user=alice remote=10.0.0.7:53211 protocol=core action=login outcome=success \
+method=password roles=producers
+    user=alice remote=10.0.0.7:53211 protocol=core action=send outcome=denied \
+address=orders.eu queue=- match="orders.#"
 
 A value that is not a plain token is written as a JSON string, so user-supplied names
 cannot forge lines or fields. The same fields are on the record as ``record.audit``.
@@ -41,9 +45,28 @@ def format_line(fields: Mapping[str, AuditValue]) -> str:
     return " ".join(f"{key}={format_value(value)}" for key, value in fields.items())
 
 
-def audit(logger: logging.Logger, level: int, event: str, **fields: AuditValue) -> None:
-    """Log one audit line; ``fields`` are written in the order given."""
+def audit(
+    logger: logging.Logger,
+    level: int,
+    *,
+    user: str | None,
+    remote: str,
+    protocol: str,
+    action: str,
+    outcome: str,
+    **details: AuditValue,
+) -> None:
+    """Log one audit line: who (``user``), from where (``remote``), ``protocol``, what
+    (``action``: ``login`` or a permission), ``outcome``, then ``details`` in the order
+    given."""
     if not logger.isEnabledFor(level):
         return
-    record = {"event": event, **fields}
+    record: dict[str, AuditValue] = {
+        "user": user,
+        "remote": remote,
+        "protocol": protocol,
+        "action": action,
+        "outcome": outcome,
+        **details,
+    }
     logger.log(level, "%s", format_line(record), extra={"audit": record})

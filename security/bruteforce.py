@@ -1,13 +1,16 @@
-"""Slowing down password guessing: failed logins per remote host earn a growing refusal.
+"""Slowing down password guessing: failed logins earn a growing back-off window.
 
-Sans-IO: nothing sleeps. The store asks :meth:`LoginGuard.refusal` before checking
-credentials and refuses while a host is in its back-off window.
+Sans-IO: nothing sleeps. The store keeps two guards: one per (host, user), whose window
+refuses that user from that host without checking credentials, and one per host, whose
+window (capped much lower) only delays the next login from the host, so that guessing
+from one address can never lock the real user out (docs/security.md, the trade-off).
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections import OrderedDict
+from collections.abc import Hashable
 
 import attrs
 
@@ -87,32 +90,33 @@ class _Record:
 
 @attrs.define
 class LoginGuard:
-    """Counts failed logins per host and says when a host must be refused.
+    """Counts failed logins per key (a host, or a host and a user) and says how long a
+    key stays in its back-off window.
 
-    At most ``policy.max_hosts`` hosts are remembered (the least recently failed is
+    At most ``policy.max_hosts`` keys are remembered (the least recently failed is
     forgotten first). Not thread-safe: the store calls it under its lock.
     """
 
     policy: BackoffPolicy
     clock: Clock
-    _hosts: OrderedDict[str, _Record] = attrs.field(init=False, factory=OrderedDict)
+    _hosts: OrderedDict[Hashable, _Record] = attrs.field(init=False, factory=OrderedDict)
 
     def __len__(self) -> int:
         return len(self._hosts)
 
-    def failures(self, host: str) -> int:
+    def failures(self, host: Hashable) -> int:
         """Failed logins in a row from ``host`` that are not yet forgiven."""
         record = self._current(host)
         return record.failures if record else 0
 
-    def _current(self, host: str) -> _Record | None:
+    def _current(self, host: Hashable) -> _Record | None:
         record = self._hosts.get(host)
         if record is not None and self.clock() - record.last_failure >= self.policy.forget_after:
             del self._hosts[host]  # quiet long enough: forgiven
             return None
         return record
 
-    def refusal(self, host: str) -> float | None:
+    def refusal(self, host: Hashable) -> float | None:
         """Seconds ``host`` stays refused, or None if it may try now."""
         record = self._current(host)
         if record is None:
@@ -120,7 +124,7 @@ class LoginGuard:
         left = record.refused_until - self.clock()
         return left if left > 0 else None
 
-    def failed(self, host: str) -> float:
+    def failed(self, host: Hashable) -> float:
         """Count a failure; return the refusal window it starts (0 if none)."""
         now = self.clock()
         record = self._current(host)
@@ -135,6 +139,6 @@ class LoginGuard:
             self._hosts.popitem(last=False)
         return window
 
-    def succeeded(self, host: str) -> None:
+    def succeeded(self, host: Hashable) -> None:
         """A login from ``host`` succeeded: its failures are forgiven at once."""
         self._hosts.pop(host, None)

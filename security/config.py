@@ -46,6 +46,23 @@ PREFIX = "security"
 DEFAULT_INVALIDATION_INTERVAL = 10.0
 DEFAULT_AUTHENTICATION_CACHE_SIZE = 1000
 DEFAULT_AUTHORIZATION_CACHE_SIZE = 1000
+DEFAULT_ADDRESS_THRESHOLD = 10
+DEFAULT_ADDRESS_MAX_DELAY = 10.0
+DEFAULT_MAX_CONCURRENT_HASHES = 2
+DEFAULT_MAX_QUEUED_LOGINS = 16
+
+
+def _default_address_backoff() -> BackoffPolicy:
+    pair = BackoffPolicy()
+    return BackoffPolicy(
+        DEFAULT_ADDRESS_THRESHOLD,
+        pair.initial_delay,
+        pair.multiplier,
+        DEFAULT_ADDRESS_MAX_DELAY,
+        pair.max_hosts,
+        forget_after=pair.forget_after,
+    )
+
 
 SECURITY_KEYS = frozenset(
     {
@@ -61,6 +78,10 @@ SECURITY_KEYS = frozenset(
         "failed-login-delay-multiplier",
         "failed-login-max-delay",
         "failed-login-forget-after",
+        "failed-login-address-threshold",
+        "failed-login-address-max-delay",
+        "max-concurrent-hashes",
+        "max-queued-logins",
         "setting",
         "role-mapping",
     }
@@ -99,6 +120,11 @@ class SecuritySettings:
     authorization_cache_size: int = DEFAULT_AUTHORIZATION_CACHE_SIZE
     cluster_user: str | None = None
     backoff: BackoffPolicy = attrs.field(factory=BackoffPolicy)
+    """Per (host, user): its window refuses that user from that host."""
+    address_backoff: BackoffPolicy = attrs.field(factory=_default_address_backoff)
+    """Per host, any user: its window (capped low) only delays the host's next login."""
+    max_concurrent_hashes: int = DEFAULT_MAX_CONCURRENT_HASHES
+    max_queued_logins: int = DEFAULT_MAX_QUEUED_LOGINS
     settings: tuple[SecuritySetting, ...] = ()
     role_mapping: tuple[RoleRule, ...] = ()
     source: str = "<defaults>"
@@ -240,6 +266,35 @@ def _backoff(table: Mapping[str, Any], source: str) -> BackoffPolicy:
     )
 
 
+def _address_backoff(table: Mapping[str, Any], source: str, pair: BackoffPolicy) -> BackoffPolicy:
+    """The per-host policy: its own threshold and a cap on its delay, the rest as the
+    per-(host, user) one."""
+    threshold = DEFAULT_ADDRESS_THRESHOLD
+    name = "failed-login-address-threshold"
+    if name in table:
+        threshold = expect_int(table[name], source, key_path(PREFIX, name), minimum=1)
+    cap = min(DEFAULT_ADDRESS_MAX_DELAY, pair.max_delay)
+    name = "failed-login-address-max-delay"
+    if name in table:
+        cap = expect_duration(table[name], source, key_path(PREFIX, name))
+        if not pair.initial_delay <= cap <= pair.max_delay:
+            raise ConfigError(
+                source,
+                key_path(PREFIX, name),
+                f"expected between failed-login-delay ({pair.initial_delay:g}s) and "
+                f"failed-login-max-delay ({pair.max_delay:g}s), got {cap:g}s",
+            )
+    cap = max(cap, pair.initial_delay)
+    return BackoffPolicy(
+        threshold,
+        pair.initial_delay,
+        pair.multiplier,
+        cap,
+        pair.max_hosts,
+        forget_after=pair.forget_after,
+    )
+
+
 def load_security(
     table: Mapping[str, Any], source: str, base_dir: Path | None = None
 ) -> SecuritySettings:
@@ -287,6 +342,17 @@ def load_security(
         if "cluster-user" in table
         else None
     )
+    max_concurrent_hashes = expect_int(
+        table.get("max-concurrent-hashes", DEFAULT_MAX_CONCURRENT_HASHES),
+        source,
+        key("max-concurrent-hashes"),
+        minimum=1,
+    )
+    max_queued_logins = expect_int(
+        table.get("max-queued-logins", DEFAULT_MAX_QUEUED_LOGINS),
+        source,
+        key("max-queued-logins"),
+    )
     if enabled and users_file is None and certificate_users_file is None:
         raise ConfigError(
             source,
@@ -294,6 +360,7 @@ def load_security(
             "security is enabled, so users-file or certificate-users-file is required "
             "(or set enabled = false)",
         )
+    backoff = _backoff(table, source)
     return SecuritySettings(
         enabled=enabled,
         users_file=users_file,
@@ -302,7 +369,10 @@ def load_security(
         authentication_cache_size=authentication_cache_size,
         authorization_cache_size=authorization_cache_size,
         cluster_user=cluster_user,
-        backoff=_backoff(table, source),
+        backoff=backoff,
+        address_backoff=_address_backoff(table, source, backoff),
+        max_concurrent_hashes=max_concurrent_hashes,
+        max_queued_logins=max_queued_logins,
         settings=_settings(table.get("setting", []), source),
         role_mapping=_role_mapping(table.get("role-mapping", []), source),
         source=source,

@@ -20,6 +20,18 @@ class AuthenticationFailed(SecurityError):
         super().__init__(message)
 
 
+class LoginsBusy(AuthenticationFailed):
+    """A login was refused before any check because the node is already hashing (and
+    queueing) as many logins as ``max-concurrent-hashes`` and ``max-queued-logins`` allow:
+    the client may try again later. It says nothing about the credentials."""
+
+    def __init__(self, hashing: int, queued: int) -> None:
+        super().__init__(
+            f"the node is busy with other logins ({hashing} hashing, {queued} waiting); "
+            "try again later"
+        )
+
+
 class PermissionDenied(SecurityError):
     """An authenticated user lacks a permission on an address (and queue)."""
 

@@ -103,7 +103,9 @@ class SecurityStore:
         # Cache keys hold a keyed hash of the password, never the password itself.
         self._key_secret = os.urandom(32)
         self._lock = threading.Lock()
-        self._guard = LoginGuard(settings.backoff, clock)
+        # Failures per (host, user) refuse that pair; per host they only delay logins.
+        self._pairs = LoginGuard(settings.backoff, clock)
+        self._hosts = LoginGuard(settings.address_backoff, clock)
         self._generation = 0
         self._install(settings, _table(settings.settings), authenticator)
 
@@ -115,7 +117,8 @@ class SecurityStore:
     ) -> None:
         # Called with the lock held, or from __init__.
         self._state = _State(settings, table, RoleMapper(settings.role_mapping), authenticator)
-        self._guard.policy = settings.backoff
+        self._pairs.policy = settings.backoff
+        self._hosts.policy = settings.address_backoff
         ttl = settings.invalidation_interval
         self._authentications: ExpiringCache[_AuthKey, Identity | None] = ExpiringCache(
             settings.authentication_cache_size, ttl, self._clock
@@ -174,21 +177,34 @@ class SecurityStore:
         fingerprint = chain[0].fingerprint(hashes.SHA256()) if chain else None
         return (auth.user, digest, fingerprint)
 
+    def login_delay(self, remote_address: str) -> float:
+        """Seconds a login from ``remote_address`` should wait before it is checked: the
+        host's back-off window after failed logins for any user, at most
+        ``failed-login-address-max-delay``. A delay, never a refusal: the right password
+        still logs in once it is over. Cheap: call it on the reactor."""
+        if not self._state.settings.enabled:
+            return 0.0
+        with self._lock:
+            return self._hosts.refusal(remote_host(remote_address)) or 0.0
+
     def authenticate(self, auth: ISecurityAuth) -> Subject:
         """The subject ``auth`` proves, or AuthenticationFailed (which never says why).
 
         A login the cache does not answer hashes a password (scrypt: a fraction of a
-        second and up to 256 MiB): protocol heads call this from a worker thread, for
-        example with ``twisted.internet.threads.deferToThreadPool``.
+        second and up to 256 MiB): protocol heads call this from a worker thread, a few
+        at most at once (a node's ``bridge.logins.Logins`` bounds them), after waiting
+        out :meth:`login_delay`. A (host, user) pair in its back-off window is refused
+        here without hashing.
         """
         host = remote_host(auth.remote_address)
+        pair = (host, auth.user or "")
         key = self._auth_key(auth)
         with self._lock:
             # One snapshot: the state, and the generation that says whether a reload
             # (or an invalidation) came between this read and the cache write below.
             state, generation = self._state, self._generation
             authenticator = state.authenticator if state.settings.enabled else None
-            wait = self._guard.refusal(host) if authenticator is not None else None
+            wait = self._pairs.refusal(pair) if authenticator is not None else None
             cached = self._authentications.get(key) if wait is None else MISSING
         if authenticator is None:
             return Subject(
@@ -198,11 +214,12 @@ class SecurityStore:
             audit(
                 self._log,
                 logging.WARNING,
-                "authentication-refused",
                 user=auth.user,
-                protocol=auth.protocol,
                 remote=auth.remote_address,
-                reason="too many failed logins from this host",
+                protocol=auth.protocol,
+                action="login",
+                outcome="refused",
+                reason="too many failed logins for this user from this host",
                 retry_after=round(wait, 3),
             )
             raise AuthenticationFailed()
@@ -217,31 +234,35 @@ class SecurityStore:
             outcome = cached
         if outcome is None:
             with self._lock:
-                window = self._guard.failed(host)
-                failures = self._guard.failures(host)
+                window = self._pairs.failed(pair)
+                failures = self._pairs.failures(pair)
+                delay = self._hosts.failed(host)
             audit(
                 self._log,
                 logging.WARNING,
-                "authentication-failed",
                 user=auth.user,
-                protocol=auth.protocol,
                 remote=auth.remote_address,
+                protocol=auth.protocol,
+                action="login",
+                outcome="failure",
                 certificate=self._leaf_dn(auth),
                 failures=failures,
                 refused_for=window,
+                host_delay=delay,
             )
             raise AuthenticationFailed()
         with self._lock:
-            self._guard.succeeded(host)
+            self._pairs.succeeded(pair)
         audit(
             self._log,
             logging.INFO,
-            "authenticated",
             user=outcome.user,
+            remote=auth.remote_address,
+            protocol=auth.protocol,
+            action="login",
+            outcome="success",
             method=outcome.method.value,
             roles=",".join(sorted(outcome.roles)),
-            protocol=auth.protocol,
-            remote=auth.remote_address,
         )
         cluster_user = state.settings.cluster_user
         return Subject(
@@ -303,13 +324,13 @@ class SecurityStore:
         audit(
             self._log,
             logging.WARNING,
-            "permission-denied",
             user=subject.user,
-            permission=permission,
+            remote=subject.remote_address,
+            protocol=subject.protocol,
+            action=permission,
+            outcome="denied",
             address=address,
             queue=queue,
-            protocol=subject.protocol,
-            remote=subject.remote_address,
             match=found[0].text if found is not None else None,
         )
         raise PermissionDenied(subject.user, permission, address, queue)

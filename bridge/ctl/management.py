@@ -32,6 +32,7 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 from bridge.ctl.status import AddressStatus, BridgeStatus, NodeStatus, QueueStatus, Status
 from bridge.forward.interfaces import IBridges, UnknownBridge
 from bridge.forward.status import BridgeSnapshot, BridgeState
+from bridge.logins import Logins
 from bridge.node.broker import Broker
 from security import (
     AuthenticationFailed,
@@ -409,9 +410,12 @@ class ManagementResource(Resource):
 
     isLeaf = True
 
-    def __init__(self, view: NodeView, security: SecurityStore) -> None:
+    def __init__(
+        self, view: NodeView, security: SecurityStore, logins: Logins | None = None
+    ) -> None:
         Resource.__init__(self)
         self._security = security
+        self._logins = logins
         self._bridges = view.bridges
         registry = CollectorRegistry(auto_describe=False)
         registry.register(BrokerCollector(view))
@@ -503,7 +507,11 @@ class ManagementResource(Resource):
             user=user, password=password, remote_address=_remote(request), protocol=PROTOCOL
         )
         try:
-            subject = await deferToThread(self._security.authenticate, auth)
+            subject = await (
+                self._logins.authenticate(auth)
+                if self._logins is not None
+                else deferToThread(self._security.authenticate, auth)
+            )
         except AuthenticationFailed as failed:
             request.setHeader(b"www-authenticate", REALM)
             raise Refused(Answer.error(401, str(failed))) from None
@@ -538,16 +546,18 @@ def management_site(
     connections: Callable[[], int] = lambda: 0,
     producers_blocked: Callable[[], int] = lambda: 0,
     bridges: IBridges | None = None,
+    logins: Logins | None = None,
 ) -> Site:
     """The management API of a node, for the node service to listen with.
 
     ``reactor`` is the clock of the uptime (counted from this call); ``connections``
     says how many client connections the node has open now, ``producers_blocked`` how
     many producers wait for credits; ``bridges``, the node's bridges, to show and operate
-    (without them, ``/status`` shows none and there are no POST endpoints)."""
+    (without them, ``/status`` shows none and there are no POST endpoints); ``logins``,
+    the node's bounded logins (without them, each login hashes in the reactor's pool)."""
     view = NodeView(
         broker, node_id, reactor, reactor.seconds(), connections, producers_blocked, bridges
     )
-    site = Site(ManagementResource(view, security))
+    site = Site(ManagementResource(view, security, logins))
     site.displayTracebacks = False
     return site

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.config.node import Acceptor, NodeConfig, all_bridges
+from bridge.ctl.auditlog import route_audit_log
 from bridge.ctl.management import management_site
 from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
+from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.store.sqlite import SQLiteMessageStore
 from security import SecurityStore
@@ -103,10 +106,13 @@ class NodeService(Service):
         """Fires once the node listens; fails with StartupError if it cannot."""
         self._starting: Deferred[None] | None = None
         self._stopping: Deferred[None] | None = None
+        self._unroute_audit: Callable[[], None] | None = None
 
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
         self._stopping = None
+        if self._unroute_audit is None:
+            self._unroute_audit = route_audit_log(self.reactor)
         tune_allocator()
         self._starting = Deferred.fromCoroutine(self._start())
         self._starting.addCallbacks(self.started.callback, self._failed)
@@ -118,10 +124,16 @@ class NodeService(Service):
         await broker.open()
         self.broker = broker
         security = SecurityStore(config.security, self.reactor.seconds)
+        logins = Logins(self.reactor, security)  # one bound on hashing for every protocol
         self.head = head = CoreHead(
-            broker, security, node_name=config.name, node_id=identity, reactor=self.reactor
+            broker,
+            security,
+            node_name=config.name,
+            node_id=identity,
+            reactor=self.reactor,
+            logins=logins,
         )
-        self.stomp = stomp = StompHead(broker, security, reactor=self.reactor)
+        self.stomp = stomp = StompHead(broker, security, reactor=self.reactor, logins=logins)
         for acceptor in config.acceptors:
             if len(acceptor.protocols) > 1:
                 raise StartupError(
@@ -154,6 +166,7 @@ class NodeService(Service):
                 connections=lambda: head.connections + stomp.connections,
                 producers_blocked=lambda: head.producers_blocked + stomp.producers_blocked,
                 bridges=bridges,
+                logins=logins,
             )
             where = config.management
             endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
@@ -216,6 +229,9 @@ class NodeService(Service):
             broker, self.broker = self.broker, None
             await broker.close()
             log.info("node {name} stopped", name=self.config.name)
+        if self._unroute_audit is not None:
+            unroute, self._unroute_audit = self._unroute_audit, None
+            unroute()
 
 
 async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeningPort:

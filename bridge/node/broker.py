@@ -62,6 +62,11 @@ class AddressFull(NodeError):
     """The address is full and its address-full policy is FAIL."""
 
 
+class NotStored(NodeError):
+    """The store could not write an operation (a full disk, say): the node undid what it
+    had done in memory, and the message says what state things are in. It may be retried."""
+
+
 Then = Callable[[Failure | None], object]
 """Told that a send waiting for its store write is safe to confirm (None), or why not."""
 
@@ -123,6 +128,8 @@ class Broker:
         self._moving: set[Deferred[None]] = set()
         """Dead-letter moves not finished yet (closing waits for them)."""
         self._dead_dropped: set[str] = set()
+        self._acks_not_stored: set[str] = set()
+        """Queues whose last acknowledgement the store could not write (logged once)."""
         """Queues whose dropped dead letters were logged (once each)."""
         self._creating: dict[str, list[Deferred[None]]] = {}
         """Queues being created (stored first), and the calls waiting for each."""
@@ -706,7 +713,14 @@ class Broker:
         queue = self.queue(queue_name)
         entries = queue.acknowledge(consumer_id, delivery_id, cumulative)
         if tx is None:
-            return self._forget(queue_name, entries)
+            forgotten = self._forget(queue_name, entries)
+            forgotten.addCallbacks(
+                self._acknowledgement_stored,
+                self._acknowledgement_not_stored,
+                callbackArgs=(queue_name,),
+                errbackArgs=(queue_name, entries),
+            )
+            return forgotten
         tx.acknowledged.extend((queue_name, entry) for entry in entries)
         ids = self._stored_ids(queue_name, entries)
         if ids:
@@ -866,9 +880,50 @@ class Broker:
         delivery counts are stored so a restart still knows them as redeliveries. Those
         delivered max-delivery-attempts times go to the dead letters, unless
         ``dead_letters`` is False (a bridge giving back; the node closing what consumers
-        are left once the heads closed their connections)."""
+        are left once the heads closed their connections). Counts the store cannot write
+        are logged, not raised."""
         returned = self.queue(queue_name).remove_consumer(consumer_id, dead_letters)
-        return self._with_moves(self._count_deliveries(queue_name, returned))
+        # The consumer is gone whatever the store says: counts it cannot write (a full
+        # disk) are kept in memory, and the closing connection's cleanup goes on.
+        counted = self._count_deliveries(queue_name, returned).addErrback(
+            _warn_not_stored, f"the delivery counts of queue {queue_name!r}"
+        )
+        return self._with_moves(counted)
+
+    def _acknowledgement_not_stored(
+        self, failure: Failure, queue_name: str, entries: list[Entry]
+    ) -> Failure:
+        """The store did not drop acknowledged messages: they are not acknowledged after
+        all. As after a rollback they wait again in their places on their queue, for
+        redelivery, their delivery counted; the failure says so."""
+        queue = self._queues.get(queue_name)
+        ids = ", ".join(str(entry.message.id) for entry in entries)
+        which = f"message {ids} is" if len(entries) == 1 else f"messages {ids} are"
+        if queue is None:
+            where = f"queue {queue_name!r} is gone"
+        else:
+            queue.acknowledged_total -= len(entries)
+            kept = queue.give_back(entries)
+            # Counts the store cannot write either fail for the cause logged below.
+            self._with_moves(self._count_deliveries(queue_name, kept)).addErrback(lambda _: None)
+            where = f"{which} back on queue {queue_name!r}, unacknowledged"
+        cause = failure.getErrorMessage()
+        if queue_name not in self._acks_not_stored:
+            # Once until one is stored again: a full disk must not fill the log too.
+            self._acks_not_stored.add(queue_name)
+            log.warn(
+                "acknowledgements on queue {queue!r} are not stored ({cause}): their messages "
+                "go back on the queue, unacknowledged, until the store writes again",
+                queue=queue_name,
+                cause=cause,
+            )
+        return Failure(NotStored(f"acknowledgement not stored ({cause}); {where}"))
+
+    def _acknowledgement_stored(self, result: None, queue_name: str) -> None:
+        if queue_name in self._acks_not_stored:
+            self._acks_not_stored.discard(queue_name)
+            log.info("acknowledgements on queue {queue!r} are stored again", queue=queue_name)
+        return result
 
     def _forget(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
         """Drop acknowledged entries from the store: one operation however many; then
@@ -947,6 +1002,12 @@ def _settle(detection: Detection | None, *, committed: bool) -> None:
 
 def _log_failure(failure: Failure, what: str) -> None:
     log.failure("{what} failed", failure, what=what)
+
+
+def _warn_not_stored(failure: Failure, what: str) -> None:
+    """A write the node can do without (it keeps the state in memory): one line, no
+    traceback, for a failure as ordinary as a full disk."""
+    log.warn("{what} were not stored: {why}", what=what, why=failure.getErrorMessage())
 
 
 def _all(writes: list[Deferred[None]]) -> Deferred[None]:

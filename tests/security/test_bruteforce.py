@@ -1,4 +1,5 @@
-"""Brute force: a growing refusal per remote host, the audit log, and no password in logs."""
+"""Brute force: a growing refusal per (host, user), a capped delay per host that never
+refuses, the audit log, and no password in logs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from security import (
     AuthenticationFailed,
     BackoffPolicy,
+    ConfigError,
     LoginGuard,
     SecurityAuth,
     SecurityStore,
@@ -21,6 +23,7 @@ from tests.security.helpers import FakeClock, write_users
 
 SECRET = "S3cret-Pa55word!"
 GUESS = "gue55-Of-An-Attacker"
+BOB_SECRET = "b0b-Pa55word!"
 
 
 def test_policy_windows_grow_and_stop_at_the_maximum() -> None:
@@ -110,20 +113,27 @@ def test_guard_is_bounded(clock: FakeClock) -> None:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: FakeClock) -> SecurityStore:
-    users = write_users(tmp_path / "users.toml", {"alice": (SECRET, ["producers"])})
+    users = write_users(
+        tmp_path / "users.toml",
+        {"alice": (SECRET, ["producers"]), "bob": (BOB_SECRET, ["consumers"])},
+    )
     table = {
         "users-file": str(users),
         "failed-login-threshold": 2,
         "failed-login-delay": "1s",
         "failed-login-delay-multiplier": 2,
         "failed-login-max-delay": "30s",
+        "failed-login-address-threshold": 3,
+        "failed-login-address-max-delay": "4s",
     }
     return SecurityStore(load_security(table, str(tmp_path / "node.toml")), clock)
 
 
-def attempt(store: SecurityStore, password: str, remote: str = "203.0.113.9:41000") -> bool:
+def attempt(
+    store: SecurityStore, password: str, remote: str = "203.0.113.9:41000", user: str = "alice"
+) -> bool:
     try:
-        store.authenticate(SecurityAuth("alice", password, (), remote, "stomp"))
+        store.authenticate(SecurityAuth(user, password, (), remote, "stomp"))
     except AuthenticationFailed:
         return False
     return True
@@ -147,11 +157,46 @@ def test_failures_earn_a_growing_refusal_that_success_resets(
     assert attempt(store, SECRET)
 
 
-def test_refusal_is_per_remote_host(store: SecurityStore) -> None:
+def test_refusal_is_per_host_and_user(store: SecurityStore) -> None:
     for n in range(4):
         attempt(store, f"{GUESS}{n}", remote=f"203.0.113.9:{40000 + n}")  # ports change
     assert not attempt(store, SECRET, remote="203.0.113.9:41999")
+    # Guessing alice's password from one host locks out neither alice elsewhere nor
+    # another user of that host.
     assert attempt(store, SECRET, remote="198.51.100.1:41000")
+    assert attempt(store, BOB_SECRET, remote="203.0.113.9:41998", user="bob")
+
+
+def test_a_host_earns_a_capped_delay_never_a_refusal(
+    store: SecurityStore, clock: FakeClock
+) -> None:
+    host = "203.0.113.9:41000"
+    delays = []
+    for n in range(8):  # a different user each time: no (host, user) pair is refused
+        assert not attempt(store, GUESS, remote=host, user=f"user{n}")
+        delays.append(store.login_delay(host))
+    # From the third failure (the threshold) 1 s, doubling, capped at
+    # failed-login-address-max-delay (4 s).
+    assert delays == [0, 0, 1, 2, 4, 4, 4, 4]
+    assert store.login_delay("198.51.100.1:1") == 0  # other hosts are not slowed
+    # The delay is a wait, not a refusal: the right password of another user logs in
+    # from that host, even before it is over.
+    assert attempt(store, BOB_SECRET, remote=host, user="bob")
+    clock.advance(4)
+    assert store.login_delay(host) == 0
+
+
+def test_the_address_delay_is_capped_by_configuration(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"failed-login-address-max-delay: expected between"):
+        load_security(
+            {"users-file": "u.toml", "failed-login-address-max-delay": "10m"},
+            str(tmp_path / "node.toml"),
+        )
+    settings = load_security(
+        {"users-file": "u.toml", "failed-login-max-delay": "5s"}, str(tmp_path / "node.toml")
+    )
+    assert settings.address_backoff.max_delay == 5  # never beyond the per-user maximum
+    assert settings.address_backoff.threshold == 10
 
 
 def test_failures_and_refusals_are_audited_without_the_password(
@@ -164,15 +209,13 @@ def test_failures_and_refusals_are_audited_without_the_password(
     clock.advance(5)
     attempt(store, SECRET)
     lines = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER_NAME]
+    who = "user=alice remote=203.0.113.9:41000 protocol=stomp action=login"
     assert lines == [
-        "event=authentication-failed user=alice protocol=stomp remote=203.0.113.9:41000 "
-        "certificate=- failures=1 refused_for=0",
-        "event=authentication-failed user=alice protocol=stomp remote=203.0.113.9:41000 "
-        "certificate=- failures=2 refused_for=1",
-        "event=authentication-refused user=alice protocol=stomp remote=203.0.113.9:41000 "
-        'reason="too many failed logins from this host" retry_after=1',
-        "event=authenticated user=alice method=password roles=producers protocol=stomp "
-        "remote=203.0.113.9:41000",
+        f"{who} outcome=failure certificate=- failures=1 refused_for=0 host_delay=0",
+        f"{who} outcome=failure certificate=- failures=2 refused_for=1 host_delay=0",
+        f"{who} outcome=refused "
+        'reason="too many failed logins for this user from this host" retry_after=1',
+        f"{who} outcome=success method=password roles=producers",
     ]
 
 
@@ -208,4 +251,4 @@ def test_user_names_cannot_forge_audit_lines(
         store.authenticate(SecurityAuth("x\nevent=authenticated user=root", "p", (), "1.2.3.4:5"))
     [line] = [r.getMessage() for r in caplog.records]
     assert "\n" not in line
-    assert line.startswith('event=authentication-failed user="x\\nevent=authenticated user=root"')
+    assert line.startswith('user="x\\nevent=authenticated user=root" remote=1.2.3.4:5 ')

@@ -58,6 +58,10 @@ def test_every_key() -> None:
         "failed-login-delay-multiplier": 1.5,
         "failed-login-max-delay": "1m",
         "failed-login-forget-after": "5m",
+        "failed-login-address-threshold": 20,
+        "failed-login-address-max-delay": "4s",
+        "max-concurrent-hashes": 3,
+        "max-queued-logins": 0,
         "setting": [{"match": "#", **{p.value: ["admins"] for p in Permission}}],
         "role-mapping": [
             {"from": "dn:CN=app, O=Example", "to": "producers"},
@@ -72,6 +76,8 @@ def test_every_key() -> None:
     assert (settings.authentication_cache_size, settings.authorization_cache_size) == (5, 0)
     assert settings.cluster_user == "node-link"
     assert settings.backoff == BackoffPolicy(5, 2.0, 1.5, 60.0, forget_after=300.0)
+    assert settings.address_backoff == BackoffPolicy(20, 2.0, 1.5, 4.0, forget_after=300.0)
+    assert (settings.max_concurrent_hashes, settings.max_queued_logins) == (3, 0)
     assert settings.settings[0].roles_for(Permission.MANAGE) == {"admins"}
     assert settings.role_mapping == (
         RoleRule(SourceKind.DN, "CN=app,O=Example", "producers"),
@@ -130,6 +136,13 @@ BASE = {"users-file": "users.toml"}
             "expected an integer, got a boolean",
         ),
         ({"failed-login-threshold": 0}, "security.failed-login-threshold", "at least 1"),
+        ({"max-concurrent-hashes": 0}, "security.max-concurrent-hashes", "at least 1"),
+        ({"max-queued-logins": -1}, "security.max-queued-logins", "at least 0"),
+        (
+            {"failed-login-address-threshold": 0},
+            "security.failed-login-address-threshold",
+            "at least 1",
+        ),
         (
             {"failed-login-delay-multiplier": 0.5},
             "security.failed-login-delay-multiplier",

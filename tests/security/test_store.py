@@ -71,10 +71,10 @@ def test_permission_denied_without_the_role(
     [record] = [r for r in caplog.records if r.name == AUDIT_LOGGER_NAME]
     assert record.levelno == logging.WARNING
     assert record.getMessage() == (
-        f"event=permission-denied user=carol permission={permission.value} address=app.x "
-        "queue=- protocol=core remote=10.0.0.7:5000 match=app.#"
+        f"user=carol remote=10.0.0.7:5000 protocol=core action={permission.value} "
+        "outcome=denied address=app.x queue=- match=app.#"
     )
-    assert record.audit["permission"] == permission.value  # type: ignore[attr-defined]
+    assert record.audit["action"] == permission.value  # type: ignore[attr-defined]
 
 
 def test_denial_names_the_queue(granting: SecurityStore, caplog: pytest.LogCaptureFixture) -> None:
@@ -101,7 +101,7 @@ def test_every_denial_is_logged_even_when_cached(
     for _ in range(3):
         with pytest.raises(PermissionDenied):
             granting.check(subject("carol"), "app.x", Permission.SEND)
-    assert len([r for r in caplog.records if "permission-denied" in r.getMessage()]) == 3
+    assert len([r for r in caplog.records if "outcome=denied" in r.getMessage()]) == 3
 
 
 def test_most_specific_setting_is_not_merged(tmp_path: Path, clock: FakeClock) -> None:

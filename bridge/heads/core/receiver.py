@@ -1,22 +1,22 @@
 """The core head's Twisted glue: frames in, packets to the session, packets out as frames.
 
 A frame that does not decode, or a packet that breaks a session rule, ends that connection
-with a transport ERROR frame naming the fault; every other connection goes on. Logins run
-in the reactor's thread pool (a password hash takes a fraction of a second) unless
-security is off.
+with a transport ERROR frame naming the fault; every other connection goes on. Logins go
+through the node's :class:`~bridge.logins.Logins` (a password hash takes a fraction of a
+second and 128 MiB: at most a few run at once, off the reactor).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from bridge.heads.core.session import CoreSession, SessionError
+from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.protocol import PACKET_TYPES, PacketFormatError, decode_packet, encode_packet
 from bridge.protocol import packets as p
@@ -44,9 +44,11 @@ class CoreHead:
         node_name: str,
         node_id: str,
         reactor: Any,
+        logins: Logins | None = None,
     ) -> None:
         self.broker = broker
         self.security = security
+        self.logins = logins if logins is not None else Logins(reactor, security)
         self.node_name = node_name
         self.node_id = node_id
         self.reactor = reactor
@@ -86,13 +88,7 @@ class CoreHead:
         )
 
     def authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
-        if not self.security.enabled:
-            return succeed(self.security.authenticate(auth))
-        pool = self.reactor.getThreadPool()
-        result: Deferred[Subject] = deferToThreadPool(
-            self.reactor, pool, self.security.authenticate, auth
-        )
-        return result
+        return self.logins.authenticate(auth)
 
     def opened(self, receiver: CoreReceiver) -> None:
         self._live.add(receiver)

@@ -46,6 +46,7 @@ from bridge.node.broker import (
     AddressNotFound,
     Broker,
     NodeError,
+    NotStored,
     QueueNotFound,
     Routed,
     Transaction,
@@ -54,6 +55,7 @@ from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, Entry, Queue, QueueError
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
+from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import AuthenticationFailed, PermissionDenied
 from security.permissions import Permission
@@ -338,9 +340,12 @@ class CoreSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        if not failure.check(AuthenticationFailed):
+        reason = "authentication failed"
+        if failure.check(AuthenticationFailed):
+            reason = str(failure.value)  # the same whatever the cause, unless the node is busy
+        else:
             log.failure("authentication failed unexpectedly", failure)
-        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, "authentication failed"))
+        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
         self._abort("")
 
     # -- permissions ----------------------------------------------------------------------
@@ -679,11 +684,14 @@ class CoreSession:
                 packet.sequence, packet.tx_id, message, packet.total_size, path, None, refused
             )
             return
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        file = open(path, "wb", buffering=0)  # noqa: SIM115 - open until the last chunk
         self._large = _LargeSend(
-            packet.sequence, packet.tx_id, message, packet.total_size, path, file
+            packet.sequence, packet.tx_id, message, packet.total_size, path, None
         )
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._large.file = open(path, "wb", buffering=0)  # noqa: SIM115 - until the last chunk
+        except OSError as error:
+            self._large_not_written(self._large, error)
 
     def _send_large_chunk(self, packet: p.SendLargeChunk) -> None:
         large = self._large
@@ -694,7 +702,10 @@ class CoreSession:
         if self._producer_window != p.UNLIMITED:
             self._grant(large.message.address, len(data))
         if large.file is not None and large.received <= large.total_size:
-            large.file.write(data)
+            try:
+                large.file.write(data)
+            except OSError as error:
+                self._large_not_written(large, error)
         if not packet.last:
             return
         self._large = None
@@ -714,6 +725,24 @@ class CoreSession:
         large.file.close()
         body = LargeBody(large.path, large.total_size)
         self._route(large.sequence, large.tx_id, attrs.evolve(large.message, large=body))
+
+    def _large_not_written(self, large: _LargeSend, error: OSError) -> None:
+        """The body file could not be written (a full disk, say): the partial file goes at
+        once (giving its room back), the rest of the chunks are counted, not kept, and the
+        last one is answered SEND_FAILED naming the cause; the connection goes on."""
+        self._drop_large(large)
+        large.file = None
+        cause = error.strerror or str(error)
+        large.refused = Refused(
+            p.ErrorCode.INTERNAL,
+            f"large message to {large.message.address!r} not stored: writing its body to "
+            f"{large.path} failed: {cause}",
+        )
+        log.warn(
+            "a large send of client {client} was refused: {why}",
+            client=self.client_id,
+            why=large.refused,
+        )
 
     @staticmethod
     def _drop_large(large: _LargeSend) -> None:
@@ -1004,7 +1033,8 @@ class CoreSession:
 
     @staticmethod
     def _settle_failed(failure: Failure) -> None:
-        log.failure("storing an acknowledgement failed", failure)
+        if not failure.check(NotStored):  # the broker put the message back and logged why
+            log.failure("storing an acknowledgement failed", failure)
 
     # -- transactions ---------------------------------------------------------------------
 
@@ -1070,6 +1100,13 @@ def _code(failure: Failure) -> p.ErrorCode:
         return p.ErrorCode.ADDRESS_FULL
     if failure.check(QueueNotFound, AddressNotFound):
         return p.ErrorCode.NOT_FOUND
+    if failure.check(NotStored):
+        return p.ErrorCode.INTERNAL  # the broker put things back and logged why
+    if failure.check(StoreError):
+        # The store could not write (a full disk, say): an operational fault, not a bug,
+        # and the error names the file and the cause: one line, no traceback.
+        log.warn("a core request failed: {why}", why=failure.getErrorMessage())
+        return p.ErrorCode.INTERNAL
     if failure.check(NodeError, SelectorError):
         return p.ErrorCode.INVALID
     log.failure("a core request failed", failure)

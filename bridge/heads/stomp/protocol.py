@@ -19,11 +19,10 @@ from collections import Counter
 from typing import Any
 
 from cryptography import x509
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IAddress, IDelayedCall, IListeningPort, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.task import LoopingCall
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -31,6 +30,7 @@ from zope.interface import implementer
 from bridge.heads.stomp.frames import NEED_DATA, Frame, FrameError, FrameParser, Version, serialize
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
+from bridge.logins import Logins
 from bridge.node.broker import Broker
 from security import SecurityStore
 from security.subject import SecurityAuth, Subject
@@ -60,9 +60,11 @@ class StompHead:
         security: SecurityStore,
         *,
         reactor: Any,
+        logins: Logins | None = None,
     ) -> None:
         self.broker = broker
         self.security = security
+        self.logins = logins if logins is not None else Logins(reactor, security)
         self.reactor = reactor
         self._live: set[StompProtocol] = set()
         self._cleanups: set[Deferred[None]] = set()
@@ -92,15 +94,8 @@ class StompHead:
         return listening
 
     def authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
-        """Log in, in the reactor's thread pool (a password hash takes a while) unless
-        security is off."""
-        if not self.security.enabled:
-            return succeed(self.security.authenticate(auth))
-        pool = self.reactor.getThreadPool()
-        result: Deferred[Subject] = deferToThreadPool(
-            self.reactor, pool, self.security.authenticate, auth
-        )
-        return result
+        """Log in through the node's :class:`Logins` (bounded hashing off the reactor)."""
+        return self.logins.authenticate(auth)
 
     def opened(self, protocol: StompProtocol) -> None:
         self._live.add(protocol)

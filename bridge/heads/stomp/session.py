@@ -53,10 +53,11 @@ from bridge.heads.stomp.frames import (
 )
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import HeaderValue, Message
-from bridge.node.broker import AddressNotFound, Broker, NodeError, Transaction
+from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
 from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, QueueError
 from bridge.selector import SelectorError, compile_selector
+from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import AuthenticationFailed, PermissionDenied
 from security.permissions import Permission
@@ -479,7 +480,10 @@ class StompSession:
     def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
         if self.state is State.CLOSED:
             return
-        log.failure("a STOMP send or acknowledgement could not be stored", failure)
+        if failure.check(NotStored, StoreError):  # a full disk, say: no bug, no traceback
+            log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())
+        else:
+            log.failure("a STOMP send or acknowledgement could not be stored", failure)
         self._fail("not stored", f"the node could not store it: {failure.getErrorMessage()}")
 
     # -- connecting -----------------------------------------------------------------------
@@ -548,9 +552,12 @@ class StompSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        if not failure.check(AuthenticationFailed):
+        detail = "authentication failed"
+        if failure.check(AuthenticationFailed):
+            detail = str(failure.value)  # the same whatever the cause, unless the node is busy
+        else:
             log.failure("a STOMP login failed unexpectedly", failure)
-        self._fail("authentication failed", "authentication failed")
+        self._fail("authentication failed", detail)
 
     # -- permissions and destinations -----------------------------------------------------
 
@@ -1265,4 +1272,5 @@ def _describe(failure: Failure) -> tuple[str, str]:
 
 
 def _log_settle_failure(failure: Failure) -> None:
-    log.failure("storing a STOMP acknowledgement failed", failure)
+    if not failure.check(NotStored):  # the broker put the message back and logged why
+        log.failure("storing a STOMP acknowledgement failed", failure)
