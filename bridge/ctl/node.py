@@ -1,6 +1,7 @@
 """``txbridge node --config node.toml``: run a node in the foreground, as
 ``twistd -n txbridge --config node.toml`` does (it is that, with the configuration checked
-first so a mistake is one line on stderr and exit status 2)."""
+first so a mistake is one line on stderr and exit status 2, and a node that cannot start
+here, for its data directory or its security files, one line and exit status 1)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from twisted.scripts.twistd import run as twistd
 
 from bridge.config.node import load_node_config
+from bridge.ctl.preflight import check_startable
 from security.errors import ConfigError
 
 
@@ -27,10 +29,15 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        load_node_config(args.config)
+        config = load_node_config(args.config)
     except ConfigError as error:
         print(f"txbridge node: {error}", file=sys.stderr)
         return 2
+    try:
+        check_startable(config)
+    except ConfigError as error:
+        print(f"txbridge node: cannot start: {error}", file=sys.stderr)
+        return 1
     sys.argv = ["twistd", "--nodaemon", "--pidfile=", "txbridge", "--config", str(args.config)]
     twistd()
     return 0

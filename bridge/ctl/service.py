@@ -2,9 +2,11 @@
 and the bridges, started in that order and stopped in the reverse one (the bridges first,
 so their unconfirmed messages are back on their queues before anything closes).
 
-Start-up opens the store (recovering every queue), then listens; if any step fails (a port
-in use, an unreadable certificate), what started is stopped again, the failure is logged
-naming the acceptor, and the process ends with status 1: nothing half-starts.
+Start-up first checks, creating nothing, that the data directory and the security files
+can be used (:mod:`bridge.ctl.preflight`), then opens the store (recovering every queue),
+then listens; if any step fails (a port in use, an unreadable certificate), what started is
+stopped again, the failure is logged naming the acceptor or path, and the process ends with
+status 1: nothing half-starts.
 
 Shutdown (SIGTERM, SIGINT, or ``stopService``) closes the acceptors and the management
 port, ends every connection (their unacknowledged deliveries return to their queues and
@@ -29,6 +31,7 @@ from twisted.python.failure import Failure
 
 from bridge.config.node import Acceptor, NodeConfig, all_bridges
 from bridge.ctl.management import management_site
+from bridge.ctl.preflight import check_startable
 from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
@@ -113,11 +116,16 @@ class NodeService(Service):
 
     async def _start(self) -> None:
         config = self.config
-        identity = node_id(config.data_dir)
-        broker = Broker(config, SQLiteMessageStore(config.data_dir, self.reactor))
-        await broker.open()
-        self.broker = broker
+        check_startable(config)
         security = SecurityStore(config.security, self.reactor.seconds)
+        identity = node_id(config.data_dir)
+        store = SQLiteMessageStore(config.data_dir, self.reactor)
+        broker = Broker(config, store)
+        try:
+            await broker.open()
+        except Exception as error:
+            raise StartupError(f"the store {store.path}: {error}") from error
+        self.broker = broker
         self.head = head = CoreHead(
             broker, security, node_name=config.name, node_id=identity, reactor=self.reactor
         )
@@ -177,8 +185,10 @@ class NodeService(Service):
         self.started.errback(failure)
 
     def _exit(self) -> None:
+        # A start that fails at once fails before twistd runs the reactor: stopping it
+        # then would be lost, so the stop waits until it runs.
         self.reactor.addSystemEventTrigger("after", "shutdown", _exit_failed)
-        self.reactor.stop()
+        self.reactor.callWhenRunning(self.reactor.stop)
 
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]
