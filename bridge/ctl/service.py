@@ -11,11 +11,17 @@ status 1: nothing half-starts.
 Shutdown (SIGTERM, SIGINT, or ``stopService``) closes the acceptors and the management
 port, ends every connection (their unacknowledged deliveries return to their queues and
 open transactions roll back), lets the store finish its writes, and closes it.
+
+SIGHUP (when the service is asked to listen for it, as twistd's is) reloads what can
+change while the node runs: the configuration file is read again, the bridges, the users
+files and the security settings are replaced, and a log line says what was reloaded and
+which other changes wait for a restart.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 from contextlib import suppress
@@ -29,7 +35,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import Acceptor, NodeConfig, all_bridges
+from bridge.config.node import Acceptor, NodeConfig, all_bridges, load_node_config
 from bridge.ctl.management import management_site
 from bridge.ctl.preflight import check_startable
 from bridge.forward.manager import Bridges, client_connector
@@ -39,12 +45,24 @@ from bridge.heads.stomp.frames import Limits
 from bridge.node.broker import Broker
 from bridge.store.sqlite import SQLiteMessageStore
 from security import SecurityStore
+from security.errors import ConfigError
 from transport.allocator import tune_allocator
 from transport.settings import ConnectionSettings
 
 log = Logger()
 
 NODE_ID_FILE = "node-id"
+
+RESTART_ONLY = {
+    "name": "node.name",
+    "data_dir": "node.data-dir",
+    "global_max_size": "node.global-max-size",
+    "acceptors": "acceptor",
+    "addresses": "address",
+    "address_settings": "address-setting",
+    "management": "management",
+}
+"""The parts of a node's configuration a reload cannot change (attribute: file section)."""
 
 
 class StartupError(Exception):
@@ -93,11 +111,22 @@ def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
 class NodeService(Service):
     """One node, from its configuration."""
 
-    def __init__(self, config: NodeConfig, reactor: Any, *, exit_on_failure: bool = True) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        reactor: Any,
+        *,
+        exit_on_failure: bool = True,
+        reload_on_hangup: bool = False,
+    ) -> None:
         self.config = config
         self.reactor = reactor
         self.exit_on_failure = exit_on_failure
+        self.reload_on_hangup = reload_on_hangup
+        self._bridges_from = config
+        """The configuration the bridges are read from: the last one a reload read."""
         self.broker: Broker | None = None
+        self.security: SecurityStore | None = None
         self.head: CoreHead | None = None
         self.stomp: StompHead | None = None
         self.bridges: Bridges | None = None
@@ -110,6 +139,8 @@ class NodeService(Service):
     def startService(self) -> None:
         super().startService()  # type: ignore[no-untyped-call]
         self._stopping = None
+        if self.reload_on_hangup:
+            signal.signal(signal.SIGHUP, self._hangup)
         tune_allocator()
         self._starting = Deferred.fromCoroutine(self._start())
         self._starting.addCallbacks(self.started.callback, self._failed)
@@ -117,7 +148,7 @@ class NodeService(Service):
     async def _start(self) -> None:
         config = self.config
         check_startable(config)
-        security = SecurityStore(config.security, self.reactor.seconds)
+        self.security = security = SecurityStore(config.security, self.reactor.seconds)
         identity = node_id(config.data_dir)
         store = SQLiteMessageStore(config.data_dir, self.reactor)
         broker = Broker(config, store)
@@ -151,7 +182,7 @@ class NodeService(Service):
             identity,
             self.reactor,
             client_connector(self.reactor, config.name),
-            lambda: all_bridges(config),
+            lambda: all_bridges(self._bridges_from),
         )
         if config.management is not None:
             site = management_site(
@@ -174,6 +205,57 @@ class NodeService(Service):
             name=config.name,
             id=identity,
             ports=", ".join(f"{name} on {_where(port)}" for name, port in self.ports.items()),
+        )
+
+    def _hangup(self, signum: int, frame: object) -> None:
+        # A signal handler runs between any two bytecodes: the work waits for the reactor.
+        self.reactor.callFromThread(self._reload_on_hangup)
+
+    def _reload_on_hangup(self) -> None:
+        log.info("node {name}: SIGHUP received, reloading", name=self.config.name)
+        Deferred.fromCoroutine(self.reload()).addErrback(
+            lambda failure: log.failure("the reload failed", failure)
+        )
+
+    async def reload(self) -> None:
+        """Read the configuration file again and apply what can change while the node runs:
+        the bridges (as ``POST /reload`` does, node file and bridges-dir), the users files
+        and the security settings (all or nothing: a bad one keeps the old ones). Logs
+        what was reloaded, each error, and the changes that wait for a restart."""
+        name = self.config.name
+        security, bridges = self.security, self.bridges
+        if security is None or bridges is None or self._stopping is not None:
+            log.warn("node {name}: not running, nothing reloaded", name=name)
+            return
+        try:
+            new = load_node_config(self.config.source)
+        except ConfigError as error:
+            log.error("node {name}: nothing reloaded: {error}", name=name, error=error)
+            return
+        try:
+            security.reload(new.security)
+        except ConfigError as error:
+            log.error(
+                "node {name}: users and security settings not reloaded, the old ones stay: {error}",
+                name=name,
+                error=error,
+            )
+            reloaded = "bridges"
+        else:
+            reloaded = "bridges, users and security settings"
+        self._bridges_from = new
+        for problem in await bridges.reload():
+            log.error("node {name}: bridge file not used: {problem}", name=name, problem=problem)
+        waiting = [
+            section
+            for field, section in RESTART_ONLY.items()
+            if getattr(new, field) != getattr(self.config, field)
+        ]
+        log.info(
+            "node {name} reloaded {reloaded}{waiting}",
+            name=name,
+            reloaded=reloaded,
+            waiting=f"; changes to {', '.join(waiting)} need a restart" if waiting else "",
         )
 
     def _failed(self, failure: Failure) -> None:
@@ -208,6 +290,7 @@ class NodeService(Service):
             # Stopping while starting: let the start finish (or fail) first.
             with suppress(Exception):
                 await self.started
+        self.security = None
         if self.bridges is not None:
             bridges, self.bridges = self.bridges, None
             await bridges.stop_all()

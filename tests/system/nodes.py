@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
@@ -51,6 +51,7 @@ class NodeProcess(ProcessProtocol):
         """The signal that ended the process: twistd, once shut down cleanly on SIGTERM,
         ends itself with that signal, as its parent expects."""
         self.pid: int | None = None
+        self._awaited: list[tuple[str, int, Deferred[None]]] = []
 
     def start(self) -> NodeProcess:
         if self.twistd:
@@ -66,6 +67,14 @@ class NodeProcess(ProcessProtocol):
 
     def outReceived(self, data: bytes) -> None:
         self.output += data.decode(errors="replace")
+        awaited, self._awaited = self._awaited, []
+        for text, since, waiter in awaited:
+            if waiter.called:  # timed out
+                continue
+            if text in self.output[since:]:
+                waiter.callback(None)
+            else:
+                self._awaited.append((text, since, waiter))
         if not self.started.called:
             found = STARTED.search(self.output)
             if found:
@@ -79,6 +88,12 @@ class NodeProcess(ProcessProtocol):
     def processEnded(self, reason: Failure) -> None:
         self.exit_code = getattr(reason.value, "exitCode", None)
         self.signal = getattr(reason.value, "signal", None)
+        awaited, self._awaited = self._awaited, []
+        for text, _, waiter in awaited:
+            if not waiter.called:
+                waiter.errback(
+                    RuntimeError(f"the node ended before saying {text!r}:\n{self.output}")
+                )
         if not self.started.called:
             self.started.errback(RuntimeError(f"the node ended before starting:\n{self.output}"))
         self.ended.callback(self.exit_code)
@@ -90,6 +105,22 @@ class NodeProcess(ProcessProtocol):
     @property
     def management_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['management']}"
+
+    async def wait_output(self, text: str, since: int = 0, timeout: float = 30.0) -> None:
+        """Wait until the node's output from character ``since`` on (``len(output)``
+        before the step that should make it say so) holds ``text``; fail after
+        ``timeout`` seconds or when the node ends first."""
+        if text in self.output[since:]:
+            return
+        waiter: Deferred[None] = Deferred()
+        if self.ended.called:
+            raise RuntimeError(f"the node ended before saying {text!r}:\n{self.output}")
+        self._awaited.append((text, since, waiter))
+        waiter.addTimeout(timeout, reactor)
+        try:
+            await waiter
+        except defer.TimeoutError:
+            raise AssertionError(f"the node did not say {text!r}:\n{self.output}") from None
 
     async def wait_started(self, timeout: float = 60.0) -> NodeProcess:
         self.started.addTimeout(timeout, reactor)
