@@ -1,7 +1,10 @@
 """``txbridge node --config node.toml``: run a node in the foreground, as
 ``twistd -n txbridge --config node.toml`` does (it is that, with the configuration checked
 first so a mistake is one line on stderr and exit status 2, and a node that cannot start
-here, for its data directory or its security files, one line and exit status 1)."""
+here, for its data directory or its security files, one line and exit status 1).
+
+twistd is given the node's service maker directly, not through Twisted's plugin search,
+so this works from any install, with or without ``twisted/plugins`` on the path."""
 
 from __future__ import annotations
 
@@ -10,10 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from twisted.scripts.twistd import run as twistd
+from twisted.python import usage
+from twisted.scripts.twistd import ServerOptions, runApp  # type: ignore[attr-defined]
 
 from bridge.config.node import load_node_config
 from bridge.ctl.preflight import check_startable
+from bridge.ctl.twistd import ServiceMaker
 from security.errors import ConfigError
 
 
@@ -38,6 +43,17 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"txbridge node: cannot start: {error}", file=sys.stderr)
         return 1
-    sys.argv = ["twistd", "--nodaemon", "--pidfile=", "txbridge", "--config", str(args.config)]
-    twistd()
+    options: Any = ServerOptions()
+    options._getPlugins = _the_node
+    try:
+        options.parseOptions(["--nodaemon", "--pidfile=", "txbridge", "--config", str(args.config)])
+    except usage.UsageError as error:
+        print(f"txbridge node: {error}", file=sys.stderr)
+        return 2
+    runApp(options)
     return 0
+
+
+def _the_node(interface: object, package: object = None) -> list[ServiceMaker]:
+    """The one twistd sub-command ``txbridge node`` runs: no plugin search."""
+    return [ServiceMaker()]

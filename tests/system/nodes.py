@@ -37,8 +37,17 @@ def node_document(name: str = "a", **extra: Any) -> dict[str, Any]:
 class NodeProcess(ProcessProtocol):
     """One node process: its output, its ports once started, its exit code once ended."""
 
-    def __init__(self, directory: Path, document: dict[str, Any], twistd: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        document: dict[str, Any],
+        twistd: bool = False,
+        bin_dir: Path | None = None,
+    ) -> None:
         self.directory = directory
+        self.bin_dir = bin_dir
+        """Where ``txbridge`` and ``twistd`` are, for an install other than this checkout's
+        (run then without the checkout on ``PYTHONPATH``)."""
         self.config = directory / "node.toml"
         self.config.write_text(tomli_w.dumps(document))
         self.twistd = twistd
@@ -54,11 +63,14 @@ class NodeProcess(ProcessProtocol):
         self._awaited: list[tuple[str, int, Deferred[None]]] = []
 
     def start(self) -> NodeProcess:
+        where = self.bin_dir or BIN
         if self.twistd:
-            argv = [str(BIN / "twistd"), "-n", "--pidfile=", "txbridge", "--config", "node.toml"]
+            argv = [str(where / "twistd"), "-n", "--pidfile=", "txbridge", "--config", "node.toml"]
         else:
-            argv = [str(BIN / "txbridge"), "node", "--config", "node.toml"]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            argv = [str(where / "txbridge"), "node", "--config", "node.toml"]
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        if self.bin_dir is None:
+            env["PYTHONPATH"] = str(ROOT)
         transport = reactor.spawnProcess(  # type: ignore[attr-defined]
             self, argv[0], argv, env=env, path=str(self.directory)
         )
