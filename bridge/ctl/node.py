@@ -26,7 +26,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "node",
         help="run a node in the foreground",
-        description="Run a node from its configuration file until SIGTERM or SIGINT.",
+        description="Run a node from its configuration file until SIGTERM or SIGINT "
+        "(SIGHUP reloads its bridges, users and security settings; docs/node.md).",
+        epilog="example:\n  txbridge node --config node.toml",
     )
     parser.add_argument("--config", "-c", type=Path, required=True, help="the node's TOML file")
     parser.set_defaults(handler=run)

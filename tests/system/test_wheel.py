@@ -114,3 +114,19 @@ async def test_a_node_runs_from_the_installed_wheel(venv_bin, nodes, tmp_path, t
     assert node.signal == signal.SIGTERM, node.output
     assert "node a stopped" in node.output
     assert "Traceback" not in node.output, node.output
+
+
+def test_the_installed_command_says_its_version(venv_bin, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(venv_bin / "txbridge"), "--version"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done
+    [wheel] = (venv_bin.parent.parent / "wheels").glob("txbridge-*.whl")
+    assert done.stdout == f"txbridge {wheel.name.split('-')[1]}\n"
