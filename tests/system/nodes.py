@@ -106,9 +106,10 @@ class NodeProcess(ProcessProtocol):
                 waiter.errback(
                     RuntimeError(f"the node ended before saying {text!r}:\n{self.output}")
                 )
+        # Ended first: whoever awaits the start may go on to stop the node at once.
+        self.ended.callback(self.exit_code)
         if not self.started.called:
             self.started.errback(RuntimeError(f"the node ended before starting:\n{self.output}"))
-        self.ended.callback(self.exit_code)
 
     @property
     def core_url(self) -> str:
