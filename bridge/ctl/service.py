@@ -28,6 +28,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import attrs
 from twisted.application.service import Service
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
@@ -53,16 +54,9 @@ log = Logger()
 
 NODE_ID_FILE = "node-id"
 
-RESTART_ONLY = {
-    "name": "node.name",
-    "data_dir": "node.data-dir",
-    "global_max_size": "node.global-max-size",
-    "acceptors": "acceptor",
-    "addresses": "address",
-    "address_settings": "address-setting",
-    "management": "management",
-}
-"""The parts of a node's configuration a reload cannot change (attribute: file section)."""
+RELOADABLE = frozenset({"source", "bridges", "bridges_dir", "security"})
+"""The parts of a node's configuration a reload replaces; a change to any other needs a
+restart."""
 
 
 class StartupError(Exception):
@@ -247,9 +241,11 @@ class NodeService(Service):
         for problem in await bridges.reload():
             log.error("node {name}: bridge file not used: {problem}", name=name, problem=problem)
         waiting = [
-            section
-            for field, section in RESTART_ONLY.items()
-            if getattr(new, field) != getattr(self.config, field)
+            field.name.replace("_", "-")
+            for field in attrs.fields(NodeConfig)
+            if field.init
+            and field.name not in RELOADABLE
+            and getattr(new, field.name) != getattr(self.config, field.name)
         ]
         log.info(
             "node {name} reloaded {reloaded}{waiting}",

@@ -85,7 +85,7 @@ async def test_sighup_reloads_users_and_security_settings(nodes):
         await sends(node, "bob", "bob-secret", "orders")
 
     write_config(node, secured(["admins", "producers"], ["orders", "audit"]))
-    await hang_up(node, f"{RELOADED}; changes to address need a restart")
+    await hang_up(node, f"{RELOADED}; changes to addresses need a restart")
     await sends(node, "bob", "bob-secret", "orders")
     await stop_cleanly(node)
 
