@@ -38,6 +38,7 @@ def register(subparsers: Any) -> None:
         "audit",
         help="audit a run folder's event logs with Spark",
         description="Audit a run folder's event logs with Spark (docs/audit.md).",
+        epilog="example:\n  txbridge audit var/bench/node-20260101-120000 --master 'local[2]'",
     )
     add_arguments(parser)
     parser.set_defaults(handler=run)

@@ -17,11 +17,23 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "bench",
         help="run a benchmark scenario and audit its event logs",
-        description="Run a benchmark scenario (node; bridge, large and faults need issue 6) "
-        "and audit its event logs. 'txbridge bench SCENARIO --help' lists its options.",
-        add_help=False,
+        description="Run a benchmark scenario (node processes, traced producers and "
+        "consumers) and audit its event logs. Without SCENARIO, lists the scenarios; "
+        "'txbridge bench SCENARIO --help' lists a scenario's options. Runs from a source "
+        "checkout.",
+        epilog="example:\n"
+        "  txbridge bench node --out /tmp/bench-node --messages 20000\n"
+        "  txbridge bench node --help",
     )
-    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="SCENARIO [options]")
+    parser.add_argument(
+        "scenario", nargs="?", metavar="SCENARIO", help="node, bridge, large or faults"
+    )
+    parser.add_argument(
+        "options",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help="the scenario's options (passed on to it)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -35,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    result: int = scenarios.main(list(args.args))
+    argv = [args.scenario, *args.options] if args.scenario is not None else []
+    result: int = scenarios.main(argv)
     return result

@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
             "Create (or reuse) a development CA in DIR and issue certificates from it: "
             "NAME.pem and NAME.key for each --node and --client. Not for production."
         ),
+        epilog="example:\n  txbridge certs --dir certs --node node-a --client alice",
     )
     parser.add_argument("--dir", type=Path, default=Path("certs"), help="folder (default: certs)")
     parser.add_argument(

@@ -1,6 +1,10 @@
 """``txbridge node --config node.toml``: run a node in the foreground, as
 ``twistd -n txbridge --config node.toml`` does (it is that, with the configuration checked
-first so a mistake is one line on stderr and exit status 2)."""
+first so a mistake is one line on stderr and exit status 2, and a node that cannot start
+here, for its data directory or its security files, one line and exit status 1).
+
+twistd is given the node's service maker directly, not through Twisted's plugin search,
+so this works from any install, with or without ``twisted/plugins`` on the path."""
 
 from __future__ import annotations
 
@@ -9,9 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from twisted.scripts.twistd import run as twistd
+from twisted.python import usage
+from twisted.scripts.twistd import ServerOptions, runApp  # type: ignore[attr-defined]
 
 from bridge.config.node import load_node_config
+from bridge.ctl.preflight import check_startable
+from bridge.ctl.twistd import ServiceMaker
 from security.errors import ConfigError
 
 
@@ -19,7 +26,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "node",
         help="run a node in the foreground",
-        description="Run a node from its configuration file until SIGTERM or SIGINT.",
+        description="Run a node from its configuration file until SIGTERM or SIGINT "
+        "(SIGHUP reloads its bridges, users and security settings; docs/node.md).",
+        epilog="example:\n  txbridge node --config node.toml",
     )
     parser.add_argument("--config", "-c", type=Path, required=True, help="the node's TOML file")
     parser.set_defaults(handler=run)
@@ -27,10 +36,26 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        load_node_config(args.config)
+        config = load_node_config(args.config)
     except ConfigError as error:
         print(f"txbridge node: {error}", file=sys.stderr)
         return 2
-    sys.argv = ["twistd", "--nodaemon", "--pidfile=", "txbridge", "--config", str(args.config)]
-    twistd()
+    try:
+        check_startable(config)
+    except ConfigError as error:
+        print(f"txbridge node: cannot start: {error}", file=sys.stderr)
+        return 1
+    options: Any = ServerOptions()
+    options._getPlugins = _the_node
+    try:
+        options.parseOptions(["--nodaemon", "--pidfile=", "txbridge", "--config", str(args.config)])
+    except usage.UsageError as error:
+        print(f"txbridge node: {error}", file=sys.stderr)
+        return 2
+    runApp(options)
     return 0
+
+
+def _the_node(interface: object, package: object = None) -> list[ServiceMaker]:
+    """The one twistd sub-command ``txbridge node`` runs: no plugin search."""
+    return [ServiceMaker()]

@@ -2,18 +2,26 @@
 and the bridges, started in that order and stopped in the reverse one (the bridges first,
 so their unconfirmed messages are back on their queues before anything closes).
 
-Start-up opens the store (recovering every queue), then listens; if any step fails (a port
-in use, an unreadable certificate), what started is stopped again, the failure is logged
-naming the acceptor, and the process ends with status 1: nothing half-starts.
+Start-up first checks, creating nothing, that the data directory and the security files
+can be used (:mod:`bridge.ctl.preflight`), then opens the store (recovering every queue),
+then listens; if any step fails (a port in use, an unreadable certificate), what started is
+stopped again, the failure is logged naming the acceptor or path, and the process ends with
+status 1: nothing half-starts.
 
 Shutdown (SIGTERM, SIGINT, or ``stopService``) closes the acceptors and the management
 port, ends every connection (their unacknowledged deliveries return to their queues and
 open transactions roll back), lets the store finish its writes, and closes it.
+
+SIGHUP (when the service is asked to listen for it, as twistd's is) reloads what can
+change while the node runs: the configuration file is read again, the bridges, the users
+files and the security settings are replaced, and a log line says what was reloaded and
+which other changes wait for a restart.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable
@@ -21,6 +29,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import attrs
 from twisted.application.service import Service
 from twisted.internet import endpoints
 from twisted.internet.defer import Deferred
@@ -28,9 +37,10 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import Acceptor, NodeConfig, all_bridges
+from bridge.config.node import Acceptor, NodeConfig, all_bridges, load_node_config
 from bridge.ctl.auditlog import route_audit_log
 from bridge.ctl.management import management_site
+from bridge.ctl.preflight import check_startable
 from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
@@ -39,12 +49,17 @@ from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.store.sqlite import SQLiteMessageStore
 from security import SecurityStore
+from security.errors import ConfigError
 from transport.allocator import tune_allocator
 from transport.settings import ConnectionSettings
 
 log = Logger()
 
 NODE_ID_FILE = "node-id"
+
+RELOADABLE = frozenset({"source", "bridges", "bridges_dir", "security"})
+"""The parts of a node's configuration a reload replaces; a change to any other needs a
+restart."""
 
 
 class StartupError(Exception):
@@ -93,11 +108,22 @@ def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
 class NodeService(Service):
     """One node, from its configuration."""
 
-    def __init__(self, config: NodeConfig, reactor: Any, *, exit_on_failure: bool = True) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        reactor: Any,
+        *,
+        exit_on_failure: bool = True,
+        reload_on_hangup: bool = False,
+    ) -> None:
         self.config = config
         self.reactor = reactor
         self.exit_on_failure = exit_on_failure
+        self.reload_on_hangup = reload_on_hangup
+        self._bridges_from = config
+        """The configuration the bridges are read from: the last one a reload read."""
         self.broker: Broker | None = None
+        self.security: SecurityStore | None = None
         self.head: CoreHead | None = None
         self.stomp: StompHead | None = None
         self.bridges: Bridges | None = None
@@ -113,17 +139,24 @@ class NodeService(Service):
         self._stopping = None
         if self._unroute_audit is None:
             self._unroute_audit = route_audit_log(self.reactor)
+        if self.reload_on_hangup:
+            signal.signal(signal.SIGHUP, self._hangup)
         tune_allocator()
         self._starting = Deferred.fromCoroutine(self._start())
         self._starting.addCallbacks(self.started.callback, self._failed)
 
     async def _start(self) -> None:
         config = self.config
+        check_startable(config)
+        self.security = security = SecurityStore(config.security, self.reactor.seconds)
         identity = node_id(config.data_dir)
-        broker = Broker(config, SQLiteMessageStore(config.data_dir, self.reactor))
-        await broker.open()
+        store = SQLiteMessageStore(config.data_dir, self.reactor)
+        broker = Broker(config, store)
+        try:
+            await broker.open()
+        except Exception as error:
+            raise StartupError(f"the store {store.path}: {error}") from error
         self.broker = broker
-        security = SecurityStore(config.security, self.reactor.seconds)
         logins = Logins(self.reactor, security)  # one bound on hashing for every protocol
         self.head = head = CoreHead(
             broker,
@@ -155,7 +188,7 @@ class NodeService(Service):
             identity,
             self.reactor,
             client_connector(self.reactor, config.name),
-            lambda: all_bridges(config),
+            lambda: all_bridges(self._bridges_from),
         )
         if config.management is not None:
             site = management_site(
@@ -181,6 +214,59 @@ class NodeService(Service):
             ports=", ".join(f"{name} on {_where(port)}" for name, port in self.ports.items()),
         )
 
+    def _hangup(self, signum: int, frame: object) -> None:
+        # A signal handler runs between any two bytecodes: the work waits for the reactor.
+        self.reactor.callFromThread(self._reload_on_hangup)
+
+    def _reload_on_hangup(self) -> None:
+        log.info("node {name}: SIGHUP received, reloading", name=self.config.name)
+        Deferred.fromCoroutine(self.reload()).addErrback(
+            lambda failure: log.failure("the reload failed", failure)
+        )
+
+    async def reload(self) -> None:
+        """Read the configuration file again and apply what can change while the node runs:
+        the bridges (as ``POST /reload`` does, node file and bridges-dir), the users files
+        and the security settings (all or nothing: a bad one keeps the old ones). Logs
+        what was reloaded, each error, and the changes that wait for a restart."""
+        name = self.config.name
+        security, bridges = self.security, self.bridges
+        if security is None or bridges is None or self._stopping is not None:
+            log.warn("node {name}: not running, nothing reloaded", name=name)
+            return
+        try:
+            new = load_node_config(self.config.source)
+        except ConfigError as error:
+            log.error("node {name}: nothing reloaded: {error}", name=name, error=error)
+            return
+        try:
+            security.reload(new.security)
+        except ConfigError as error:
+            log.error(
+                "node {name}: users and security settings not reloaded, the old ones stay: {error}",
+                name=name,
+                error=error,
+            )
+            reloaded = "bridges"
+        else:
+            reloaded = "bridges, users and security settings"
+        self._bridges_from = new
+        for problem in await bridges.reload():
+            log.error("node {name}: bridge file not used: {problem}", name=name, problem=problem)
+        waiting = [
+            field.name.replace("_", "-")
+            for field in attrs.fields(NodeConfig)
+            if field.init
+            and field.name not in RELOADABLE
+            and getattr(new, field.name) != getattr(self.config, field.name)
+        ]
+        log.info(
+            "node {name} reloaded {reloaded}{waiting}",
+            name=name,
+            reloaded=reloaded,
+            waiting=f"; changes to {', '.join(waiting)} need a restart" if waiting else "",
+        )
+
     def _failed(self, failure: Failure) -> None:
         """Start-up failed: undo what started, then end the process with status 1."""
         log.critical("node {name} could not start: {why}", name=self.config.name, why=failure.value)
@@ -190,8 +276,10 @@ class NodeService(Service):
         self.started.errback(failure)
 
     def _exit(self) -> None:
+        # A start that fails at once fails before twistd runs the reactor: stopping it
+        # then would be lost, so the stop waits until it runs.
         self.reactor.addSystemEventTrigger("after", "shutdown", _exit_failed)
-        self.reactor.stop()
+        self.reactor.callWhenRunning(self.reactor.stop)
 
     def stopService(self) -> Deferred[None]:
         super().stopService()  # type: ignore[no-untyped-call]
@@ -211,6 +299,7 @@ class NodeService(Service):
             # Stopping while starting: let the start finish (or fail) first.
             with suppress(Exception):
                 await self.started
+        self.security = None
         if self.bridges is not None:
             bridges, self.bridges = self.bridges, None
             await bridges.stop_all()

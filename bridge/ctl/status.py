@@ -405,6 +405,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _action(actions: Any, name: str, text: str, example: str) -> argparse.ArgumentParser:
+    """One action's parser: ``text`` in the list of actions and, capitalised, as its
+    description, with ``example`` below its help."""
+    parser: argparse.ArgumentParser = actions.add_parser(
+        name,
+        help=text,
+        description=text[0].upper() + text[1:] + ".",
+        epilog=f"example:\n  {example}",
+    )
+    return parser
+
+
 def register(subparsers: Any) -> None:
     """Add ``txbridge ctl`` and its actions to the dispatcher's sub-commands."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -412,6 +424,9 @@ def register(subparsers: Any) -> None:
         help="query and operate a running node through its management API",
         description="Query and operate a running node through its management API "
         "(the node's [management] url).",
+        epilog="example:\n"
+        "  txbridge ctl --url http://127.0.0.1:8161 status\n"
+        "  txbridge ctl --url http://127.0.0.1:8161 --user root bridge pause a-to-b",
     )
     parser.add_argument(
         "--url", type=_url, required=True, help="the management API, http://HOST:PORT"
@@ -430,13 +445,28 @@ def register(subparsers: Any) -> None:
     )
     actions = parser.add_subparsers(dest="ctl_action", required=True, metavar="ACTION")
 
-    status = actions.add_parser("status", help="the node, its addresses and its queues")
+    status = _action(
+        actions,
+        "status",
+        "the node, its addresses and its queues",
+        "txbridge ctl --url http://127.0.0.1:8161 status --json",
+    )
     status.add_argument("--json", action="store_true", help="print the JSON document instead")
     status.set_defaults(ctl_action_handler=_status, ctl_label="status")
 
-    bridge = actions.add_parser("bridge", help="show, pause, resume, stop or start bridges")
+    bridge = _action(
+        actions,
+        "bridge",
+        "show, pause, resume, stop or start bridges",
+        "txbridge ctl --url http://127.0.0.1:8161 bridge status",
+    )
     bridge_actions = bridge.add_subparsers(dest="bridge_action", required=True, metavar="ACTION")
-    shown = bridge_actions.add_parser("status", help="the bridges, or one of them")
+    shown = _action(
+        bridge_actions,
+        "status",
+        "the bridges, or one of them",
+        "txbridge ctl --url http://127.0.0.1:8161 bridge status a-to-b",
+    )
     shown.add_argument("name", nargs="?", metavar="NAME", help="only this bridge")
     shown.add_argument("--json", action="store_true", help="print them as JSON instead")
     shown.set_defaults(ctl_action_handler=_bridge_status, ctl_label="bridge status")
@@ -448,12 +478,20 @@ def register(subparsers: Any) -> None:
         "start": "start a stopped or failed bridge",
     }
     for name, text in helps.items():
-        operate = bridge_actions.add_parser(name, help=text)
+        operate = _action(
+            bridge_actions,
+            name,
+            text,
+            f"txbridge ctl --url http://127.0.0.1:8161 bridge {name} a-to-b",
+        )
         operate.add_argument("name", metavar="NAME", help="the bridge")
         operate.set_defaults(ctl_action_handler=_operate_bridge, ctl_label=f"bridge {name}")
 
-    reload = actions.add_parser(
-        "reload", help="read the bridge files again; print the errors of bad ones"
+    reload = _action(
+        actions,
+        "reload",
+        "read the bridge files again; print the errors of bad ones",
+        "txbridge ctl --url http://127.0.0.1:8161 reload",
     )
     reload.set_defaults(ctl_action_handler=_reload, ctl_label="reload")
 

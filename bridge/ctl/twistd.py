@@ -44,4 +44,4 @@ class ServiceMaker:
         from twisted.internet import reactor  # noqa: PLC0415
 
         node: Any = options["node"]
-        return NodeService(node, reactor)
+        return NodeService(node, reactor, reload_on_hangup=True)

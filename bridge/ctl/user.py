@@ -226,16 +226,34 @@ def _password_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _command(commands: Any, name: str, text: str, example: str) -> argparse.ArgumentParser:
+    """One command's parser: ``text`` in the list of commands and, capitalised, as its
+    description, with ``example`` below its help."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=text,
+        description=text[0].upper() + text[1:] + ".",
+        epilog=f"example:\n  {example}",
+    )
+    return parser
+
+
 def register(subparsers: Any) -> None:
     """Add ``txbridge user`` to the dispatcher's sub-commands."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "user",
         help="manage a users file (names, password hashes, roles)",
         description="Manage a users file: names, scrypt password hashes and roles.",
+        epilog="example:\n  txbridge user add alice --file users.toml --role producers",
     )
     commands = parser.add_subparsers(dest="user_command", required=True, metavar="ACTION")
 
-    add = commands.add_parser("add", help="add a user")
+    add = _command(
+        commands,
+        "add",
+        "add a user",
+        "txbridge user add alice --file users.toml --role producers --role consumers",
+    )
     add.add_argument("name")
     _common(add)
     add.add_argument(
@@ -244,7 +262,12 @@ def register(subparsers: Any) -> None:
     _password_options(add)
     add.set_defaults(user_handler=_run(_add))
 
-    passwd = commands.add_parser("passwd", help="set a user's password (and roles with --role)")
+    passwd = _command(
+        commands,
+        "passwd",
+        "set a user's password (and roles with --role)",
+        "txbridge user passwd alice --file users.toml",
+    )
     passwd.add_argument("name")
     _common(passwd)
     passwd.add_argument(
@@ -253,12 +276,19 @@ def register(subparsers: Any) -> None:
     _password_options(passwd)
     passwd.set_defaults(user_handler=_run(_passwd))
 
-    remove = commands.add_parser("remove", help="remove a user")
+    remove = _command(
+        commands, "remove", "remove a user", "txbridge user remove alice --file users.toml"
+    )
     remove.add_argument("name")
     _common(remove)
     remove.set_defaults(user_handler=_run(_remove))
 
-    listing = commands.add_parser("list", help="list users and their roles (never hashes)")
+    listing = _command(
+        commands,
+        "list",
+        "list users and their roles (never hashes)",
+        "txbridge user list --file users.toml",
+    )
     _common(listing)
     listing.set_defaults(user_handler=_run(_list))
 

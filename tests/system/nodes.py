@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
@@ -37,8 +37,17 @@ def node_document(name: str = "a", **extra: Any) -> dict[str, Any]:
 class NodeProcess(ProcessProtocol):
     """One node process: its output, its ports once started, its exit code once ended."""
 
-    def __init__(self, directory: Path, document: dict[str, Any], twistd: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        document: dict[str, Any],
+        twistd: bool = False,
+        bin_dir: Path | None = None,
+    ) -> None:
         self.directory = directory
+        self.bin_dir = bin_dir
+        """Where ``txbridge`` and ``twistd`` are, for an install other than this checkout's
+        (run then without the checkout on ``PYTHONPATH``)."""
         self.config = directory / "node.toml"
         self.config.write_text(tomli_w.dumps(document))
         self.twistd = twistd
@@ -51,13 +60,17 @@ class NodeProcess(ProcessProtocol):
         """The signal that ended the process: twistd, once shut down cleanly on SIGTERM,
         ends itself with that signal, as its parent expects."""
         self.pid: int | None = None
+        self._awaited: list[tuple[str, int, Deferred[None]]] = []
 
     def start(self) -> NodeProcess:
+        where = self.bin_dir or BIN
         if self.twistd:
-            argv = [str(BIN / "twistd"), "-n", "--pidfile=", "txbridge", "--config", "node.toml"]
+            argv = [str(where / "twistd"), "-n", "--pidfile=", "txbridge", "--config", "node.toml"]
         else:
-            argv = [str(BIN / "txbridge"), "node", "--config", "node.toml"]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            argv = [str(where / "txbridge"), "node", "--config", "node.toml"]
+        env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        if self.bin_dir is None:
+            env["PYTHONPATH"] = str(ROOT)
         transport = reactor.spawnProcess(  # type: ignore[attr-defined]
             self, argv[0], argv, env=env, path=str(self.directory)
         )
@@ -66,6 +79,14 @@ class NodeProcess(ProcessProtocol):
 
     def outReceived(self, data: bytes) -> None:
         self.output += data.decode(errors="replace")
+        awaited, self._awaited = self._awaited, []
+        for text, since, waiter in awaited:
+            if waiter.called:  # timed out
+                continue
+            if text in self.output[since:]:
+                waiter.callback(None)
+            else:
+                self._awaited.append((text, since, waiter))
         if not self.started.called:
             found = STARTED.search(self.output)
             if found:
@@ -79,9 +100,16 @@ class NodeProcess(ProcessProtocol):
     def processEnded(self, reason: Failure) -> None:
         self.exit_code = getattr(reason.value, "exitCode", None)
         self.signal = getattr(reason.value, "signal", None)
+        awaited, self._awaited = self._awaited, []
+        for text, _, waiter in awaited:
+            if not waiter.called:
+                waiter.errback(
+                    RuntimeError(f"the node ended before saying {text!r}:\n{self.output}")
+                )
+        # Ended first: whoever awaits the start may go on to stop the node at once.
+        self.ended.callback(self.exit_code)
         if not self.started.called:
             self.started.errback(RuntimeError(f"the node ended before starting:\n{self.output}"))
-        self.ended.callback(self.exit_code)
 
     @property
     def core_url(self) -> str:
@@ -90,6 +118,22 @@ class NodeProcess(ProcessProtocol):
     @property
     def management_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['management']}"
+
+    async def wait_output(self, text: str, since: int = 0, timeout: float = 30.0) -> None:
+        """Wait until the node's output from character ``since`` on (``len(output)``
+        before the step that should make it say so) holds ``text``; fail after
+        ``timeout`` seconds or when the node ends first."""
+        if text in self.output[since:]:
+            return
+        waiter: Deferred[None] = Deferred()
+        if self.ended.called:
+            raise RuntimeError(f"the node ended before saying {text!r}:\n{self.output}")
+        self._awaited.append((text, since, waiter))
+        waiter.addTimeout(timeout, reactor)
+        try:
+            await waiter
+        except defer.TimeoutError:
+            raise AssertionError(f"the node did not say {text!r}:\n{self.output}") from None
 
     async def wait_started(self, timeout: float = 60.0) -> NodeProcess:
         self.started.addTimeout(timeout, reactor)
