@@ -138,10 +138,11 @@ class AddressSettingMatch:
 
 @attrs.frozen
 class Address:
-    """A declared address: its routing (None: the matched default) and its own settings."""
+    """A declared address: its routing types (None: the matched default) and its own
+    settings."""
 
     name: str
-    routing: Routing | None
+    routing: frozenset[Routing] | None
     overrides: SettingsOverrides
 
 
@@ -190,12 +191,18 @@ class NodeConfig:
         declared = self._declared.get(address)
         return declared.overrides.apply(settings) if declared is not None else settings
 
-    def routing_for(self, address: str) -> Routing:
-        """A declared address's routing, or the default routing its settings give."""
+    def routing_types_for(self, address: str) -> frozenset[Routing]:
+        """A declared address's routing types, or the default routing its settings give."""
         declared = self._declared.get(address)
         if declared is not None and declared.routing is not None:
             return declared.routing
-        return self.settings_for(address).default_routing
+        return frozenset({self.settings_for(address).default_routing})
+
+    def routing_for(self, address: str) -> Routing:
+        """The routing a send to the address gets when it states none: anycast if the
+        address has it (see ``routing_types_for``), else multicast."""
+        types = self.routing_types_for(address)
+        return Routing.ANYCAST if Routing.ANYCAST in types else Routing.MULTICAST
 
 
 _TOP = ("node", "acceptor", "address", "address-setting", "bridge", "management", "security")
@@ -344,12 +351,20 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
 def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:
     check_keys(table, _ADDRESS, source, prefix)
     name = expect_name(required(table, "name", source, prefix), source, key_path(prefix, "name"))
-    routing = (
-        _choice(Routing, table["routing"], source, key_path(prefix, "routing"))
-        if "routing" in table
-        else None
-    )
+    routing = _routing_types(table["routing"], source, prefix) if "routing" in table else None
     return Address(name, routing, _overrides(table, source, prefix))
+
+
+def _routing_types(value: object, source: str, prefix: str) -> frozenset[Routing]:
+    """An address's ``routing``: one routing type, or a list of one or both."""
+    key = key_path(prefix, "routing")
+    if not isinstance(value, list):
+        return frozenset({_choice(Routing, value, source, key)})
+    types = [_choice(Routing, each, source, key_path(key, at)) for at, each in enumerate(value)]
+    if not types or len(set(types)) != len(types):
+        why = f"expected a list of distinct routing types (anycast, multicast), got {value!r}"
+        raise ConfigError(source, key, why)
+    return frozenset(types)
 
 
 def _address_setting(table: Mapping[str, Any], source: str, prefix: str) -> AddressSettingMatch:

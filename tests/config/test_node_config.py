@@ -124,6 +124,24 @@ id-cache-size = 7
     assert config.management is None
 
 
+def test_an_address_routing_is_one_type_or_a_list_of_both(tmp_path):
+    path = _write(
+        tmp_path,
+        GOOD_HEAD
+        + '[[address]]\nname = "feed"\nrouting = ["anycast", "multicast"]\n'
+        + '[[address]]\nname = "news"\nrouting = ["multicast"]\n'
+        + '[[address]]\nname = "orders"\nrouting = "anycast"\n',
+    )
+    config = load_node_config(path)
+    both = {Routing.ANYCAST, Routing.MULTICAST}
+    assert config.routing_types_for("feed") == both
+    assert config.routing_for("feed") is Routing.ANYCAST  # what a send stating none gets
+    assert config.routing_types_for("news") == {Routing.MULTICAST}
+    assert config.routing_for("news") is Routing.MULTICAST
+    assert config.routing_types_for("orders") == {Routing.ANYCAST}
+    assert config.routing_types_for("undeclared") == {Routing.ANYCAST}
+
+
 def test_declaration_order_of_settings_does_not_matter(tmp_path):
     entries = [
         '[[address-setting]]\nmatch = "a.#"\nid-cache-size = 1\n',
@@ -189,6 +207,21 @@ GOOD_HEAD = '[node]\nname = "a"\ndata-dir = "d"\n'
             GOOD_HEAD + '[[address]]\nname = "o"\nrouting = "broadcast"\n',
             "address[0].routing",
             "expected one of anycast, multicast, got 'broadcast'",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nrouting = ["anycast", "topic"]\n',
+            "address[0].routing[1]",
+            "expected one of anycast, multicast, got 'topic'",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nrouting = ["anycast", "anycast"]\n',
+            "address[0].routing",
+            "expected a list of distinct routing types",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nrouting = []\n',
+            "address[0].routing",
+            "expected a list of distinct routing types (anycast, multicast), got []",
         ),
         (
             GOOD_HEAD + '[[address]]\nname = "o"\nmax-size-bytes = "lots"\n',

@@ -50,7 +50,7 @@ from bridge.heads.stomp.frames import (
     encodable,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.message import HeaderValue, Message
+from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.broker import AddressNotFound, Broker, NodeError, Transaction
 from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, QueueError
@@ -542,17 +542,23 @@ class StompSession:
             )
 
     def _routing(self, destination: Destination, name: str, routing: Routing) -> bool:
-        """Whether address ``name`` exists; StompError if its routing is not ``routing``."""
+        """Whether address ``name`` exists. One without ``routing`` gets it where the
+        client may create the address (so ``/queue/X`` and ``/topic/X`` can be used side
+        by side, as in Artemis); StompError where it may not."""
         address = self._broker.addresses.get(name)
         if address is None:
             return False
-        if address.routing is not routing:
+        if routing in address.routing_types:
+            return True
+        if not self._broker.may_create_address(name):
             other = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
             raise StompError(
                 "wrong destination type",
-                f"{destination} names address {name!r}, which is {address.routing.value}: "
-                f"use {other}{name}",
+                f"{destination} names address {name!r}, which is {address.routing.value} "
+                f"(auto-create-addresses is off for it, so it stays so): use {other}{name}",
             )
+        self._check(name, Permission.CREATE_ADDRESS)
+        self._broker.add_routing(address, routing)
         return True
 
     def _existing_queue(self, destination: Destination) -> str:
@@ -578,6 +584,7 @@ class StompSession:
         message_headers: dict[str, HeaderValue] = {
             key: value for key, value in headers.items() if key not in _SEND_FRAME_HEADERS
         }
+        self._state_routing(destination, address, message_headers)
         duplicate = message_headers.get(DUPLICATE_ID_HEADER)
         message = Message(
             0,
@@ -591,6 +598,18 @@ class StompSession:
             self._publish(message, tx, receipt)
         else:
             self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
+
+    def _state_routing(
+        self, destination: Destination, name: str, headers: dict[str, HeaderValue]
+    ) -> None:
+        """A send to an address with both routing types states the one its destination
+        names (``/topic/``: multicast, else anycast); elsewhere the header is not kept."""
+        address = self._broker.addresses.get(name)
+        if address is not None and len(address.routing_types) > 1:
+            topic = destination.kind is Kind.TOPIC
+            headers[ROUTING_TYPE] = (_MULTICAST if topic else _ANYCAST).value
+        else:
+            headers.pop(ROUTING_TYPE, None)
 
     def _send_address(self, destination: Destination) -> tuple[str, Deferred[Any] | None]:
         """Where a SEND goes: the address, and the creation to wait for first, if any."""
@@ -761,20 +780,21 @@ class StompSession:
         if destination.kind is Kind.AMQ_QUEUE:
             subscription.queue = name
             subscription.address = self._existing_queue(destination)
-            address = self._broker.addresses[subscription.address]
-            prefix = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
+            binding = self._broker.addresses[subscription.address].binding(name)
+            prefix = "/topic/" if binding.routing is Routing.MULTICAST else "/queue/"
             subscription.destination = f"{prefix}{subscription.address}"
             self._check(subscription.address, Permission.CONSUME, name)
             return None
         if destination.kind is Kind.QUEUE:
             subscription.queue = name
             exists = self._routing(destination, name, Routing.ANYCAST)
-            if exists and name not in self._broker.queues:
-                raise StompError("no such destination", f"{destination}: no queue {name!r}")
-            if exists:
+            if name in self._broker.queues:
                 self._check(name, Permission.CONSUME, name)
                 return None
-            self._may_create(destination, name)
+            if exists and not self._broker.may_create_address(name):
+                raise StompError("no such destination", f"{destination}: no queue {name!r}")
+            if not exists:
+                self._may_create(destination, name)
             self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
             self._check(name, Permission.CONSUME, name)
             return self._create_anycast(name)
