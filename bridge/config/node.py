@@ -94,6 +94,11 @@ class Acceptor:
     tcp_no_delay: bool = True
     """Nagle's algorithm off on its connections (Artemis's ``tcpNoDelay``, on by default
     there too), so that small frames are not held for the peer's delayed ACK."""
+    stomp_min_large_message_size: int = 100 * 1024
+    """A STOMP SEND body from this size (with a ``content-length``) is streamed to the
+    large-message store, not held in memory (Artemis's ``stompMinLargeMessageSize``)."""
+    stomp_max_message_size: int = 128 * 1024 * 1024
+    """The largest STOMP body streamed so (RabbitMQ's ``max_message_size``)."""
 
 
 @attrs.frozen
@@ -215,6 +220,8 @@ _ACCEPTOR = (
     "max-frame-size",
     "producer-window-size",
     "stomp-prefetch-count",
+    "stomp-min-large-message-size",
+    "stomp-max-message-size",
     "read-size",
     "tcp-no-delay",
 )
@@ -328,6 +335,18 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
         key_path(prefix, "stomp-prefetch-count"),
         minimum=0,
     )
+    min_large_key = key_path(prefix, "stomp-min-large-message-size")
+    min_large = expect_size(
+        table.get("stomp-min-large-message-size", "100KiB"), source, min_large_key
+    )
+    if min_large < 1:
+        raise ConfigError(source, min_large_key, "expected at least 1 byte")
+    max_message_key = key_path(prefix, "stomp-max-message-size")
+    max_message = expect_size(
+        table.get("stomp-max-message-size", "128MiB"), source, max_message_key
+    )
+    if max_message < min_large:
+        raise ConfigError(source, max_message_key, "expected at least stomp-min-large-message-size")
     read_key = key_path(prefix, "read-size")
     read_size = expect_size(table.get("read-size", DEFAULT_READ_SIZE), source, read_key)
     if not 4096 <= read_size <= MAX_READ_SIZE:
@@ -345,6 +364,8 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
         prefetch,
         read_size,
         no_delay,
+        min_large,
+        max_message,
     )
 
 

@@ -10,7 +10,7 @@ import pytest_twisted
 from bridge.config.node import Routing
 from bridge.message import BRIDGE_DUPLICATE_ID, ROUTING_TYPE
 from bridge.protocol import packets as p
-from tests.heads.conftest import Node, message
+from tests.heads.conftest import Node, eventually, message
 from tests.heads.test_core_handshake import error_text
 
 DEFAULTS = (-1, p.AddressFullPolicy.PAGE, 20000)
@@ -133,7 +133,7 @@ async def test_a_bridge_repeat_is_confirmed_and_dropped_even_after_a_restart(nod
     assert peer.of(p.SendFailed) == []
     assert [e.message.body for e in node.broker.queue("orders").browse()] == [b"once", b"other"]
     large_dir = node.path / "data" / "large-messages"
-    assert list(large_dir.iterdir()) == []  # the repeat's body file went
+    await eventually(lambda: list(large_dir.iterdir()) == [])  # the repeat's body file goes
 
 
 @pytest_twisted.ensureDeferred

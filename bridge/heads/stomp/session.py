@@ -40,16 +40,19 @@ from bridge.heads.stomp.destinations import (
     parse_destination,
 )
 from bridge.heads.stomp.frames import (
+    BodyChunk,
     Command,
     Event,
     Frame,
     FrameError,
     HeartBeat,
+    LargeFrame,
     Limits,
     Version,
     encodable,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
+from bridge.heads.stomp.large import BodySink
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.broker import AddressNotFound, Broker, NodeError, Transaction
 from bridge.node.memory import AddressMemory
@@ -175,6 +178,17 @@ class _Subscription:
 
 
 @attrs.define(eq=False)
+class _LargeSend:
+    """A SEND whose body is being streamed to ``sink``: the message it becomes once the
+    body is in, and where it goes."""
+
+    sink: BodySink
+    message: Message
+    tx: _Transaction | None
+    receipt: str | None
+
+
+@attrs.define(eq=False)
 class _Outstanding:
     """A frame's effect waiting for the store; the receipt (if any) goes out in turn."""
 
@@ -234,6 +248,8 @@ class StompSession:
         self._room: tuple[AddressMemory, Callable[[], None]] | None = None
         """The full BLOCK address a held SEND waits on, and its ``when_room`` callback."""
         self._room_call: IDelayedCall | None = None
+        self._large: _LargeSend | None = None
+        """The SEND whose body is being streamed, between its head and its last chunk."""
         self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
             Command.SEND: self._send,
             Command.SUBSCRIBE: self._subscribe,
@@ -252,9 +268,13 @@ class StompSession:
         """Act on one frame or heart-beat."""
         if isinstance(event, HeartBeat) or self.state not in _LIVE:
             return
-        headers = event.header_map()
+        headers = {} if isinstance(event, BodyChunk) else event.header_map()
         try:
-            if event.command in _CONNECTING:
+            if isinstance(event, BodyChunk):
+                self._body_chunk(event)
+            elif isinstance(event, LargeFrame):
+                self._large_frame(event, headers)
+            elif event.command in _CONNECTING:
                 if self.state is not _AWAITING_CONNECT:
                     raise StompError("already connected", f"a second {event.command} frame")
                 self._connect(headers)
@@ -265,7 +285,10 @@ class StompSession:
             else:
                 self._handlers[event.command](event, headers)
         except StompError as error:
-            self._fail(error.message, error.detail, headers.get("receipt"))
+            receipt = headers.get("receipt")
+            if isinstance(event, BodyChunk) and self._large is not None:
+                receipt = self._large.receipt
+            self._fail(error.message, error.detail, receipt)
 
     def protocol_error(self, error: FrameError) -> None:
         """The bytes from the peer are not a frame this node accepts."""
@@ -288,6 +311,9 @@ class StompSession:
         queues (counted as delivered), open transactions roll back, the queues of its
         non-durable topic subscriptions go. Fires once that is stored."""
         self.state = State.CLOSED
+        if self._large is not None:
+            self._large.sink.discard()
+            self._large = None
         self._flush_auto_acks()
         if self._auto_ack_call is not None and self._auto_ack_call.active():
             self._auto_ack_call.cancel()
@@ -571,6 +597,45 @@ class StompSession:
     # -- sending --------------------------------------------------------------------------
 
     def _send(self, frame: Frame, headers: dict[str, str]) -> None:
+        message, tx, receipt, creating = self._send_message(headers, frame.body)
+        if creating is None:
+            self._publish(message, tx, receipt)
+        else:
+            self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
+
+    def _large_frame(self, head: LargeFrame, headers: dict[str, str]) -> None:
+        """A SEND whose body is streamed: checked now, as any SEND, before its body comes;
+        the body goes to a file of the large-message store as it arrives (reading waits
+        for a destination being created first)."""
+        message, tx, receipt, creating = self._send_message(headers, b"")
+        sink = BodySink(self._broker, head.length)
+        self._large = _LargeSend(sink, message.with_id(sink.message_id), tx, receipt)
+        if creating is not None:
+            self._then(creating, lambda _: None, receipt)
+
+    def _body_chunk(self, chunk: BodyChunk) -> None:
+        """The next bytes of the streamed SEND's body; the last one publishes it."""
+        large = self._large
+        assert large is not None
+        try:
+            large.sink.write(chunk.data)
+        except OSError as error:
+            raise StompError("store failed", f"the body could not be written: {error}") from None
+        if not chunk.last:
+            return
+        self._large = None
+        message = attrs.evolve(large.message, large=large.sink.finish())
+        try:
+            self._publish(message, large.tx, large.receipt)
+        except StompError:
+            self._broker.discard(message)  # published nowhere: its file goes
+            raise
+
+    def _send_message(
+        self, headers: dict[str, str], body: bytes
+    ) -> tuple[Message, _Transaction | None, str | None, Deferred[Any] | None]:
+        """A SEND's message, checked: its transaction, its receipt, and the creation of
+        its destination to wait for, if any."""
         destination = _destination(headers)
         for name in SET_BY_NODE:
             if name in headers:
@@ -591,13 +656,10 @@ class StompSession:
             address,
             headers.get("persistent") == "true",
             message_headers,
-            frame.body,
+            body,
             duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
         )
-        if creating is None:
-            self._publish(message, tx, receipt)
-        else:
-            self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
+        return message, tx, receipt, creating
 
     def _state_routing(
         self, destination: Destination, name: str, headers: dict[str, HeaderValue]
@@ -889,8 +951,9 @@ class StompSession:
                 len(subscription.unacked) >= subscription.prefetch
             ):
                 self._update_ready(subscription)
+        large = message.large
         headers += (
-            ("content-length", str(len(body))),
+            ("content-length", str(len(body) if large is None else large.size)),
             ("redelivered", "true" if count > 1 else "false"),
             (DELIVERY_COUNT_HEADER, str(count)),
         )
@@ -898,7 +961,10 @@ class StompSession:
             headers.append(("persistent", "true"))
         if message.headers:
             headers += _message_headers(message.headers, self.version or _V1_0)
-        self._emit(Frame(_MESSAGE, tuple(headers), body))
+        if large is None:
+            self._emit(Frame(_MESSAGE, tuple(headers), body))
+        elif self.state is not State.CLOSED:
+            self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
 
     def _flush_auto_acks(self) -> None:
         """Acknowledge, for each auto subscription, what it was sent this turn: one
