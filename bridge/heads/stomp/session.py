@@ -608,7 +608,10 @@ class StompSession:
         the body goes to a file of the large-message store as it arrives (reading waits
         for a destination being created first)."""
         message, tx, receipt, creating = self._send_message(headers, b"")
-        sink = BodySink(self._broker, head.length)
+        try:
+            sink = BodySink(self._broker, head.length)
+        except OSError as error:
+            raise StompError("store failed", f"the body has nowhere to go: {error}") from None
         self._large = _LargeSend(sink, message.with_id(sink.message_id), tx, receipt)
         if creating is not None:
             self._then(creating, lambda _: None, receipt)
@@ -623,13 +626,13 @@ class StompSession:
             raise StompError("store failed", f"the body could not be written: {error}") from None
         if not chunk.last:
             return
-        self._large = None
         message = attrs.evolve(large.message, large=large.sink.finish())
         try:
             self._publish(message, large.tx, large.receipt)
         except StompError:
             self._broker.discard(message)  # published nowhere: its file goes
-            raise
+            raise  # (with ``_large`` still set, for the ERROR's receipt-id)
+        self._large = None
 
     def _send_message(
         self, headers: dict[str, str], body: bytes

@@ -117,3 +117,21 @@ async def test_the_streamed_body_limit_is_refused_from_the_content_length(make_n
     error = await raw.error()
     assert error.header("message") == "frame too large"
     assert b"1048577 bytes exceeds the limit of 1048576 bytes" in error.body
+
+
+@pytest_twisted.ensureDeferred
+async def test_large_sends_in_a_transaction_take_effect_at_commit_or_leave_no_file(stomp_node):
+    client = await stomp_node.client()
+    body = body_of(MIB)
+    await client.call("begin", "t1")
+    await client.send("/queue/tx", body, transaction="t1")
+    await client.call("abort", "t1", headers={"receipt": "aborted"})
+    await client.receipt("aborted")
+    await eventually(lambda: large_files(stomp_node) == [])
+    await client.call("begin", "t2")
+    await client.send("/queue/tx", body, transaction="t2", persistent="true")
+    assert stomp_node.broker.queue("tx").depth == 0
+    await client.call("commit", "t2", headers={"receipt": "committed"})
+    await client.receipt("committed")
+    [entry] = stomp_node.broker.queue("tx").browse()
+    assert entry.message.large is not None and entry.message.large.size == len(body)
