@@ -135,3 +135,20 @@ async def test_large_sends_in_a_transaction_take_effect_at_commit_or_leave_no_fi
     await client.receipt("committed")
     [entry] = stomp_node.broker.queue("tx").browse()
     assert entry.message.large is not None and entry.message.large.size == len(body)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stomp_large_send_reaches_a_core_consumer_as_a_large_delivery(stomp_node):
+    body = body_of(2 * MIB + 1)
+    producer = await stomp_node.client()
+    await producer.confirmed_send("/queue/down", body, persistent="true", origin="stomp")
+    client = await connect(reactor, stomp_node.core_url)
+    try:
+        consumer = await client.consumer("down")
+        message = await consumer.receive().addTimeout(30, reactor)
+        assert message.is_large and message.headers["origin"] == "stomp"
+        assert message.body_file.read() == body
+        await message.ack_durably()
+    finally:
+        await client.close()
+    await eventually(lambda: large_files(stomp_node) == [])
