@@ -38,6 +38,11 @@ BRIDGE_DUPLICATE_ID = "_TXB_BRIDGE_DUP_ID"
 duplicate-detection id, checked against the target address's bridge cache rather than its
 producers' (Artemis's ``_AMQ_BRIDGE_DUP``)."""
 
+ROUTING_TYPE = "_TXB_ROUTING_TYPE"
+"""The header (a str, "anycast" or "multicast") by which a send to an address with both
+routing types says which of its queues it is for (Artemis's ``_AMQ_ROUTING_TYPE``); an
+address with one routing type ignores it."""
+
 VERSION = 1
 _DURABLE = 0x01
 _HAS_DUPLICATE_ID = 0x02

@@ -93,6 +93,15 @@ Settle = Callable[[ClientError | None], object]
 Frame = tuple[int, bytes]
 
 
+_ROUTING_WORDS = {
+    None: "",
+    Routing.ANYCAST: "anycast",
+    Routing.MULTICAST: "multicast",
+    Routing.BOTH: "anycast,multicast",
+}
+"""``AddressInfo.routing`` for each ADDRESS_INFO ``routing``."""
+
+
 def default_spool() -> IO[bytes]:
     """Where a large delivery's body goes: memory up to 1 MiB, then a temporary file."""
     return tempfile.SpooledTemporaryFile(max_size=DEFAULT_SPOOL_MEMORY)
@@ -104,7 +113,8 @@ class AddressInfo:
 
     For an address that does not exist (``exists`` false), the settings it would be
     created with on first use, which it is when ``auto_create``. ``routing`` is
-    "anycast" or "multicast", or "" when the address neither exists nor would be created;
+    "anycast", "multicast" or "anycast,multicast" (both routing types), or "" when the
+    address neither exists nor would be created;
     ``max_size_bytes`` is -1 for no limit; ``address_full_policy`` is "PAGE", "BLOCK",
     "FAIL" or "DROP"; ``id_cache_size`` is how many duplicate ids it keeps.
     """
@@ -766,7 +776,7 @@ class ClientSession:
             info = AddressInfo(
                 address,
                 packet.exists,
-                "" if routing is None else routing.name.lower(),
+                _ROUTING_WORDS[routing],
                 packet.max_size_bytes,
                 packet.address_full_policy.name,
                 packet.id_cache_size,

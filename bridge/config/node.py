@@ -94,6 +94,11 @@ class Acceptor:
     tcp_no_delay: bool = True
     """Nagle's algorithm off on its connections (Artemis's ``tcpNoDelay``, on by default
     there too), so that small frames are not held for the peer's delayed ACK."""
+    stomp_min_large_message_size: int = 100 * 1024
+    """A STOMP SEND body from this size (with a ``content-length``) is streamed to the
+    large-message store, not held in memory (Artemis's ``stompMinLargeMessageSize``)."""
+    stomp_max_message_size: int = 128 * 1024 * 1024
+    """The largest STOMP body streamed so (RabbitMQ's ``max_message_size``)."""
 
 
 @attrs.frozen
@@ -138,10 +143,11 @@ class AddressSettingMatch:
 
 @attrs.frozen
 class Address:
-    """A declared address: its routing (None: the matched default) and its own settings."""
+    """A declared address: its routing types (None: the matched default) and its own
+    settings."""
 
     name: str
-    routing: Routing | None
+    routing: frozenset[Routing] | None
     overrides: SettingsOverrides
 
 
@@ -190,12 +196,18 @@ class NodeConfig:
         declared = self._declared.get(address)
         return declared.overrides.apply(settings) if declared is not None else settings
 
-    def routing_for(self, address: str) -> Routing:
-        """A declared address's routing, or the default routing its settings give."""
+    def routing_types_for(self, address: str) -> frozenset[Routing]:
+        """A declared address's routing types, or the default routing its settings give."""
         declared = self._declared.get(address)
         if declared is not None and declared.routing is not None:
             return declared.routing
-        return self.settings_for(address).default_routing
+        return frozenset({self.settings_for(address).default_routing})
+
+    def routing_for(self, address: str) -> Routing:
+        """The routing a send to the address gets when it states none: anycast if the
+        address has it (see ``routing_types_for``), else multicast."""
+        types = self.routing_types_for(address)
+        return Routing.ANYCAST if Routing.ANYCAST in types else Routing.MULTICAST
 
 
 _TOP = ("node", "acceptor", "address", "address-setting", "bridge", "management", "security")
@@ -208,6 +220,8 @@ _ACCEPTOR = (
     "max-frame-size",
     "producer-window-size",
     "stomp-prefetch-count",
+    "stomp-min-large-message-size",
+    "stomp-max-message-size",
     "read-size",
     "tcp-no-delay",
 )
@@ -321,6 +335,18 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
         key_path(prefix, "stomp-prefetch-count"),
         minimum=0,
     )
+    min_large_key = key_path(prefix, "stomp-min-large-message-size")
+    min_large = expect_size(
+        table.get("stomp-min-large-message-size", "100KiB"), source, min_large_key
+    )
+    if min_large < 1:
+        raise ConfigError(source, min_large_key, "expected at least 1 byte")
+    max_message_key = key_path(prefix, "stomp-max-message-size")
+    max_message = expect_size(
+        table.get("stomp-max-message-size", "128MiB"), source, max_message_key
+    )
+    if max_message < min_large:
+        raise ConfigError(source, max_message_key, "expected at least stomp-min-large-message-size")
     read_key = key_path(prefix, "read-size")
     read_size = expect_size(table.get("read-size", DEFAULT_READ_SIZE), source, read_key)
     if not 4096 <= read_size <= MAX_READ_SIZE:
@@ -338,18 +364,28 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
         prefetch,
         read_size,
         no_delay,
+        min_large,
+        max_message,
     )
 
 
 def _address(table: Mapping[str, Any], source: str, prefix: str) -> Address:
     check_keys(table, _ADDRESS, source, prefix)
     name = expect_name(required(table, "name", source, prefix), source, key_path(prefix, "name"))
-    routing = (
-        _choice(Routing, table["routing"], source, key_path(prefix, "routing"))
-        if "routing" in table
-        else None
-    )
+    routing = _routing_types(table["routing"], source, prefix) if "routing" in table else None
     return Address(name, routing, _overrides(table, source, prefix))
+
+
+def _routing_types(value: object, source: str, prefix: str) -> frozenset[Routing]:
+    """An address's ``routing``: one routing type, or a list of one or both."""
+    key = key_path(prefix, "routing")
+    if not isinstance(value, list):
+        return frozenset({_choice(Routing, value, source, key)})
+    types = [_choice(Routing, each, source, key_path(key, at)) for at, each in enumerate(value)]
+    if not types or len(set(types)) != len(types):
+        why = f"expected a list of distinct routing types (anycast, multicast), got {value!r}"
+        raise ConfigError(source, key, why)
+    return frozenset(types)
 
 
 def _address_setting(table: Mapping[str, Any], source: str, prefix: str) -> AddressSettingMatch:

@@ -91,7 +91,7 @@ class NodeView:
             addresses=tuple(
                 AddressStatus(
                     name=name,
-                    routing=address.routing.value,
+                    routing=",".join(sorted(r.value for r in address.routing_types)),
                     queues=tuple(sorted(b.queue.name for b in address.bindings)),
                     memory_bytes=address.memory.size,
                     max_size_bytes=address.memory.max_size,

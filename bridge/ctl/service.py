@@ -81,10 +81,15 @@ def node_id(data_dir: Path) -> str:
 
 
 def stomp_settings(acceptor: Acceptor) -> StompSettings:
-    """A STOMP acceptor's settings: frames up to its max-frame-size, heart-beats offered at
-    a third of its TTL (as the core transport pings)."""
+    """A STOMP acceptor's settings: bodies held whole up to its max-frame-size, streamed
+    from its stomp-min-large-message-size up to its stomp-max-message-size, heart-beats
+    offered at a third of its TTL (as the core transport pings)."""
     return StompSettings(
-        limits=Limits(max_body=acceptor.max_frame_size),
+        limits=Limits(
+            max_body=acceptor.max_frame_size,
+            min_large=acceptor.stomp_min_large_message_size,
+            max_large=acceptor.stomp_max_message_size,
+        ),
         ttl=acceptor.connection_ttl,
         heart_beat=acceptor.connection_ttl / 3,
         prefetch=acceptor.stomp_prefetch_count,

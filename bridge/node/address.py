@@ -1,9 +1,12 @@
 """An address and the queues bound to it: where each message goes.
 
-Anycast: each message goes to ONE of the address's queues whose filter it matches, the
+An address has a set of routing types, and each queue bound to it one of them. Anycast:
+each message goes to ONE of the address's anycast queues whose filter it matches, the
 queues taking turns (usually there is one, named like the address). Multicast: each
-message goes to EVERY subscription queue whose filter it matches. A message no queue takes
-is dropped (there is nobody to keep it for), as in Artemis.
+message goes to EVERY multicast (subscription) queue whose filter it matches. An address
+with both routing types routes a message by the type its ``ROUTING_TYPE`` header states,
+anycast when it states none, as Artemis does. A message no queue takes is dropped (there
+is nobody to keep it for), as in Artemis.
 
 Each address keeps two duplicate-id caches of its ``id-cache-size``: one for producers'
 ids, one for the ids core bridges put on what they forward (Artemis's bridge cache), so
@@ -18,7 +21,7 @@ from typing import NamedTuple
 import attrs
 
 from bridge.config.node import AddressSettings, Routing
-from bridge.message import Message
+from bridge.message import ROUTING_TYPE, Message
 from bridge.node.duplicates import DuplicateIdCache
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import Filter, Queue
@@ -48,18 +51,19 @@ class Binding:
     queue: Queue
     filter: Filter | None
     durable: bool
+    routing: Routing
 
     def takes(self, message: Message) -> bool:
         return self.filter is None or self.filter(message.headers)
 
 
 class Address:
-    """An address's routing, its bindings, its duplicate-id caches and its memory."""
+    """An address's routing types, its bindings, its duplicate-id caches and its memory."""
 
     def __init__(
         self,
         name: str,
-        routing: Routing,
+        routing_types: Routing | Iterable[Routing],
         settings: AddressSettings,
         *,
         recovered_ids: Iterable[bytes] = (),
@@ -67,7 +71,11 @@ class Address:
         node_memory: NodeMemory | None = None,
     ) -> None:
         self.name = name
-        self.routing = routing
+        self.routing_types: frozenset[Routing] = frozenset(
+            {routing_types} if isinstance(routing_types, Routing) else routing_types
+        )
+        if not self.routing_types:
+            raise AddressError(f"address {name!r} needs a routing type")
         self.settings = settings
         self.memory = AddressMemory(
             name,
@@ -83,16 +91,44 @@ class Address:
         self._turn = 0
 
     @property
+    def routing(self) -> Routing:
+        """The routing type of a send that states none: anycast, if the address has it."""
+        return Routing.ANYCAST if Routing.ANYCAST in self.routing_types else Routing.MULTICAST
+
+    def add_routing(self, routing: Routing) -> None:
+        """Give the address another routing type (a client used it, and may)."""
+        self.routing_types = self.routing_types | {routing}
+        self._bound()
+
+    @property
     def bindings(self) -> tuple[Binding, ...]:
         return tuple(self._bindings.values())
 
-    def bind(self, queue: Queue, filter: Filter | None = None, durable: bool = True) -> None:
-        """Bind a queue (for multicast, a subscription) to this address."""
+    def binding(self, queue_name: str) -> Binding:
+        try:
+            return self._bindings[queue_name]
+        except KeyError:
+            raise AddressError(f"address {self.name!r} has no queue {queue_name!r}") from None
+
+    def bind(
+        self,
+        queue: Queue,
+        filter: Filter | None = None,
+        durable: bool = True,
+        routing: Routing | None = None,
+    ) -> None:
+        """Bind a queue (for multicast, a subscription) to this address, with ``routing``
+        (one of the address's routing types; None: the address's ``routing``)."""
         if queue.address != self.name:
             raise AddressError(f"queue {queue.name!r} belongs to address {queue.address!r}")
         if queue.name in self._bindings:
             raise AddressError(f"address {self.name!r} already has queue {queue.name!r}")
-        self._bindings[queue.name] = Binding(queue, filter, durable)
+        routing = self.routing if routing is None else routing
+        if routing not in self.routing_types:
+            raise AddressError(
+                f"address {self.name!r} is {routing_names(self.routing_types)}, not {routing.value}"
+            )
+        self._bindings[queue.name] = Binding(queue, filter, durable, routing)
         self._bound()
 
     def unbind(self, queue_name: str) -> Binding:
@@ -106,7 +142,8 @@ class Address:
     def _bound(self) -> None:
         """The bindings changed: ``route``'s shortcut is renewed."""
         bindings = list(self._bindings.values())
-        self._only = bindings[0] if len(bindings) == 1 and bindings[0].filter is None else None
+        one = len(bindings) == 1 and bindings[0].filter is None and len(self.routing_types) == 1
+        self._only = bindings[0] if one else None
 
     def detection(self, message: Message) -> Detection | None:
         """Where the message's repeats are detected: a bridge id in the bridge cache (its
@@ -123,9 +160,34 @@ class Address:
         """The bindings the message goes to (none: it is dropped)."""
         if self._only is not None:
             return [self._only]
-        takers = [binding for binding in self._bindings.values() if binding.takes(message)]
-        if self.routing is Routing.MULTICAST or len(takers) <= 1:
+        routing = self.routing
+        if len(self.routing_types) > 1:
+            routing = _stated(message, routing)
+        takers = [
+            binding
+            for binding in self._bindings.values()
+            if binding.routing is routing and binding.takes(message)
+        ]
+        if routing is Routing.MULTICAST or len(takers) <= 1:
             return takers
         chosen = takers[self._turn % len(takers)]
         self._turn += 1
         return [chosen]
+
+
+def _stated(message: Message, default: Routing) -> Routing:
+    """The routing type the message's ``ROUTING_TYPE`` header states, else ``default``;
+    AddressError for a value that names none."""
+    stated = message.headers.get(ROUTING_TYPE)
+    if stated is None:
+        return default
+    if stated == "anycast":
+        return Routing.ANYCAST
+    if stated == "multicast":
+        return Routing.MULTICAST
+    raise AddressError(f"header {ROUTING_TYPE} is {stated!r}: it is 'anycast' or 'multicast'")
+
+
+def routing_names(routing_types: frozenset[Routing]) -> str:
+    """The routing types in words: "anycast", "multicast" or "anycast and multicast"."""
+    return " and ".join(sorted(routing.value for routing in routing_types))

@@ -21,7 +21,7 @@ no client creates one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredList, FirstError, succeed
@@ -30,7 +30,14 @@ from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
 from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
-from bridge.node.address import BRIDGE_KEY_PREFIX, Address, Binding, Detection
+from bridge.node.address import (
+    BRIDGE_KEY_PREFIX,
+    Address,
+    AddressError,
+    Binding,
+    Detection,
+    routing_names,
+)
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
 from bridge.selector import compile_selector
@@ -151,16 +158,23 @@ class Broker:
             )
         for declared in self.config.addresses:
             address = self._address(declared.name, create=True)
-            if address.routing is Routing.ANYCAST and declared.name not in self._queues:
-                await self.create_queue(declared.name, declared.name, durable=True)
+            for routing in self.config.routing_types_for(declared.name) - address.routing_types:
+                address.add_routing(routing)
+            if Routing.ANYCAST in address.routing_types and declared.name not in self._queues:
+                await self.create_queue(
+                    declared.name, declared.name, durable=True, routing=Routing.ANYCAST
+                )
 
     def _recover(self, recovered: Recovered) -> None:
         for record in recovered.queues:
+            routing = Routing(record.routing)
             address = self._addresses.get(record.address)
             if address is None:
-                address = self._new_address(record.address, Routing(record.routing))
+                address = self._new_address(record.address, {routing})
+            elif routing not in address.routing_types:
+                address.add_routing(routing)
             queue = self._new_queue(record.name, address)
-            address.bind(queue, _filter(record.filter), durable=True)
+            address.bind(queue, _filter(record.filter), durable=True, routing=routing)
             self._queues[record.name] = queue
             self._durable.add(record.name)
             for stored in recovered.messages.get(record.name, ()):
@@ -175,12 +189,12 @@ class Broker:
 
     # -- addresses and queues -------------------------------------------------------------
 
-    def _new_address(self, name: str, routing: Routing) -> Address:
+    def _new_address(self, name: str, routing_types: Iterable[Routing]) -> Address:
         """Create an address, its duplicate-id caches refilled from what the store kept for
         it (whether it comes back from a queue record, the configuration or a first use)."""
         address = Address(
             name,
-            routing,
+            routing_types,
             self.config.settings_for(name),
             recovered_ids=self._recovered_ids.pop(name, ()),
             recovered_bridge_ids=self._recovered_ids.pop(BRIDGE_KEY_PREFIX + name, ()),
@@ -205,33 +219,47 @@ class Broker:
             return address
         if not create and not self.may_create_address(name):
             raise self.not_creatable(name)
-        return self._new_address(name, routing or self.config.routing_for(name))
+        types = self.config.routing_types_for(name) if routing is None else {routing}
+        return self._new_address(name, types)
 
     def create_address(self, name: str, routing: Routing) -> Address:
         """The address ``name`` with ``routing``: created (without queues) if missing, as
-        a head creates one on first use once it checked the client may. NodeError if it
-        exists with another routing, AddressNotFound for a name reserved to the node."""
+        a head creates one on first use once it checked the client may; an existing one
+        gets ``routing`` too if it lacks it (see ``add_routing``). AddressNotFound for a
+        name reserved to the node."""
         address = self._addresses.get(name)
         if address is None:
             if name.startswith("$"):
                 raise self.not_creatable(name)
-            return self._new_address(name, routing)
-        if address.routing is not routing:
-            raise NodeError(f"address {name!r} is {address.routing.value}, not {routing.value}")
+            return self._new_address(name, {routing})
+        self.add_routing(address, routing)
         return address
+
+    def add_routing(self, address: Address, routing: Routing) -> None:
+        """Give ``address`` the routing type ``routing`` if it lacks it, as Artemis does
+        for a client that uses it where addresses may be created on first use; NodeError
+        where they may not."""
+        if routing in address.routing_types:
+            return
+        if not self.may_create_address(address.name):
+            raise NodeError(
+                f"address {address.name!r} is {routing_names(address.routing_types)}, not "
+                f"{routing.value}, and auto-create-addresses is off for it"
+            )
+        address.add_routing(routing)
 
     def _auto_queue(self, address: Address) -> None:
         """An anycast address created on first use gets its queue of the same name, as
         Artemis's auto-create-queues does; it is stored in the same group commit as the
         send that created it, ahead of it."""
-        if address.routing is not Routing.ANYCAST or address.name in self._queues:
+        if Routing.ANYCAST not in address.routing_types or address.name in self._queues:
             return
         queue = self._new_queue(address.name, address)
-        address.bind(queue, None, durable=True)
+        address.bind(queue, None, durable=True, routing=Routing.ANYCAST)
         self._queues[address.name] = queue
         self._durable.add(address.name)
         self.store.create_queue(
-            QueueRecord(address.name, address.name, address.routing.value, None)
+            QueueRecord(address.name, address.name, Routing.ANYCAST.value, None)
         ).addErrback(self._auto_queue_failed, address.name)
 
     def _auto_queue_failed(self, failure: Failure, name: str) -> None:
@@ -296,7 +324,8 @@ class Broker:
     ) -> Queue:
         """Create a queue bound to an address (created too if settings allow, with
         ``routing`` or the configured default); durable queues are stored before they
-        exist. A ``routing`` that differs from an existing address's is refused.
+        exist. The queue's routing type is ``routing``, else the address's ``routing``; an
+        existing address lacking it gets it where ``add_routing`` allows.
 
         A call for a queue another call is still creating waits for it, and gets that
         queue if it is on the same address with the same durability."""
@@ -331,17 +360,14 @@ class Broker:
     ) -> Queue:
         compiled = _filter(filter)
         address = self._address(address_name, create=False, routing=routing)
-        if routing is not None and address.routing is not routing:
-            raise NodeError(
-                f"address {address_name!r} is {address.routing.value}, not {routing.value}"
-            )
+        if routing is None:
+            routing = address.routing
+        self.add_routing(address, routing)
         if durable:
-            await self.store.create_queue(
-                QueueRecord(name, address_name, address.routing.value, filter)
-            )
+            await self.store.create_queue(QueueRecord(name, address_name, routing.value, filter))
             self._durable.add(name)
         queue = self._new_queue(name, address)
-        address.bind(queue, compiled, durable)
+        address.bind(queue, compiled, durable, routing)
         self._queues[name] = queue
         return queue
 
@@ -437,7 +463,9 @@ class Broker:
         its add returns None and tells ``then``, as ``publish_then`` says."""
         # auto_create's work, skipped for an address that exists and needs no queue
         address = self._addresses.get(message.address)
-        if address is None or (address.routing is _ANYCAST and address.name not in self._queues):
+        if address is None or (
+            _ANYCAST in address.routing_types and address.name not in self._queues
+        ):
             address = self.auto_create(message.address)
         if message.large is None:
             message = message.with_id(self._next_id)
@@ -454,7 +482,11 @@ class Broker:
                 return settling.addCallback(self._repeat_settled, message)
             tx.repeats.append((message, settling))
             return Routed(())
-        bindings = address.route(message)
+        try:
+            bindings = address.route(message)
+        except AddressError as error:
+            self.discard(message)
+            raise NodeError(str(error)) from None
         memory = address.memory
         paged = False
         if bindings and (memory.paged_messages or memory.full):

@@ -179,17 +179,24 @@ def _flag(view: memoryview, at: int) -> int:
 
 
 class _Enum(_Wire):
-    """An IntEnum member as a fixed-width integer; other values are refused."""
+    """An IntEnum member (of ``only``, if given) as a fixed-width integer; other values
+    are refused."""
 
-    def __init__(self, name: str, layout: struct.Struct, enum: type[IntEnum]) -> None:
+    def __init__(
+        self,
+        name: str,
+        layout: struct.Struct,
+        enum: type[IntEnum],
+        only: tuple[IntEnum, ...] = (),
+    ) -> None:
         self.name = name
         self._layout = layout
         self._enum = enum
-        self._members = {member.value: member for member in enum}
+        self._members = {member.value: member for member in (only or tuple(enum))}
 
     def encode(self, value: Any, parts: list[bytes]) -> None:
-        if not isinstance(value, self._enum):
-            raise _Unencodable(f"{value!r} is not a {self._enum.__name__}")
+        if not isinstance(value, self._enum) or value.value not in self._members:
+            raise _Unencodable(f"{value!r} is not a {self._enum.__name__} of {self.name}")
         parts.append(self._layout.pack(value))
 
     def decode(self, view: memoryview, at: int) -> tuple[IntEnum, int]:
@@ -351,6 +358,7 @@ MESSAGE = _MessageWire("message", header_only=False)
 MESSAGE_HEADER = _MessageWire("message header", header_only=True)
 CODE = _Enum("error code u16", _BE_U16, ErrorCode)
 ROUTING = _Enum("routing u8", _BE_U8, Routing)
+QUEUE_ROUTING = _Enum("queue routing u8", _BE_U8, Routing, (Routing.ANYCAST, Routing.MULTICAST))
 POLICY = _Enum("policy u8", _BE_U8, AddressFullPolicy)
 MESSAGES = _Messages()
 
@@ -425,7 +433,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("request_id", U64),
             ("name", STR),
             ("address", STR),
-            ("routing", ROUTING),
+            ("routing", QUEUE_ROUTING),
             ("durable", BOOL),
             ("filter", _Optional(STR)),
         ),

@@ -19,8 +19,11 @@ import attrs
 
 from bridge.message import Message
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """The core protocol version this codec speaks (CONNECT/CONNECTED ``protocol_version``)."""
+
+SUPPORTED_VERSIONS = frozenset({2, PROTOCOL_VERSION})
+"""The versions a node accepts in a CONNECT: version 2 lacks only ``Routing.BOTH``."""
 
 FRAME_SIZE_UNSTATED = 4 * 1024 * 1024
 """The ``max_frame_size`` a CONNECT or CONNECTED built without one states: the
@@ -116,6 +119,9 @@ class Routing(IntEnum):
     """Each message goes to one queue: the queue of the address's name."""
     MULTICAST = 2
     """Each message goes to every queue (subscription) of the address."""
+    BOTH = 3
+    """ADDRESS_INFO only, protocol 3: the address has anycast and multicast queues, and a
+    send goes to those its ``_TXB_ROUTING_TYPE`` header names (anycast if none)."""
 
 
 class AddressFullPolicy(IntEnum):

@@ -56,6 +56,17 @@ def test_a_query_is_answered_with_the_address_info():
     assert outcomes.heard == {}  # the error callback hears nothing on success
 
 
+def test_an_address_with_both_routing_types_is_described_so():
+    driver = ready()
+    outcomes = Outcomes()
+    feed = ask(driver, "feed", outcomes)
+    driver.sent()
+    feed_answers(
+        driver, AddressInfoPacket(1, True, True, Routing.BOTH, -1, AddressFullPolicy.PAGE, 9)
+    )
+    assert feed == [AddressInfo("feed", True, "anycast,multicast", -1, "PAGE", 9, True)]
+
+
 def test_a_refused_query_fails_with_the_nodes_words():
     driver = ready()
     outcomes = Outcomes()

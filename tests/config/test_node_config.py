@@ -13,6 +13,7 @@ from bridge.config.node import (
     Routing,
     load_node_config,
 )
+from bridge.ctl.service import stomp_settings
 from security.errors import ConfigError
 
 EXAMPLE = """\
@@ -124,6 +125,40 @@ id-cache-size = 7
     assert config.management is None
 
 
+def test_an_address_routing_is_one_type_or_a_list_of_both(tmp_path):
+    path = _write(
+        tmp_path,
+        GOOD_HEAD
+        + '[[address]]\nname = "feed"\nrouting = ["anycast", "multicast"]\n'
+        + '[[address]]\nname = "news"\nrouting = ["multicast"]\n'
+        + '[[address]]\nname = "orders"\nrouting = "anycast"\n',
+    )
+    config = load_node_config(path)
+    both = {Routing.ANYCAST, Routing.MULTICAST}
+    assert config.routing_types_for("feed") == both
+    assert config.routing_for("feed") is Routing.ANYCAST  # what a send stating none gets
+    assert config.routing_types_for("news") == {Routing.MULTICAST}
+    assert config.routing_for("news") is Routing.MULTICAST
+    assert config.routing_types_for("orders") == {Routing.ANYCAST}
+    assert config.routing_types_for("undeclared") == {Routing.ANYCAST}
+
+
+def test_stomp_large_bodies_stream_from_a_size_up_to_a_limit(tmp_path):
+    path = _write(
+        tmp_path,
+        GOOD_HEAD
+        + '[[acceptor]]\nname = "a"\nurl = "tcp://h:1"\nprotocols = ["stomp"]\n'
+        + '[[acceptor]]\nname = "b"\nurl = "tcp://h:2"\nprotocols = ["stomp"]\n'
+        + 'max-frame-size = "1MiB"\nstomp-min-large-message-size = "1MiB"\n'
+        + 'stomp-max-message-size = "1GiB"\n',
+    )
+    defaults, tuned = load_node_config(path).acceptors
+    limits = stomp_settings(defaults).limits
+    assert (limits.max_body, limits.min_large, limits.max_large) == (4 << 20, 100 << 10, 128 << 20)
+    limits = stomp_settings(tuned).limits
+    assert (limits.max_body, limits.min_large, limits.max_large) == (1 << 20, 1 << 20, 1 << 30)
+
+
 def test_declaration_order_of_settings_does_not_matter(tmp_path):
     entries = [
         '[[address-setting]]\nmatch = "a.#"\nid-cache-size = 1\n',
@@ -189,6 +224,33 @@ GOOD_HEAD = '[node]\nname = "a"\ndata-dir = "d"\n'
             GOOD_HEAD + '[[address]]\nname = "o"\nrouting = "broadcast"\n',
             "address[0].routing",
             "expected one of anycast, multicast, got 'broadcast'",
+        ),
+        (
+            GOOD_HEAD
+            + '[[acceptor]]\nname = "s"\nurl = "tcp://h:1"\nstomp-max-message-size = "1KiB"\n',
+            "acceptor[0].stomp-max-message-size",
+            "expected at least stomp-min-large-message-size",
+        ),
+        (
+            GOOD_HEAD
+            + '[[acceptor]]\nname = "s"\nurl = "tcp://h:1"\nstomp-min-large-message-size = 0\n',
+            "acceptor[0].stomp-min-large-message-size",
+            "expected at least 1 byte",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nrouting = ["anycast", "topic"]\n',
+            "address[0].routing[1]",
+            "expected one of anycast, multicast, got 'topic'",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nrouting = ["anycast", "anycast"]\n',
+            "address[0].routing",
+            "expected a list of distinct routing types",
+        ),
+        (
+            GOOD_HEAD + '[[address]]\nname = "o"\nrouting = []\n',
+            "address[0].routing",
+            "expected a list of distinct routing types (anycast, multicast), got []",
         ),
         (
             GOOD_HEAD + '[[address]]\nname = "o"\nmax-size-bytes = "lots"\n',

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest_twisted
 
-from bridge.message import BRIDGE_DUPLICATE_ID
+from bridge.config.node import Routing
+from bridge.message import BRIDGE_DUPLICATE_ID, ROUTING_TYPE
 from bridge.protocol import packets as p
-from tests.heads.conftest import Node, message
+from tests.heads.conftest import Node, eventually, message
 from tests.heads.test_core_handshake import error_text
 
 DEFAULTS = (-1, p.AddressFullPolicy.PAGE, 20000)
@@ -132,4 +133,43 @@ async def test_a_bridge_repeat_is_confirmed_and_dropped_even_after_a_restart(nod
     assert peer.of(p.SendFailed) == []
     assert [e.message.body for e in node.broker.queue("orders").browse()] == [b"once", b"other"]
     large_dir = node.path / "data" / "large-messages"
-    assert list(large_dir.iterdir()) == []  # the repeat's body file went
+    await eventually(lambda: list(large_dir.iterdir()) == [])  # the repeat's body file goes
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_address_takes_a_queue_of_either_routing_type_and_a_send_states_which(node):
+    """A multicast queue on the anycast address ``orders`` gives it both routing types;
+    a send goes to the anycast queue unless its routing type header says multicast;
+    a header naming neither is refused, and the connection goes on."""
+    peer = await node.peer()
+    peer.send(p.CreateQueue(1, "orders.audit", "orders", p.Routing.MULTICAST, True, None))
+    assert await peer.reply(1) == p.Ok(1)
+    peer.send(p.QueryAddress(2, "orders"))
+    assert await peer.reply(2) == info(2, True, True, p.Routing.BOTH)
+    peer.send(
+        p.Send(1, None, message("orders", b"work")),
+        p.Send(2, None, message("orders", b"event", **{ROUTING_TYPE: "multicast"})),
+        p.Send(3, None, message("orders", b"?", **{ROUTING_TYPE: "everyone"})),
+        p.Send(4, None, message("orders", b"more work", **{ROUTING_TYPE: "anycast"})),
+    )
+    await peer.confirmed(4)
+    [failed] = peer.of(p.SendFailed)
+    assert (failed.sequence, failed.code) == (3, p.ErrorCode.INVALID)
+    assert "_TXB_ROUTING_TYPE is 'everyone'" in failed.message
+    assert [node.broker.queue(q).depth for q in ("orders", "orders.audit")] == [2, 1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_protocol_2_client_is_served_and_told_the_routing_its_sends_get(node):
+    node.broker.create_address("orders", Routing.MULTICAST)
+    old = await node.peer(connect_as=None)
+    old.send(p.Connect(2, "old", None, None, 1 << 20))
+    connected = await old.next(p.Connected)
+    assert connected.protocol_version == 2
+    old.send(p.QueryAddress(1, "orders"))
+    assert await old.reply(1) == info(1, True, True, p.Routing.ANYCAST)
+    oldest = await node.peer(connect_as=None)
+    oldest.send(p.Connect(1, "oldest", None, None, 1 << 20))
+    await oldest.lost
+    [refused] = oldest.of(p.Failed)
+    assert "version 1 is not supported; this node speaks 2 and 3" in refused.message

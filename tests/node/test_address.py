@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.config.node import AddressSettings, Routing
-from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, ROUTING_TYPE, HeaderValue, Message
 from bridge.node.address import Address, AddressError, Detection
 from bridge.node.duplicates import DuplicateIdCache
 from bridge.node.queue import Queue
@@ -51,6 +51,35 @@ def test_multicast_sends_each_message_to_every_matching_subscription():
     address.bind(Queue("eu", "orders"), filter=lambda h: h.get("region") == "eu")
     assert names(address.route(message(1, region="eu"))) == ["all", "eu"]
     assert names(address.route(message(2, region="us"))) == ["all"]
+
+
+def test_both_routing_types_route_by_the_stated_type_anycast_by_default():
+    address = Address("orders", {Routing.ANYCAST, Routing.MULTICAST}, AddressSettings())
+    assert address.routing is Routing.ANYCAST
+    address.bind(Queue("orders", "orders"), routing=Routing.ANYCAST)
+    address.bind(Queue("orders-2", "orders"), routing=Routing.ANYCAST)
+    address.bind(Queue("audit", "orders"), routing=Routing.MULTICAST)
+    address.bind(Queue("eu", "orders"), lambda h: h.get("region") == "eu", True, Routing.MULTICAST)
+    multicast = {ROUTING_TYPE: "multicast"}
+    assert names(address.route(message(1, **multicast, region="eu"))) == ["audit", "eu"]
+    assert names(address.route(message(2, **multicast))) == ["audit"]
+    anycast = [address.route(message(n, **{ROUTING_TYPE: "anycast"})) for n in range(2)]
+    unstated = [address.route(message(n, region="eu")) for n in range(2)]
+    assert [names(each) for each in anycast + unstated] == [["orders"], ["orders-2"]] * 2
+    with pytest.raises(AddressError, match="'broadcast': it is 'anycast' or 'multicast'"):
+        address.route(message(3, **{ROUTING_TYPE: "broadcast"}))
+
+
+def test_one_routing_type_ignores_the_stated_one_and_binds_only_its_own():
+    address = Address("orders", Routing.MULTICAST, AddressSettings())
+    address.bind(Queue("all", "orders"))
+    assert names(address.route(message(1, **{ROUTING_TYPE: "anycast"}))) == ["all"]
+    with pytest.raises(AddressError, match="'orders' is multicast, not anycast"):
+        address.bind(Queue("one", "orders"), routing=Routing.ANYCAST)
+    address.add_routing(Routing.ANYCAST)
+    address.bind(Queue("one", "orders"), routing=Routing.ANYCAST)
+    assert names(address.route(message(2))) == ["one"]
+    assert address.binding("all").routing is Routing.MULTICAST
 
 
 def test_anycast_honours_filters_and_drops_what_nobody_takes():

@@ -304,8 +304,8 @@ def test_the_golden_messages_are_bridge_message_encodings():
         ),
         (
             113,
-            "000000000000000c | 01 | 01 | 01 03 | 0000000000100000 | 02 | 0000000000004e20",
-            r"ADDRESS_INFO\.routing at offset 10: 3 is not a valid Routing",
+            "000000000000000c | 01 | 01 | 01 04 | 0000000000100000 | 02 | 0000000000004e20",
+            r"ADDRESS_INFO\.routing at offset 10: 4 is not a valid Routing",
         ),
         (
             113,
@@ -380,6 +380,10 @@ def with_header(name: str, value: object) -> Message:
         (DeleteQueue(1, "a" * 70_000), r"DELETE_QUEUE\.name: 70000 bytes, at most 65535 fit"),
         (DeleteQueue(1, "\ud800"), r"DELETE_QUEUE\.name: cannot be encoded as UTF-8"),
         (CreateQueue(1, "q", "a", 1, True, None), r"CREATE_QUEUE\.routing: 1 is not a Routing"),  # type: ignore[arg-type]
+        (
+            CreateQueue(1, "q", "a", Routing.BOTH, True, None),
+            r"CREATE_QUEUE\.routing: <Routing.BOTH: 3> is not a Routing of queue routing u8",
+        ),
         (
             Connected("a", "b", 1, -2),
             r"CONNECTED\.producer_window_size: -2 is not an integer in -1\.\.2147483647",

@@ -90,7 +90,13 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     Ok: st.builds(Ok, U64),
     Failed: st.builds(Failed, U64, CODES, TEXTS),
     CreateQueue: st.builds(
-        CreateQueue, U64, NAMES, NAMES, st.sampled_from(Routing), st.booleans(), st.none() | TEXTS
+        CreateQueue,
+        U64,
+        NAMES,
+        NAMES,
+        st.sampled_from([Routing.ANYCAST, Routing.MULTICAST]),
+        st.booleans(),
+        st.none() | TEXTS,
     ),
     DeleteQueue: st.builds(DeleteQueue, U64, NAMES),
     Send: st.builds(Send, U64, st.none() | U64, MESSAGES),

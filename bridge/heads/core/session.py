@@ -205,6 +205,8 @@ class CoreSession:
         self.state = State.AWAITING_CONNECT
         self.subject: Subject | None = None
         self.client_id = ""
+        self.protocol_version = p.PROTOCOL_VERSION
+        """The version the client speaks (one of ``SUPPORTED_VERSIONS``)."""
         self._last_sequence = 0
         self._pending: deque[_Pending] = deque()
         self._advancing = False
@@ -306,17 +308,19 @@ class CoreSession:
     # -- connecting -----------------------------------------------------------------------
 
     def _connect(self, packet: p.Connect) -> None:
-        if packet.protocol_version != p.PROTOCOL_VERSION:
+        if packet.protocol_version not in p.SUPPORTED_VERSIONS:
+            spoken = " and ".join(str(version) for version in sorted(p.SUPPORTED_VERSIONS))
             self._emit(
                 p.Failed(
                     0,
                     p.ErrorCode.UNSUPPORTED_VERSION,
                     f"protocol version {packet.protocol_version} is not supported; "
-                    f"this node speaks {p.PROTOCOL_VERSION}",
+                    f"this node speaks {spoken}",
                 )
             )
             self._abort("")
             return
+        self.protocol_version = packet.protocol_version
         self.client_id = packet.client_id
         self._run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
         self.state = State.AUTHENTICATING
@@ -331,7 +335,7 @@ class CoreSession:
             p.Connected(
                 self._node_name,
                 self._node_id,
-                p.PROTOCOL_VERSION,
+                self.protocol_version,
                 self._producer_window,
                 self._max_frame_size,
             )
@@ -443,23 +447,33 @@ class CoreSession:
         address = self._broker.addresses.get(name)
         auto_create = self._broker.may_create_address(name)
         if address is not None:
-            routing: ConfigRouting | None = address.routing
+            routing: frozenset[ConfigRouting] = address.routing_types
             settings = address.settings
         else:
             config = self._broker.config
             settings = config.settings_for(name)
-            routing = config.routing_for(name) if auto_create else None
+            routing = config.routing_types_for(name) if auto_create else frozenset()
         self._emit(
             p.AddressInfo(
                 packet.request_id,
                 address is not None,
                 auto_create,
-                None if routing is None else p.Routing[routing.name],
+                self._stated_routing(routing),
                 settings.max_size_bytes,
                 p.AddressFullPolicy[settings.address_full_policy.name],
                 settings.id_cache_size,
             )
         )
+
+    def _stated_routing(self, routing: frozenset[ConfigRouting]) -> p.Routing | None:
+        """Routing types as ADDRESS_INFO states them: BOTH, for a version 2 client the
+        routing its sends get (anycast)."""
+        if not routing:
+            return None
+        if len(routing) > 1:
+            return p.Routing.BOTH if self.protocol_version >= 3 else p.Routing.ANYCAST
+        (only,) = routing
+        return p.Routing[only.name]
 
     def _queue(self, name: str) -> Queue:
         try:
@@ -549,6 +563,9 @@ class CoreSession:
         except AddressFull as full:
             self._emit(p.SendFailed(pending.sequence, p.ErrorCode.ADDRESS_FULL, str(full)))
             pending.done = True
+        except NodeError as refused:  # a routing type header naming none
+            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.INVALID, str(refused)))
+            pending.done = True
         else:
             if routed is not None:
                 pending.done = True
@@ -563,6 +580,9 @@ class CoreSession:
             return
         except AddressFull as full:
             self._refuse(sequence, p.ErrorCode.ADDRESS_FULL, str(full))
+            return
+        except NodeError as refused:  # a routing type header naming none
+            self._refuse(sequence, p.ErrorCode.INVALID, str(refused))
             return
         if isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
             self._done_at_once(sequence)

@@ -13,6 +13,13 @@ are UTF-8; from 1.1 on, ``\\n``, ``\\c`` and ``\\\\`` (and from 1.2 ``\\r``) are
 other backslash sequence is an error; CONNECT and CONNECTED frames are never escaped.
 Every size is bounded (:class:`Limits`): a frame that would exceed one is refused as soon
 as that is known, before its bytes arrive, so a hostile peer costs at most its limits.
+
+Large bodies: once a version is negotiated, a SEND whose ``content-length`` is at least
+``Limits.min_large`` is not held whole: the parser gives its head as a
+:class:`LargeFrame`, then its body as :class:`BodyChunk` events as the bytes arrive (the
+last one flagged once the closing NUL is there), so the session can write it to a file
+and memory does not grow with the body. Such a body may reach ``Limits.max_large``; any
+other body, ``Limits.max_body``.
 """
 
 from __future__ import annotations
@@ -96,6 +103,28 @@ class HeartBeat:
     """An end of line between frames: the peer is alive."""
 
 
+@attrs.frozen(slots=True)
+class LargeFrame:
+    """The head of a frame whose ``length`` bytes of body follow as BodyChunk events."""
+
+    command: Command
+    headers: tuple[tuple[str, str], ...]
+    length: int
+
+    def header_map(self) -> dict[str, str]:
+        """The headers as a dict, the first of a repeated header winning."""
+        return dict(reversed(self.headers))
+
+
+@attrs.frozen(slots=True)
+class BodyChunk:
+    """The next bytes of a large frame's body; ``last`` once the body and its NUL are in
+    (the last chunk may be empty)."""
+
+    data: bytes
+    last: bool
+
+
 class NeedData:
     """No whole event in the bytes fed so far."""
 
@@ -105,7 +134,7 @@ class NeedData:
 
 NEED_DATA = NeedData()
 HEART_BEAT = HeartBeat()
-Event = Frame | HeartBeat
+Event = Frame | HeartBeat | LargeFrame | BodyChunk
 
 
 @attrs.frozen
@@ -113,9 +142,14 @@ class Limits:
     """The most a peer may send in one frame."""
 
     max_body: int = 4 * 1024 * 1024
+    """The largest body held whole (every body that is not streamed)."""
     max_headers: int = 1000
     max_header_bytes: int = 64 * 1024
     """The command and header lines together."""
+    min_large: int | None = 100 * 1024
+    """A SEND's ``content-length`` from which its body is streamed (None: never)."""
+    max_large: int = 128 * 1024 * 1024
+    """The largest streamed body."""
 
 
 class FrameError(Exception):
@@ -185,6 +219,8 @@ class FrameParser:
         self._scan = 0
         """Where the search for the end of the headers or body goes on from."""
         self._head: tuple[Command, tuple[tuple[str, str], ...], int | None] | None = None
+        self._stream_left: int | None = None
+        """Body bytes of the streamed frame still to come (None: not streaming)."""
 
     @property
     def buffered(self) -> int:
@@ -200,6 +236,8 @@ class FrameParser:
 
     def next_event(self) -> Event | NeedData:
         """The next whole event, or NEED_DATA; FrameError if the bytes break the rules."""
+        if self._stream_left is not None:
+            return self._stream()
         if self._head is None:
             event = self._start()
             if event is not None:
@@ -215,9 +253,9 @@ class FrameParser:
             self._pos = 0
         return NEED_DATA
 
-    def _start(self) -> HeartBeat | None:
-        """A heart-beat, or the frame's headers parsed into ``_head`` (None either way
-        when more bytes are needed)."""
+    def _start(self) -> HeartBeat | LargeFrame | None:
+        """A heart-beat, a streamed frame's head, or the frame's headers parsed into
+        ``_head`` (None either way when more bytes are needed)."""
         buffer, pos = self._buffer, self._pos
         if pos >= len(buffer):
             return None
@@ -243,7 +281,52 @@ class FrameParser:
             raise self._headers_too_long()
         self._head = self._parse_head(bytes(buffer[pos : end.start()]))
         self._pos = self._scan = end.end()
+        command, headers, length = self._head
+        if length is not None and self._streamed(command, length):
+            self._head = None
+            self._stream_left = length
+            return LargeFrame(command, headers, length)
         return None
+
+    def _streamed(self, command: Command, length: int) -> bool:
+        """Whether a frame's body of ``length`` bytes is streamed: a SEND's, at least
+        ``min_large``, once a version is negotiated (after CONNECT)."""
+        least = self.limits.min_large
+        return (
+            least is not None
+            and length >= least
+            and command is Command.SEND
+            and self.version is not None
+        )
+
+    def _stream(self) -> BodyChunk | NeedData:
+        """The streamed body's bytes that are here, or its end once its NUL is."""
+        left = self._stream_left
+        assert left is not None
+        buffer, pos = self._buffer, self._pos
+        available = len(buffer) - pos
+        if not available:
+            return self._need_data()
+        if not left:
+            self._end_stream()
+            return BodyChunk(b"", True)
+        take = min(left, available)
+        data = bytes(buffer[pos : pos + take])
+        self._pos = self._scan = pos + take
+        self._stream_left = left - take
+        if self._stream_left == 0 and available > take:
+            self._end_stream()
+            return BodyChunk(data, True)
+        return BodyChunk(data, False)
+
+    def _end_stream(self) -> None:
+        if self._buffer[self._pos] != 0:
+            raise FrameError(
+                "malformed frame",
+                "the body that content-length announced is not followed by a NUL",
+            )
+        self._pos = self._scan = self._pos + 1
+        self._stream_left = None
 
     def _headers_too_long(self) -> FrameError:
         return FrameError(
@@ -278,7 +361,7 @@ class FrameParser:
             if unescape is not None:
                 key, value = unescape(key), unescape(value)
             if key == "content-length" and length is None:
-                length = self._length(value)
+                length = self._length(value, command)
             headers.append((key, value))
         return command, tuple(headers), length
 
@@ -292,21 +375,23 @@ class FrameParser:
                 return FrameError("header not UTF-8", f"header line {_shown(line)} is not UTF-8")
         return FrameError("header not UTF-8", "the headers are not UTF-8")
 
-    def _length(self, value: str) -> int:
+    def _length(self, value: str, command: Command) -> int:
         if not _DIGITS.fullmatch(value):
             raise FrameError(
                 "malformed content-length", f"content-length {_shown(value)} is not a number"
             )
         length = int(value)
-        if length > self.limits.max_body:
-            raise self._body_too_long(length)
+        limits = self.limits
+        limit = limits.max_large if self._streamed(command, length) else limits.max_body
+        if length > limit:
+            raise self._body_too_long(length, limit)
         return length
 
-    def _body_too_long(self, length: int | None = None) -> FrameError:
+    def _body_too_long(self, length: int | None = None, limit: int | None = None) -> FrameError:
         size = f"of {length} bytes " if length is not None else ""
         return FrameError(
             "frame too large",
-            f"a frame body {size}exceeds the limit of {self.limits.max_body} bytes",
+            f"a frame body {size}exceeds the limit of {limit or self.limits.max_body} bytes",
         )
 
     def _unescaper(self, command: Command) -> Callable[[str], str] | None:
@@ -412,6 +497,12 @@ def _with_body(head: bytes, body: bytes) -> list[bytes]:
     if body:
         return [head, body, b"\0"]
     return [head + b"\0"]
+
+
+def serialize_head(frame: Frame, version: Version) -> bytes:
+    """The frame's command and headers and the blank line after them: what goes before a
+    body sent on its own (then the body, then a NUL)."""
+    return b"".join(serialize(attrs.evolve(frame, body=b""), version))[:-1]
 
 
 def serialize_bytes(frame: Frame, version: Version) -> bytes:

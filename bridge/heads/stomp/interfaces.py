@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
     from bridge.heads.stomp.frames import Frame
+    from bridge.message import LargeBody
 
 
 class IStompTransport(Interface):
@@ -21,6 +22,11 @@ class IStompTransport(Interface):
     def send(frame: Frame) -> None:
         """Queue a frame; it leaves at the end of this reactor turn at the latest. When the
         connection stops being writable because of it, the session hears so at once."""
+
+    def send_large(frame: Frame, body: LargeBody) -> None:
+        """Queue ``frame`` (its body empty) with ``body``, read from its file a chunk at a
+        time as the connection drains; frames sent meanwhile follow it. The connection is
+        not writable while it is being sent."""
 
     def close() -> None:
         """Send what is queued, then disconnect; nothing more is read."""

@@ -10,14 +10,20 @@ pauses for as long as anything asks it to (a session step waiting on the node, t
 persistent sends waiting for the store, a SEND waiting for room on an address full under
 BLOCK: ``pause_reading("address-full")``), and the silence of a peer that is not read does
 not count against its TTL.
+
+A large message's body leaves from its file a chunk at a time, while the connection is
+writable (``send_large``); the frames sent meanwhile wait behind it, since STOMP frames
+cannot interleave, and the session is told the connection is not writable until it is
+out.
 """
 
 from __future__ import annotations
 
 import typing
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
+import attrs
 from cryptography import x509
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IAddress, IDelayedCall, IListeningPort, IReactorTime
@@ -27,10 +33,20 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from bridge.heads.stomp.frames import NEED_DATA, Frame, FrameError, FrameParser, Version, serialize
+from bridge.heads.stomp.frames import (
+    NEED_DATA,
+    Frame,
+    FrameError,
+    FrameParser,
+    Version,
+    serialize,
+    serialize_head,
+)
 from bridge.heads.stomp.interfaces import IStompTransport
+from bridge.heads.stomp.large import BodySource
 from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
 from bridge.logins import Logins
+from bridge.message import LargeBody
 from bridge.node.broker import Broker
 from security import SecurityStore
 from security.subject import SecurityAuth, Subject
@@ -117,6 +133,15 @@ class StompHead:
             await cleanup
 
 
+@attrs.define(eq=False)
+class _LargeOut:
+    """A frame whose body is being sent from its file."""
+
+    frame: Frame
+    source: BodySource
+    started: bool = False
+
+
 class StompFactory(Factory):
     """Builds the connections of one acceptor."""
 
@@ -146,6 +171,8 @@ class StompProtocol(Protocol):
         self._pumping = False
         self._closing = False
         self._announced_writable = True
+        self._backlog: deque[Frame | _LargeOut] = deque()
+        """A large body being sent (first), and what waits behind it; empty otherwise."""
         self._abort_call: IDelayedCall | None = None
         self._send_timer: LoopingCall | None = None
         self._silence_timer: LoopingCall | None = None
@@ -159,14 +186,73 @@ class StompProtocol(Protocol):
 
     @property
     def is_writable(self) -> bool:
-        return self._out.writable and not self._closing
+        return self._out.writable and not self._closing and not self._backlog
 
     def send(self, frame: Frame) -> None:
         if self._closing:
             return
+        if self._backlog:
+            self._backlog.append(frame)
+            return
         assert self._session is not None
         parts = serialize(frame, self._session.version or Version.V1_0)
         self._push(parts)
+
+    def send_large(self, frame: Frame, body: LargeBody) -> None:
+        if self._closing:
+            return
+        try:
+            source = BodySource(body)
+        except OSError as error:
+            log.error(
+                "closing STOMP connection from {peer}: a large body cannot be read: {error}",
+                peer=self.peer,
+                error=error,
+            )
+            self.close()
+            return
+        self._backlog.append(_LargeOut(frame, source))
+        if len(self._backlog) == 1:
+            self._send_backlog()
+        self._announce()
+
+    def _send_backlog(self) -> None:
+        """Send the large body at the head of the backlog while the connection is
+        writable; once it is out, the frames behind it, up to the next large one."""
+        assert self._session is not None
+        version = self._session.version or Version.V1_0
+        backlog = self._backlog
+        while backlog and not self._closing:
+            item = backlog[0]
+            if isinstance(item, Frame):
+                backlog.popleft()
+                self._push(serialize(item, version))
+                continue
+            if not item.started:
+                item.started = True
+                self._push([serialize_head(item.frame, version)])
+            source = item.source
+            try:
+                while source.remaining and self._out.writable:
+                    self._push([source.read()])
+            except OSError as error:
+                log.error(
+                    "closing STOMP connection from {peer}: {error}", peer=self.peer, error=error
+                )
+                self._drop_backlog()
+                self.close()
+                return
+            if source.remaining:
+                return  # on when the connection drains
+            source.close()
+            backlog.popleft()
+            self._push([b"\0"])
+
+    def _drop_backlog(self) -> None:
+        for item in self._backlog:
+            if isinstance(item, _LargeOut):
+                item.source.close()
+        self._backlog.clear()
 
     def _push(self, parts: list[bytes]) -> None:
         self.writer.push(parts, sum(map(len, parts)))
@@ -180,6 +266,7 @@ class StompProtocol(Protocol):
             return
         self._closing = True
         self._stop_timers()
+        self._drop_backlog()
         if self._paused:
             self._wire.resumeProducing()  # closing needs the peer's end: listen again
         self.writer.finish()
@@ -233,9 +320,13 @@ class StompProtocol(Protocol):
 
     def _announce(self) -> None:
         changes = self._out.changes_to_announce()
-        if not changes or self._session is None:
+        if self._session is None:
             return
-        writable = changes[-1]
+        if self._backlog and changes and changes[-1] and not self._closing:
+            self._send_backlog()  # room again for a large body's next chunks
+        if not changes and not self._backlog and self._announced_writable:
+            return
+        writable = self.is_writable
         if writable is not self._announced_writable:
             self._announced_writable = writable
             self._session.writability_changed(writable)
@@ -283,7 +374,7 @@ class StompProtocol(Protocol):
         return timer
 
     def _heart_beat(self) -> None:
-        if not self._closing and not self._out.queued:
+        if not self._closing and not self._out.queued and not self._backlog:
             self._push([HEART_BEAT])
 
     def _start_silence_timer(self) -> None:
@@ -346,6 +437,7 @@ class StompProtocol(Protocol):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closing = True
         self._stop_timers()
+        self._drop_backlog()
         self.writer.cancel()
         if self._abort_call is not None and self._abort_call.active():
             self._abort_call.cancel()

@@ -42,17 +42,20 @@ from bridge.heads.stomp.destinations import (
     parse_destination,
 )
 from bridge.heads.stomp.frames import (
+    BodyChunk,
     Command,
     Event,
     Frame,
     FrameError,
     HeartBeat,
+    LargeFrame,
     Limits,
     Version,
     encodable,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.message import HeaderValue, Message
+from bridge.heads.stomp.large import BodySink
+from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
 from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, QueueError
@@ -178,6 +181,17 @@ class _Subscription:
 
 
 @attrs.define(eq=False)
+class _LargeSend:
+    """A SEND whose body is being streamed to ``sink``: the message it becomes once the
+    body is in, and where it goes."""
+
+    sink: BodySink
+    message: Message
+    tx: _Transaction | None
+    receipt: str | None
+
+
+@attrs.define(eq=False)
 class _Outstanding:
     """A frame's effect waiting for the store; the receipt (if any) goes out in turn."""
 
@@ -241,6 +255,8 @@ class StompSession:
         self._room: tuple[AddressMemory, Callable[[], None]] | None = None
         """The full BLOCK address a held SEND waits on, and its ``when_room`` callback."""
         self._room_call: IDelayedCall | None = None
+        self._large: _LargeSend | None = None
+        """The SEND whose body is being streamed, between its head and its last chunk."""
         self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
             Command.SEND: self._send,
             Command.SUBSCRIBE: self._subscribe,
@@ -259,9 +275,13 @@ class StompSession:
         """Act on one frame or heart-beat."""
         if isinstance(event, HeartBeat) or self.state not in _LIVE:
             return
-        headers = event.header_map()
+        headers = {} if isinstance(event, BodyChunk) else event.header_map()
         try:
-            if event.command in _CONNECTING:
+            if isinstance(event, BodyChunk):
+                self._body_chunk(event)
+            elif isinstance(event, LargeFrame):
+                self._large_frame(event, headers)
+            elif event.command in _CONNECTING:
                 if self.state is not _AWAITING_CONNECT:
                     raise StompError("already connected", f"a second {event.command} frame")
                 self._connect(headers)
@@ -272,7 +292,10 @@ class StompSession:
             else:
                 self._handlers[event.command](event, headers)
         except StompError as error:
-            self._fail(error.message, error.detail, headers.get("receipt"))
+            receipt = headers.get("receipt")
+            if isinstance(event, BodyChunk) and self._large is not None:
+                receipt = self._large.receipt
+            self._fail(error.message, error.detail, receipt)
 
     def protocol_error(self, error: FrameError) -> None:
         """The bytes from the peer are not a frame this node accepts."""
@@ -295,6 +318,9 @@ class StompSession:
         queues (counted as delivered), open transactions roll back, the queues of its
         non-durable topic subscriptions go. Fires once that is stored."""
         self.state = State.CLOSED
+        if self._large is not None:
+            self._large.sink.discard()
+            self._large = None
         self._flush_auto_acks()
         if self._auto_ack_call is not None and self._auto_ack_call.active():
             self._auto_ack_call.cancel()
@@ -580,17 +606,23 @@ class StompSession:
             )
 
     def _routing(self, destination: Destination, name: str, routing: Routing) -> bool:
-        """Whether address ``name`` exists; StompError if its routing is not ``routing``."""
+        """Whether address ``name`` exists. One without ``routing`` gets it where the
+        client may create the address (so ``/queue/X`` and ``/topic/X`` can be used side
+        by side, as in Artemis); StompError where it may not."""
         address = self._broker.addresses.get(name)
         if address is None:
             return False
-        if address.routing is not routing:
+        if routing in address.routing_types:
+            return True
+        if not self._broker.may_create_address(name):
             other = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
             raise StompError(
                 "wrong destination type",
-                f"{destination} names address {name!r}, which is {address.routing.value}: "
-                f"use {other}{name}",
+                f"{destination} names address {name!r}, which is {address.routing.value} "
+                f"(auto-create-addresses is off for it, so it stays so): use {other}{name}",
             )
+        self._check(name, Permission.CREATE_ADDRESS)
+        self._broker.add_routing(address, routing)
         return True
 
     def _existing_queue(self, destination: Destination) -> str:
@@ -603,6 +635,48 @@ class StompSession:
     # -- sending --------------------------------------------------------------------------
 
     def _send(self, frame: Frame, headers: dict[str, str]) -> None:
+        message, tx, receipt, creating = self._send_message(headers, frame.body)
+        if creating is None:
+            self._publish(message, tx, receipt)
+        else:
+            self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
+
+    def _large_frame(self, head: LargeFrame, headers: dict[str, str]) -> None:
+        """A SEND whose body is streamed: checked now, as any SEND, before its body comes;
+        the body goes to a file of the large-message store as it arrives (reading waits
+        for a destination being created first)."""
+        message, tx, receipt, creating = self._send_message(headers, b"")
+        try:
+            sink = BodySink(self._broker, head.length)
+        except OSError as error:
+            raise StompError("store failed", f"the body has nowhere to go: {error}") from None
+        self._large = _LargeSend(sink, message.with_id(sink.message_id), tx, receipt)
+        if creating is not None:
+            self._then(creating, lambda _: None, receipt)
+
+    def _body_chunk(self, chunk: BodyChunk) -> None:
+        """The next bytes of the streamed SEND's body; the last one publishes it."""
+        large = self._large
+        assert large is not None
+        try:
+            large.sink.write(chunk.data)
+        except OSError as error:
+            raise StompError("store failed", f"the body could not be written: {error}") from None
+        if not chunk.last:
+            return
+        message = attrs.evolve(large.message, large=large.sink.finish())
+        try:
+            self._publish(message, large.tx, large.receipt)
+        except StompError:
+            self._broker.discard(message)  # published nowhere: its file goes
+            raise  # (with ``_large`` still set, for the ERROR's receipt-id)
+        self._large = None
+
+    def _send_message(
+        self, headers: dict[str, str], body: bytes
+    ) -> tuple[Message, _Transaction | None, str | None, Deferred[Any] | None]:
+        """A SEND's message, checked: its transaction, its receipt, and the creation of
+        its destination to wait for, if any."""
         destination = _destination(headers)
         for name in SET_BY_NODE:
             if name in headers:
@@ -616,19 +690,29 @@ class StompSession:
         message_headers: dict[str, HeaderValue] = {
             key: value for key, value in headers.items() if key not in _SEND_FRAME_HEADERS
         }
+        self._state_routing(destination, address, message_headers)
         duplicate = message_headers.get(DUPLICATE_ID_HEADER)
         message = Message(
             0,
             address,
             headers.get("persistent") == "true",
             message_headers,
-            frame.body,
+            body,
             duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
         )
-        if creating is None:
-            self._publish(message, tx, receipt)
+        return message, tx, receipt, creating
+
+    def _state_routing(
+        self, destination: Destination, name: str, headers: dict[str, HeaderValue]
+    ) -> None:
+        """A send to an address with both routing types states the one its destination
+        names (``/topic/``: multicast, else anycast); elsewhere the header is not kept."""
+        address = self._broker.addresses.get(name)
+        if address is not None and len(address.routing_types) > 1:
+            topic = destination.kind is Kind.TOPIC
+            headers[ROUTING_TYPE] = (_MULTICAST if topic else _ANYCAST).value
         else:
-            self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
+            headers.pop(ROUTING_TYPE, None)
 
     def _send_address(self, destination: Destination) -> tuple[str, Deferred[Any] | None]:
         """Where a SEND goes: the address, and the creation to wait for first, if any."""
@@ -808,20 +892,21 @@ class StompSession:
         if destination.kind is Kind.AMQ_QUEUE:
             subscription.queue = name
             subscription.address = self._existing_queue(destination)
-            address = self._broker.addresses[subscription.address]
-            prefix = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
+            binding = self._broker.addresses[subscription.address].binding(name)
+            prefix = "/topic/" if binding.routing is Routing.MULTICAST else "/queue/"
             subscription.destination = f"{prefix}{subscription.address}"
             self._check(subscription.address, Permission.CONSUME, name)
             return None
         if destination.kind is Kind.QUEUE:
             subscription.queue = name
             exists = self._routing(destination, name, Routing.ANYCAST)
-            if exists and name not in self._broker.queues:
-                raise StompError("no such destination", f"{destination}: no queue {name!r}")
-            if exists:
+            if name in self._broker.queues:
                 self._check(name, Permission.CONSUME, name)
                 return None
-            self._may_create(destination, name)
+            if exists and not self._broker.may_create_address(name):
+                raise StompError("no such destination", f"{destination}: no queue {name!r}")
+            if not exists:
+                self._may_create(destination, name)
             self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
             self._check(name, Permission.CONSUME, name)
             return self._create_anycast(name)
@@ -928,8 +1013,9 @@ class StompSession:
                 len(subscription.unacked) >= subscription.prefetch
             ):
                 self._update_ready(subscription)
+        large = message.large
         headers += (
-            ("content-length", str(len(body))),
+            ("content-length", str(len(body) if large is None else large.size)),
             ("redelivered", "true" if count > 1 else "false"),
             (DELIVERY_COUNT_HEADER, str(count)),
         )
@@ -937,7 +1023,10 @@ class StompSession:
             headers.append(("persistent", "true"))
         if message.headers:
             headers += _message_headers(message.headers, self.version or _V1_0)
-        self._emit(Frame(_MESSAGE, tuple(headers), body))
+        if large is None:
+            self._emit(Frame(_MESSAGE, tuple(headers), body))
+        elif self.state is not State.CLOSED:
+            self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
 
     def _flush_auto_acks(self) -> None:
         """Acknowledge, for each auto subscription, what it was sent this turn: one

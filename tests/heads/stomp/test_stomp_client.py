@@ -183,8 +183,42 @@ async def test_a_send_to_a_topic_nobody_subscribed_creates_its_multicast_address
     producer = await stomp_node.client()
     await producer.confirmed_send("/topic/prices", b"unheard")
     address = stomp_node.broker.addresses["prices"]
-    assert address.routing is Routing.MULTICAST and address.bindings == ()
-    await producer.send("/queue/prices", b"wrong kind")
+    assert address.routing_types == {Routing.MULTICAST} and address.bindings == ()
+
+
+@pytest_twisted.ensureDeferred
+async def test_queue_and_topic_of_one_name_work_side_by_side(stomp_node):
+    """``/queue/prices`` and ``/topic/prices`` name one address with both routing types:
+    a queue send reaches one queue consumer, a topic send every topic subscriber, and
+    neither reaches the other kind."""
+    worker = await stomp_node.client()
+    watcher = await stomp_node.client()
+    await watcher.call("subscribe", "/topic/prices", id="t", headers={"receipt": "t"})
+    await watcher.receipt("t")
+    await worker.call("subscribe", "/queue/prices", id="q", headers={"receipt": "q"})
+    await worker.receipt("q")
+    address = stomp_node.broker.addresses["prices"]
+    assert address.routing_types == {Routing.ANYCAST, Routing.MULTICAST}
+    producer = await stomp_node.client()
+    await producer.confirmed_send("/topic/prices", b"tick")
+    await producer.confirmed_send("/queue/prices", b"order")
+    [tick] = await watcher.messages(1)
+    [order] = await worker.messages(1)
+    assert (tick.body, tick.headers["destination"]) == (b"tick", "/topic/prices")
+    assert (order.body, order.headers["destination"]) == (b"order", "/queue/prices")
+    await producer.confirmed_send("/queue/prices", b"second order")
+    await worker.messages(2)
+    assert [m.body for m in watcher.listener.messages] == [b"tick"]
+    assert [m.body for m in worker.listener.messages] == [b"order", b"second order"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_other_prefix_is_refused_where_addresses_may_not_be_created(make_node):
+    node = await make_node(extra={"address": [{"name": "private.prices"}]})
+    producer = await node.client()
+    await producer.send("/topic/private.prices", b"wrong kind")
     await producer.listener.until(lambda: bool(producer.listener.errors))
     [error] = producer.listener.errors
     assert error.headers["message"] == "wrong destination type"
+    assert b"auto-create-addresses is off for it" in error.body
+    assert node.broker.addresses["private.prices"].routing_types == {Routing.ANYCAST}

@@ -146,12 +146,6 @@ async def test_non_ascii_headers_and_bodies_survive(stomp_node):
         (b"COMMIT\ntransaction:t\n\n\x00", "no such transaction", "'t' is not open"),
         (b"CONNECT\naccept-version:1.2\n\n\x00", "already connected", ""),
         (
-            b"SEND\ndestination:/topic/news\nreceipt:r1\n\n\x00"
-            b"SEND\ndestination:/queue/news\nreceipt:r2\n\n\x00",
-            "wrong destination type",
-            "/queue/news names address 'news', which is multicast: use /topic/news",
-        ),
-        (
             b"SUBSCRIBE\nid:1\ndestination:/amq/queue/none\n\n\x00",
             "no such destination",
             "no queue 'none'",

@@ -1,0 +1,74 @@
+"""Large STOMP bodies on disk: a SEND's streamed body written to the node's large-message
+store as it arrives, and a large message's body read back a chunk at a time for a
+MESSAGE frame, so that neither is ever whole in memory (as the core head does with
+SEND_LARGE and DELIVER_LARGE chunks).
+
+A :class:`BodySink` owns its file until ``finish`` hands it over as the message's
+``LargeBody`` (the broker's from then on: deleted when no queue needs it), or ``discard``
+drops it (a refused or interrupted send).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO
+
+from bridge.message import LargeBody
+from bridge.node.broker import Broker
+
+CHUNK_SIZE = 256 * 1024
+"""Bytes of a large body read from its file per write to the connection."""
+
+
+class BodySink:
+    """A streamed body being written to its file in the large-message store."""
+
+    def __init__(self, broker: Broker, size: int) -> None:
+        self.message_id = broker.allocate_id()
+        self.size = size
+        self.received = 0
+        self._broker = broker
+        self._path = broker.large_body_path(self.message_id)
+        Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[bytes] | None = open(self._path, "wb", buffering=0)  # noqa: SIM115
+
+    def write(self, data: bytes) -> None:
+        assert self._file is not None
+        self._file.write(data)
+        self.received += len(data)
+
+    def finish(self) -> LargeBody:
+        """The whole body, as the message's ``LargeBody``; the file is no longer ours."""
+        assert self._file is not None and self.received == self.size
+        self._file.close()
+        self._file = None
+        return LargeBody(self._path, self.size)
+
+    def discard(self) -> None:
+        """The send will not be published: its partial file goes."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            Path(self._path).unlink(missing_ok=True)
+
+
+class BodySource:
+    """A large message's body, read from its file a chunk at a time. The file is opened
+    at once, so the body stays readable should the message be acknowledged (and its file
+    deleted) while it is still being sent."""
+
+    def __init__(self, body: LargeBody) -> None:
+        self.remaining = body.size
+        self._file: IO[bytes] = open(body.path, "rb")  # noqa: SIM115 - open until the end
+
+    def read(self) -> bytes:
+        """The next chunk; OSError if the file ends before the body does."""
+        want = min(CHUNK_SIZE, self.remaining)
+        data = self._file.read(want)
+        if len(data) < want:
+            raise OSError(f"the body file {self._file.name!r} is short")
+        self.remaining -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._file.close()
