@@ -10,8 +10,8 @@ from twisted.internet.defer import Deferred, gatherResults
 
 from bridge.message import Message
 from bridge.store import InvalidOperation, QueueRecord, RecoveredMessage
-from bridge.store.operations import MAX_STATEMENT_ROWS, STATEMENT_ROWS, _parts
 from bridge.store.sqlite import SQLiteMessageStore
+from bridge.store.sqlite_operations import MAX_STATEMENT_ROWS, STATEMENT_ROWS, _parts
 from tests.store.conftest import anycast, message
 
 
