@@ -2,7 +2,7 @@
 
 ``IMessageStore`` is the seam the node uses. ``MessageStore`` implements it once, with
 group commit, over a backend's ``IStoreWriter``: ``SQLiteMessageStore`` is the embedded
-default.
+default, ``PostgreSQLMessageStore`` keeps the data on a PostgreSQL server.
 """
 
 from bridge.store.errors import (
@@ -16,6 +16,7 @@ from bridge.store.errors import (
 )
 from bridge.store.front import MessageStore
 from bridge.store.interfaces import IMessageStore, IStoreWriter
+from bridge.store.postgresql import PostgreSQLMessageStore
 from bridge.store.records import QueueRecord, Recovered, RecoveredMessage, TxId
 from bridge.store.sqlite import SQLiteMessageStore
 
@@ -25,6 +26,7 @@ __all__ = [
     "IStoreWriter",
     "InvalidOperation",
     "MessageStore",
+    "PostgreSQLMessageStore",
     "QueueRecord",
     "Recovered",
     "RecoveredMessage",

@@ -112,7 +112,8 @@ INSERT INTO queues (name, address, routing) VALUES ('orders', 'orders', 'anycast
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_version_1_store_is_migrated(stores: Stores) -> None:
+async def test_a_version_1_store_is_migrated(sqlite_stores: Stores) -> None:
+    stores = sqlite_stores
     stores.data_dir.mkdir(parents=True)
     connection = sqlite3.connect(stores.data_dir / "messages.sqlite")
     connection.executescript(V1_SCHEMA)
