@@ -77,11 +77,12 @@ class PostgreSQLWriter:
         highest = state.highest_message_id
         try:
             connection = self._connected()
-            cursor: PgCursor = connection.cursor()
-            outcomes = apply_all(cursor, state, operations)
-            if state.highest_message_id != highest:
-                save_state(cursor, state)
-            connection.commit()
+            with connection.pipeline():
+                cursor: PgCursor = connection.cursor()
+                outcomes = apply_all(cursor, state, operations)
+                if state.highest_message_id != highest:
+                    save_state(cursor, state)
+                connection.commit()
         except (psycopg.Error, StoreError) as error:
             self._undo()
             raise CommitFailed(
