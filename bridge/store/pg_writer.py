@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import psycopg
 from zope.interface import implementer
 
-from bridge.message import Message
+from bridge.message import LargeBody, Message
 from bridge.store.errors import CommitFailed, StoreError
-from bridge.store.interfaces import IStoreWriter
-from bridge.store.large import BodyFiles, delete_body
+from bridge.store.interfaces import IBodyWriter, IStoreWriter
+from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.pg_operations import PgCursor, apply_all, load_state, save_state
 from bridge.store.pg_schema import connect, describe, one_line
@@ -101,6 +102,12 @@ class PostgreSQLWriter:
         finally:
             connection.rollback()  # ends the read's transaction; writes none
         return found
+
+    def new_body(self, message_id: int) -> IBodyWriter:
+        return BodyFile(self._bodies.path_for(message_id))
+
+    def open_body(self, body: LargeBody) -> IO[bytes]:
+        return open_body(body)
 
     def large_body_path(self, message_id: int) -> str:
         return str(self._bodies.path_for(message_id))
