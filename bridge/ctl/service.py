@@ -37,7 +37,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import Acceptor, NodeConfig, all_bridges, load_node_config
+from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges, load_node_config
 from bridge.ctl.auditlog import route_audit_log
 from bridge.ctl.management import management_site
 from bridge.ctl.preflight import check_startable
@@ -47,7 +47,7 @@ from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
 from bridge.logins import Logins
 from bridge.node.broker import Broker
-from bridge.store.sqlite import SQLiteMessageStore
+from bridge.store import MessageStore, PostgreSQLMessageStore, SQLiteMessageStore
 from security import SecurityStore
 from security.errors import ConfigError
 from transport.allocator import tune_allocator
@@ -155,12 +155,14 @@ class NodeService(Service):
         check_startable(config)
         self.security = security = SecurityStore(config.security, self.reactor.seconds)
         identity = node_id(config.data_dir)
-        store = SQLiteMessageStore(config.data_dir, self.reactor)
+        store = _store(config, self.reactor)
         broker = Broker(config, store)
         try:
             await broker.open()
         except Exception as error:
-            raise StartupError(f"the store {store.path}: {error}") from error
+            if config.store.type is StoreType.POSTGRESQL:
+                raise StartupError(f"store.url: {error}") from error
+            raise StartupError(f"the store {store.name}: {error}") from error
         self.broker = broker
         logins = Logins(self.reactor, security)  # one bound on hashing for every protocol
         self.head = head = CoreHead(
@@ -333,6 +335,14 @@ async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeni
         return await listening
     except Exception as error:
         raise StartupError(f"{what}: {error}") from error
+
+
+def _store(config: NodeConfig, reactor: Any) -> MessageStore:
+    """The store ``[store]`` names: SQLite in the data directory, or PostgreSQL."""
+    if config.store.type is StoreType.POSTGRESQL:
+        assert config.store.url is not None
+        return PostgreSQLMessageStore(config.store.url, config.data_dir, reactor)
+    return SQLiteMessageStore(config.data_dir, reactor)
 
 
 def _where(port: IListeningPort) -> str:

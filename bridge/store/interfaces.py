@@ -10,15 +10,16 @@ transaction is rolled back, and nothing of it is written before ``commit(tx)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from zope.interface import Interface
+from zope.interface import Attribute, Interface
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
     from twisted.python.failure import Failure
 
-    from bridge.message import Message
+    from bridge.message import LargeBody, Message
+    from bridge.store.operations import Operation, Outcome
     from bridge.store.records import QueueRecord, Recovered, TxId
 
 
@@ -50,9 +51,18 @@ class IMessageStore(Interface):
         (address, id, keep) is stored with the message, in the same operation, as
         ``store_duplicate_id`` would store it: both or neither."""
 
+    def new_body(message_id: int) -> IBodyWriter:
+        """Start a large message's body, written in chunks before ``add``; a body no
+        stored message owns is deleted when the store next opens."""
+
+    def open_body(body: LargeBody) -> IO[bytes]:
+        """A stored large message's body, to read in chunks and close; ``OSError`` if it
+        cannot be read."""
+
     def large_body_path(message_id: int) -> str:
-        """Where the node writes a large message's body before ``add``: the store's folder
-        for them, whose files no stored message owns it deletes when it opens."""
+        """Where a large message's body file goes, for tools and tests that inspect the
+        store's files; the node itself writes and reads bodies through ``new_body`` and
+        ``open_body`` only."""
 
     def discard_body(path: str) -> Deferred[None]:
         """Delete a large body file no message needs any more, off the reactor thread
@@ -114,3 +124,56 @@ class IMessageStore(Interface):
     def close() -> Deferred[None]:
         """Finish the operations already issued, roll back open transactions, release
         the store; fires once everything is written and closed."""
+
+
+class IBodyWriter(Interface):
+    """A large message's body being written, chunk by chunk, never whole in memory."""
+
+    name = Attribute("Where the body goes (a file's path), for errors that name it.")
+
+    def write(data: bytes) -> None:
+        """Append a chunk."""
+
+    def finish() -> LargeBody:
+        """The body is complete: what a message's ``large`` holds, for ``add``."""
+
+    def abort() -> None:
+        """The send was cut off or refused: the partial body goes."""
+
+
+class IStoreWriter(Interface):
+    """A store's backend: the database a ``MessageStore`` writes through.
+
+    The store calls every method but ``large_body_path`` on its one writer thread, never
+    two at once, so a writer needs no locking of its own; it translates the operations
+    (``bridge.store.operations``, plain data) into its own statements.
+    """
+
+    name = Attribute("What errors and logs call the store (a file, a database).")
+
+    def open(load_limit: int) -> Recovered:
+        """Connect (creating or migrating the schema), note that a node runs on the store,
+        and load everything stored, as ``IMessageStore.open`` says."""
+
+    def run(operations: Sequence[Operation]) -> list[Outcome]:
+        """Apply ``operations`` in order in one transaction and commit it durably: the
+        outcome of each (None, or the ``InvalidOperation`` that refused it, having written
+        nothing of it), or raise ``CommitFailed`` having written nothing at all."""
+
+    def read(message_ids: Sequence[int], paged_ids: Sequence[int]) -> dict[int, Message]:
+        """Stored and paged messages by id; ``StoreError`` if one is missing."""
+
+    def new_body(message_id: int) -> IBodyWriter:
+        """``IMessageStore.new_body`` (the reactor thread)."""
+
+    def open_body(body: LargeBody) -> IO[bytes]:
+        """``IMessageStore.open_body`` (the reactor thread)."""
+
+    def large_body_path(message_id: int) -> str:
+        """Where a large message's body file goes (any thread)."""
+
+    def delete_body(path: str) -> None:
+        """Delete a large body file no message needs; a failure is logged, not raised."""
+
+    def close() -> None:
+        """Record the clean stop and disconnect."""

@@ -147,7 +147,7 @@ async def test_a_large_bridge_repeat_loses_its_body_file(brokers: Brokers) -> No
 
     def large(body: bytes) -> Message:
         message_id = broker.allocate_id()
-        path = Path(broker.large_body_path(message_id))
+        path = Path(broker.store.large_body_path(message_id))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(body)
         return bridged("orders", b"b:big", b"", large=LargeBody(str(path), len(body))).with_id(

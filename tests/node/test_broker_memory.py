@@ -248,7 +248,7 @@ async def test_deleting_a_queue_releases_its_memory_and_pages(brokers: Brokers) 
 def large(broker: Broker, body: bytes, *, durable: bool, address: str = "orders") -> Message:
     """A large message as the core head builds one: its id allocated, its body a file."""
     message_id = broker.allocate_id()
-    path = Path(broker.large_body_path(message_id))
+    path = Path(broker.store.large_body_path(message_id))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(body)
     return Message(

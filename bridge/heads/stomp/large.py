@@ -10,46 +10,41 @@ drops it (a refused or interrupted send).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import IO
 
 from bridge.message import LargeBody
 from bridge.node.broker import Broker
+from bridge.store.interfaces import IBodyWriter
 
 CHUNK_SIZE = 256 * 1024
 """Bytes of a large body read from its file per write to the connection."""
 
 
 class BodySink:
-    """A streamed body being written to its file in the large-message store."""
+    """A streamed body being written to the large-message store as it arrives."""
 
     def __init__(self, broker: Broker, size: int) -> None:
         self.message_id = broker.allocate_id()
         self.size = size
         self.received = 0
-        self._broker = broker
-        self._path = broker.large_body_path(self.message_id)
-        Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] | None = open(self._path, "wb", buffering=0)  # noqa: SIM115
+        self._body: IBodyWriter | None = broker.new_body(self.message_id)
 
     def write(self, data: bytes) -> None:
-        assert self._file is not None
-        self._file.write(data)
+        assert self._body is not None
+        self._body.write(data)
         self.received += len(data)
 
     def finish(self) -> LargeBody:
-        """The whole body, as the message's ``LargeBody``; the file is no longer ours."""
-        assert self._file is not None and self.received == self.size
-        self._file.close()
-        self._file = None
-        return LargeBody(self._path, self.size)
+        """The whole body, as the message's ``LargeBody``; it is no longer ours."""
+        assert self._body is not None and self.received == self.size
+        body, self._body = self._body, None
+        return body.finish()
 
     def discard(self) -> None:
-        """The send will not be published: its partial file goes."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-            Path(self._path).unlink(missing_ok=True)
+        """The send will not be published: its partial body goes."""
+        if self._body is not None:
+            body, self._body = self._body, None
+            body.abort()
 
 
 class BodySource:
@@ -57,9 +52,9 @@ class BodySource:
     at once, so the body stays readable should the message be acknowledged (and its file
     deleted) while it is still being sent."""
 
-    def __init__(self, body: LargeBody) -> None:
+    def __init__(self, broker: Broker, body: LargeBody) -> None:
         self.remaining = body.size
-        self._file: IO[bytes] = open(body.path, "rb")  # noqa: SIM115 - open until the end
+        self._file: IO[bytes] = broker.open_body(body)  # open until the end
 
     def read(self) -> bytes:
         """The next chunk; OSError if the file ends before the body does."""

@@ -202,7 +202,7 @@ class StompProtocol(Protocol):
         if self._closing:
             return
         try:
-            source = BodySource(body)
+            source = BodySource(self._head.broker, body)
         except OSError as error:
             log.error(
                 "closing STOMP connection from {peer}: a large body cannot be read: {error}",
