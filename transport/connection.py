@@ -204,14 +204,14 @@ class FrameConnection(Protocol):
         """PING (nothing to do: it was input, which the TTL counts) or ERROR."""
         if frame.type == ControlType.ERROR:
             message = frame.payload.decode("utf-8", "replace")
-            log.warn("{peer} reported an error: {message}", peer=self.peer, message=message)
+            # Not a ``message`` field: Twisted's legacy observers (Python logging, as
+            # crochet sets up) own that key and show it as "()".
+            log.warn("{peer} reported an error: {text}", peer=self.peer, text=message)
             self._close_reason = PeerError(f"{self.peer} reported: {message}")
             self.close()
 
     def _protocol_error(self, error: ProtocolError) -> None:
-        log.warn(
-            "protocol error from {peer}: {message}; closing", peer=self.peer, message=error.message
-        )
+        log.warn("protocol error from {peer}: {text}; closing", peer=self.peer, text=error.message)
         self._close_reason = error
         self.close(error=error.message)
 
@@ -312,7 +312,7 @@ class FrameConnection(Protocol):
         value = reason.value if reason.value is not None else tx_error.ConnectionLost()
         if reason.check(SSL.Error, VerificationError):
             tls = describe_tls_failure(value, self.peer, self._is_client)
-            log.warn("{message}", message=str(tls))
+            log.warn("{text}", text=str(tls))
             return tls
         if reason.check(tx_error.ConnectionDone, tx_error.ConnectionLost):
             try:

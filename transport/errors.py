@@ -46,4 +46,9 @@ class URLError(ValueError):
 
 
 class ReconnectAttemptsExhausted(Exception):
-    """Every reconnect attempt the policy allows has failed."""
+    """Every reconnect attempt the policy allows has failed; ``cause`` is what the last
+    attempt ran into (a refused connection, a dropped one), without the policy's words."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause

@@ -10,6 +10,7 @@ stops and ``on_exhausted`` is told why.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import attrs
 from twisted.application.internet import ClientService, backoffPolicy
@@ -21,10 +22,13 @@ from twisted.internet.interfaces import (
     IStreamClientEndpoint,
 )
 from twisted.internet.task import deferLater
+from twisted.logger import ILogObserver, Logger, globalLogPublisher
 from twisted.python.failure import Failure
 
 from transport.connection import FrameConnection
 from transport.errors import ReconnectAttemptsExhausted
+
+log = Logger()
 
 
 def _no_jitter() -> float:
@@ -75,6 +79,24 @@ class ReconnectPolicy:
         return None if self.reconnect_attempts < 0 else self.reconnect_attempts + 1
 
 
+def _without_retry_lines(event: dict[str, object]) -> None:
+    """Pass on a ClientService's log events but its "Scheduling retry" lines."""
+    if not str(event.get("log_format", "")).startswith("Scheduling retry"):
+        globalLogPublisher(event)
+
+
+class _Service(ClientService):
+    """ClientService without its own retry lines: it schedules a retry after every
+    failure, also the one after which the policy gives up (and the Reconnector stops it),
+    so its line would announce retries that never come. The Reconnector logs the real
+    ones."""
+
+    _log = Logger(
+        namespace=f"{ClientService.__module__}.{ClientService.__qualname__}",
+        observer=cast(ILogObserver, _without_retry_lines),
+    )
+
+
 class Reconnector:
     """Keeps one connection up through ClientService, giving up as the policy says."""
 
@@ -89,14 +111,34 @@ class Reconnector:
         prepare: Callable[[IProtocol], object] | None = None,
     ) -> None:
         self.policy = policy
+        self._delay = policy.delay()
+        self._endpoint = endpoint
         self._on_exhausted = on_exhausted
         self._clock = clock
-        self.service = ClientService(
-            endpoint, factory, retryPolicy=policy.delay(), clock=clock, prepareConnection=prepare
+        self.service = _Service(
+            endpoint,
+            factory,
+            retryPolicy=self._retry_delay,
+            clock=clock,
+            prepareConnection=prepare,
         )
         self._watch: Deferred[IProtocol] | None = None
         self._stopped = False
         self.exhausted: ReconnectAttemptsExhausted | None = None
+
+    def _retry_delay(self, failed: int) -> float:
+        """ClientService schedules retry ``failed``: log it, unless the policy gives up
+        before it (the count starts again after every connection, as the policy's does)."""
+        delay = self._delay(failed)
+        attempts = self.policy.reconnect_attempts
+        if attempts < 0 or failed <= attempts:
+            log.info(
+                "retry {retry} to connect {endpoint} in {delay} s",
+                retry=failed,
+                endpoint=self._endpoint,
+                delay=round(delay, 3),
+            )
+        return delay
 
     def start(self) -> None:
         self._stopped = False
@@ -144,15 +186,18 @@ class Reconnector:
         if isinstance(protocol, FrameConnection):
             # The connection hears of its loss before ClientService does: look on the next
             # turn, when the service is already waiting to retry.
-            protocol.when_lost().addCallback(lambda _: self._clock.callLater(0, self._dropped))
+            protocol.when_lost().addCallback(
+                lambda reason: self._clock.callLater(0, self._dropped, reason)
+            )
 
-    def _dropped(self) -> None:
+    def _dropped(self, reason: BaseException) -> None:
         """A connection dropped; ClientService retries. Allow reconnect-attempts more."""
         attempts = self.policy.reconnect_attempts
         if self._stopped or not self.service.running or attempts < 0:
             return
         if attempts == 0:
-            self._exhaust("the connection dropped and reconnect-attempts is 0")
+            cause = str(reason) or type(reason).__name__
+            self._exhaust(f"the connection dropped and reconnect-attempts is 0: {cause}", cause)
         else:
             self._watch_attempts(attempts)
 
@@ -161,13 +206,17 @@ class Reconnector:
         if failure.check(CancelledError):
             return
         attempts = self.policy.reconnect_attempts
-        self._exhaust(
-            f"gave up after {attempts} reconnect attempt{'s' * (attempts != 1)}: "
-            f"{failure.getErrorMessage()}"
-        )
+        cause = failure.getErrorMessage()
+        if attempts == 0:
+            self._exhaust(f"{cause} (reconnect-attempts is 0)", cause)
+        else:
+            self._exhaust(
+                f"gave up after {attempts} reconnect attempt{'s' * (attempts != 1)}: {cause}",
+                cause,
+            )
 
-    def _exhaust(self, reason: str) -> None:
-        self.exhausted = ReconnectAttemptsExhausted(reason)
+    def _exhaust(self, reason: str, cause: str) -> None:
+        self.exhausted = ReconnectAttemptsExhausted(reason, cause)
         # Possibly still inside ClientService's transition: stop it on the next turn.
         self._clock.callLater(0, self._give_up, self.exhausted)
 

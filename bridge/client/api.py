@@ -712,7 +712,11 @@ class Client:
 
     def _exhausted(self, exhausted: ReconnectAttemptsExhausted) -> None:
         if not self._closed:
-            self._fail(ConnectionLost(f"the connection to {self.url} is lost: {exhausted}"))
+            self._fail(
+                ConnectionLost(
+                    f"the connection to {self.url} is lost: {exhausted}", exhausted.cause
+                )
+            )
 
     # -- the connection ---------------------------------------------------------------
 

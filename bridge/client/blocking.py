@@ -15,7 +15,7 @@ from typing import IO, Any, cast
 import attrs
 import crochet
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 
 from bridge.client import api
 from bridge.client.errors import ClientError
@@ -42,14 +42,33 @@ def _seconds(timeout: float | None) -> float:
     return cast(float, timeout)
 
 
+CANCEL_TIMEOUT = 5.0
+"""Seconds a call that timed out waits for its cancellation to be done in the reactor."""
+
+
 def _wait(call: Any, timeout: float | None, *args: Any, **kwargs: Any) -> Any:
     """Run ``call`` in the reactor thread and wait for its Deferred's result."""
     result = crochet.run_in_reactor(call)(*args, **kwargs)
     try:
         return result.wait(_seconds(timeout))
     except crochet.TimeoutError:
-        result.cancel()
-        raise TimeoutError(f"no answer from the node within {timeout}s") from None
+        try:
+            return _cancel(result)
+        except CancelledError:
+            raise TimeoutError(f"no answer from the node within {timeout}s") from None
+
+
+def _cancel(result: crochet.EventualResult[Any]) -> Any:
+    """Cancel a call that timed out, and take its outcome: CancelledError, or what came
+    in the meantime. Taken, a cancellation is no "Unhandled error in EventualResult" that
+    crochet would print when the program exits."""
+    result.cancel()
+    try:
+        return result.wait(CANCEL_TIMEOUT)
+    except crochet.TimeoutError:
+        raise TimeoutError(
+            f"the reactor did not cancel the call within {CANCEL_TIMEOUT}s"
+        ) from None
 
 
 @attrs.frozen
@@ -80,8 +99,27 @@ class BlockingMessage:
         return self.received.address
 
     @property
+    def durable(self) -> bool:
+        return self.received.durable
+
+    @property
+    def duplicate_id(self) -> bytes | None:
+        return self.received.duplicate_id
+
+    @property
     def delivery_count(self) -> int:
+        """1 on the first delivery, then one more per redelivery."""
         return self.received.delivery_count
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether the node handed this message out before (``delivery_count`` above 1)."""
+        return self.received.redelivered
+
+    @property
+    def is_large(self) -> bool:
+        """Whether the body came as a large message (a file, see ``body_file``)."""
+        return self.received.is_large
 
     def ack(self, *, cumulative: bool = False, tx: BlockingTransaction | None = None) -> None:
         """Acknowledge, and wait until the node has the acknowledgement durably."""
@@ -106,11 +144,13 @@ class BlockingConsumer:
         """The next message, or None if none came within ``timeout`` seconds."""
         result = crochet.run_in_reactor(self.consumer.receive)()
         try:
-            received = cast(api.ReceivedMessage, result.wait(_seconds(timeout)))
+            received = result.wait(_seconds(timeout))
         except crochet.TimeoutError:
-            result.cancel()
-            return None
-        return BlockingMessage(received, self.timeout)
+            try:
+                received = _cancel(result)  # a message that came just now is not lost
+            except CancelledError:
+                return None
+        return BlockingMessage(cast(api.ReceivedMessage, received), self.timeout)
 
     def close(self) -> None:
         _wait(self.consumer.close, self.timeout)

@@ -75,7 +75,14 @@ def refused(what: str, code: ErrorCode, reason: str) -> Refused:
 
 class ConnectionLost(ClientError):
     """The connection to the node is gone: a request's outcome is unknown, or no reconnect
-    is left and nothing pending can complete."""
+    is left and nothing pending can complete.
+
+    ``cause``, when known, is what the connection ran into (refused, dropped) without this
+    client's reconnect policy: what a caller that retries by itself (a bridge) reports."""
+
+    def __init__(self, message: str, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class ClientClosed(ClientError):

@@ -338,8 +338,11 @@ _SLACK = 10.0
 
 def _operate_bridge(client: ManagementClient, args: argparse.Namespace) -> str:
     if args.bridge_action in ("pause", "stop") and args.timeout is None:
-        (bridge,) = _bridges_named(client, args.name)
-        client = attrs.evolve(client, timeout=bridge.pending_ack_timeout + _SLACK)
+        # A name /status does not know goes to the node all the same: its answer (HTTP 404)
+        # is what every action on an unknown bridge says.
+        for bridge in _bridges_named(client, None):
+            if bridge.name == args.name:
+                client = attrs.evolve(client, timeout=bridge.pending_ack_timeout + _SLACK)
     answer = client.post_json(f"/bridges/{quote(args.name, safe='')}/{args.bridge_action}")
     if answer != {"ok": True}:
         raise ManagementError(f"unexpected answer {answer!r}")

@@ -167,7 +167,18 @@ class Bridge:
             "to at most that"
         )
 
-    def lane_up(self, lane: Lane) -> None:
+    def lane_up(self, lane: Lane, retries: int) -> None:
+        """``lane`` connected, after ``retries`` retries: the error it had is over."""
+        if retries or self.last_error is not None:
+            log.info(
+                "bridge {name}: {connected} to {url}{at}; last error cleared (was: {error})",
+                name=self.config.name,
+                connected="reconnected" if retries else "connected",
+                url=lane.url,
+                at=f" at retry {retries}" if retries else "",
+                retries=retries,
+                error=self.last_error,
+            )
         self.last_error = None
         if all(each.is_up for each in self._lanes):
             self._machine.up()
@@ -191,6 +202,16 @@ class Bridge:
         if text != self.last_error:
             log.warn("bridge {name}: {text}", name=self.config.name, text=text)
         self.last_error = text
+
+    def retrying(self, retry: int, url: URL, delay: float) -> None:
+        """A lane tries again: logged each time, with the retry's number and real wait."""
+        log.info(
+            "bridge {name}: retry {retry} to {url} in {delay} s",
+            name=self.config.name,
+            retry=retry,
+            url=url,
+            delay=round(delay, 3),
+        )
 
     def forwarded(self, size: int) -> None:
         self.messages_forwarded += 1

@@ -25,7 +25,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.client.api import Client
-from bridge.client.errors import ClientError, Refused
+from bridge.client.errors import ClientError, ConnectionLost, Refused
 from bridge.forward.forwarded import Forwarder
 from bridge.node.queue import Delivery
 from transport.urls import URL
@@ -122,8 +122,8 @@ class Lane:
             config.transformer,
             config.use_duplicate_detection,
         )
-        self._failures = 0
-        self._bridge.lane_up(self)
+        retries, self._failures = self._failures, 0
+        self._bridge.lane_up(self, retries)
 
     def _check_failed(self, failure: Failure, client: Client) -> None:
         client.close()
@@ -137,10 +137,11 @@ class Lane:
         self._connecting = None
         if failure.check(CancelledError):
             return
-        self._retry(f"cannot connect to {url}: {failure.getErrorMessage()}")
+        self._retry(f"cannot connect to {url}: {_cause(failure.value)}")
 
     def _retry(self, reason: str) -> None:
-        """An attempt failed: try the next URL after the back-off, or give up."""
+        """An attempt failed, or the connection was lost: try the next URL after the
+        back-off, or give up."""
         self._bridge.error(reason)
         if not self._wanted:
             return
@@ -151,7 +152,10 @@ class Lane:
             tries = "attempt" if attempts == 0 else f"{attempts} reconnect attempts"
             self._bridge.lane_fatal(f"gave up after {tries}: {reason}")
             return
-        self._later(self._bridge.delay(self._failures), self._attempt)
+        targets = self._bridge.config.targets
+        delay = self._bridge.delay(self._failures)
+        self._bridge.retrying(self._failures, targets[self._next_url % len(targets)], delay)
+        self._later(delay, self._attempt)
 
     def _later(self, delay: float, call: Callable[[], None]) -> None:
         if self._timer is not None and self._timer.active():
@@ -166,9 +170,10 @@ class Lane:
         self._give_back()
         if not self._wanted:
             return
-        self._bridge.lane_down(self, f"lost the connection to {url}: {error}")
-        self._next_url += 1
-        self._later(self._bridge.delay(1), self._attempt)
+        reason = f"lost the connection to {url}: {_cause(error)}"
+        self._bridge.lane_down(self, reason)
+        self._failures = 0
+        self._retry(reason)
 
     def disconnect(self) -> Deferred[None]:
         """Stop: give the unconfirmed messages back, close the connection, retry no more."""
@@ -357,6 +362,14 @@ class Lane:
     @property
     def _name(self) -> str:
         return self._bridge.config.name
+
+
+def _cause(error: BaseException | None) -> str:
+    """What a connection ran into. A lane's client makes one attempt (the lane retries, by
+    the bridge's settings): its own reconnect policy's words would only mislead."""
+    if isinstance(error, ConnectionLost) and error.cause is not None:
+        return error.cause
+    return str(error)
 
 
 def _ignore(failure: Failure) -> None:

@@ -4,6 +4,7 @@ head is being written at the same time by another engineer; see node_double.py).
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import pytest
 import pytest_twisted
@@ -28,6 +29,14 @@ from transport.reconnect import ReconnectPolicy
 async def turns(n: int = 3) -> None:
     for _ in range(n):
         await deferLater(reactor, 0, lambda: None)
+
+
+async def until(test: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait (bounded) until ``test()`` holds, for what the node double sees."""
+    deadline = reactor.seconds() + timeout
+    while not test():
+        assert reactor.seconds() < deadline, f"still not so after {timeout}s"
+        await deferLater(reactor, 0.001, lambda: None)
 
 
 @pytest_twisted.ensureDeferred
@@ -97,11 +106,9 @@ async def test_on_message_nack_and_redelivery_count(node, clients):
     got: list[ReceivedMessage] = []
     consumer = await client.consumer("q", on_message=got.append)
     await client.send("q", b"again")
-    while not got:
-        await turns()
+    await until(lambda: got)
     got[0].nack()
-    while len(got) < 2:
-        await turns()
+    await until(lambda: len(got) >= 2)
     assert [m.delivery_count for m in got] == [1, 2]
     got[1].ack()
     await consumer.close()
@@ -174,7 +181,7 @@ async def test_after_a_drop_unconfirmed_sends_are_resent_and_consumers_come_back
     consumer = await client.consumer("q")
     node.hold_confirms = True
     sent = client.send("q", b"resent", duplicate_id=b"r-1")
-    await turns()
+    await until(lambda: any(isinstance(p, Send) for p in node.received))  # held, unconfirmed
     node.hold_confirms = False
     node.connections[0].drop()
     await sent

@@ -12,12 +12,29 @@ async def test_a_script_sends_receives_and_acks(spawn):
     child = spawn("-m", "tests.client.blocking_child", name="blocking client")
     received = await child.next_event("received")
     assert (received["body"], received["headers"]) == ("body", {"kind": "test"})
+    first = {"durable": True, "duplicate_id": "order-1", "is_large": False}
+    assert await child.next_event("described") == {
+        "event": "described",
+        **first,
+        "redelivered": False,
+        "delivery_count": 1,
+    }
+    assert await child.next_event("redelivered") == {
+        "event": "redelivered",
+        **first,
+        "redelivered": True,
+        "delivery_count": 2,
+    }
     assert (await child.next_event("timeout"))["message"] is True
-    assert (await child.next_event("large"))["body"] == "a large body from a file"
+    large = await child.next_event("large")
+    assert (large["body"], large["is_large"]) == ("a large body from a file", True)
     refused = await child.next_event("refused")
     assert refused["error"] == "consumer on queue 'missing' refused (NOT_FOUND): no queue 'missing'"
     await child.next_event("closed")
     assert await child.ended == 0
+    # A receive that timed out was cancelled, and its cancellation taken: crochet has no
+    # unhandled CancelledError to print at exit.
+    assert child.stderr.decode() == ""
 
 
 @pytest_twisted.ensureDeferred

@@ -343,7 +343,13 @@ async def test_ctl_bridge_operations(with_bridges, bridges, capsys):
         f"txbridge ctl bridge resume: {url}: HTTP 404: no bridge 'no/body'\n"
     )
     assert await ctl("--url", url, "bridge", "stop", "no/body") == 2
-    assert capsys.readouterr().err == f"txbridge ctl bridge stop: {url}: no bridge 'no/body'\n"
+    assert capsys.readouterr().err == (
+        f"txbridge ctl bridge stop: {url}: HTTP 404: no bridge 'no/body'\n"
+    )
+    assert await ctl("--url", url, "bridge", "pause", "no/body") == 2
+    assert capsys.readouterr().err == (
+        f"txbridge ctl bridge pause: {url}: HTTP 404: no bridge 'no/body'\n"
+    )
     bridges.refusal = RuntimeError("it is FAILED")
     assert await ctl("--url", url, "bridge", "pause", "b-to-c") == 2
     assert capsys.readouterr().err == (

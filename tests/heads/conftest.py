@@ -14,7 +14,7 @@ import attrs
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.task import deferLater
 from zope.interface import implementer
@@ -160,6 +160,26 @@ async def eventually(test: Any, timeout: float = 10.0) -> None:
         await deferLater(reactor, 0.005, lambda: None)
 
 
+class WatchedStore(SQLiteMessageStore):
+    """The SQLite store, keeping the Deferred of each body file it deletes: the deletion
+    runs later on the writer thread, so a test awaits ``discarded()`` before it looks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.discards: list[Deferred[None]] = []
+
+    def discard_body(self, path: str) -> Deferred[None]:
+        done = super().discard_body(path)
+        self.discards.append(done)
+        return done
+
+    async def discarded(self) -> int:
+        """Wait (bounded) until every deletion asked so far is done; how many there were."""
+        pending = list(self.discards)
+        await DeferredList(pending).addTimeout(10, reactor)
+        return len(pending)
+
+
 def message(address: str, body: bytes = b"x", durable: bool = True, **headers: Any) -> Message:
     return Message(id=0, address=address, durable=durable, headers=headers, body=body)
 
@@ -174,6 +194,7 @@ class Node:
     """Configuration keys replacing CONFIG's."""
     producer_window_size: int = p.UNLIMITED
     broker: Broker | None = None
+    store: WatchedStore | None = None
     head: CoreHead | None = None
     port: IListeningPort | None = None
     peers: list[Peer] = attrs.Factory(list)
@@ -183,7 +204,8 @@ class Node:
         if self.security_table is not None:
             document["security"] = self.security_table
         config = parse_node_config(document, self.path / "node.toml")
-        self.broker = Broker(config, SQLiteMessageStore(config.data_dir, reactor))
+        self.store = WatchedStore(config.data_dir, reactor)
+        self.broker = Broker(config, self.store)
         await self.broker.open()
         security = SecurityStore(config.security, time.monotonic)
         self.head = CoreHead(self.broker, security, node_name="a", node_id="id-a", reactor=reactor)

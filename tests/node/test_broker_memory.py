@@ -52,8 +52,12 @@ async def drain(
     broker: Broker, queue: str, deliveries: list[Delivery], count: int, acked: int = 0
 ) -> None:
     """Acknowledge deliveries (from index ``acked``) as they come until ``count`` arrived
-    (paged ones are read back from the store meanwhile)."""
-    for _ in range(1000):
+    (paged ones are read back from the store meanwhile, on its writer thread: waited for
+    up to 10 s, not a number of turns, which a loaded machine makes short)."""
+    from twisted.internet import reactor
+
+    deadline = reactor.seconds() + 10
+    while reactor.seconds() < deadline:
         while acked < len(deliveries):
             await broker.acknowledge(queue, 1, deliveries[acked].delivery_id)
             acked += 1

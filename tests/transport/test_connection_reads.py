@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+from twisted.logger import LegacyLogObserverWrapper, globalLogPublisher
+from twisted.python.log import PythonLoggingObserver
+
 from tests.transport.memory import APP, wired
 from transport.errors import PeerError, ProtocolError
 from transport.frames import ControlType, Frame, FrameDecoder, encode_frame
@@ -115,3 +121,28 @@ def test_the_peer_is_host_colon_port_with_ipv6_in_brackets():
         connection.makeConnection(StringTransport(peerAddress=address))
         assert connection.peer == expected
         connection.connectionLost()
+
+
+@pytest.mark.parametrize(
+    ("data", "line", "text"),
+    [
+        (
+            encode_frame(Frame(ControlType.ERROR, b"the node is shutting down")),
+            "reported an error",
+            "the node is shutting down",
+        ),
+        (b"GET / HTTP/1.1\r\n", "protocol error from", "not a txbridge frame"),
+    ],
+)
+def test_what_a_peer_did_wrong_reaches_python_logging_in_words(data, line, text, caplog):
+    """Python logging gets Twisted's events through the legacy observer (crochet sets it up
+    for the blocking client): their text must survive it, not come out as ``()``."""
+    wrapped = LegacyLogObserverWrapper(PythonLoggingObserver().emit)
+    globalLogPublisher.addObserver(wrapped)
+    caplog.set_level(logging.INFO, logger="twisted")
+    try:
+        wired().connection.dataReceived(data)
+    finally:
+        globalLogPublisher.removeObserver(wrapped)
+    [logged] = [r.getMessage() for r in caplog.records if line in r.getMessage()]
+    assert text in logged

@@ -14,6 +14,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.task import Clock
+from twisted.logger import globalLogPublisher
 from zope.interface import implementer
 
 from tests.transport.memory import APP, Recorder
@@ -153,6 +154,15 @@ async def test_connects_once_the_target_comes_up_then_reconnects_after_a_drop():
 @pytest_twisted.ensureDeferred
 async def test_after_a_drop_exactly_the_configured_reconnect_attempts_are_made(attempts):
     # Real time, short intervals: the target goes away and drops us.
+    logged: list[str] = []
+    globalLogPublisher.addObserver(logged.append)  # type: ignore[arg-type]
+    try:
+        await _drop_and_count(attempts, logged)
+    finally:
+        globalLogPublisher.removeObserver(logged.append)  # type: ignore[arg-type]
+
+
+async def _drop_and_count(attempts: int, logged: list) -> None:  # type: ignore[type-arg]
     accepted: Deferred[Recorder] = Deferred()
 
     def make() -> Recorder:
@@ -182,6 +192,13 @@ async def test_after_a_drop_exactly_the_configured_reconnect_attempts_are_made(a
     assert endpoint.failures == attempts
     expected = "reconnect-attempts is 0" if attempts == 0 else "gave up after 2 reconnect attempts"
     assert expected in str(reason)
+    assert reason.cause and "reconnect" not in reason.cause and reason.cause in str(reason)
+    # Each retry made is logged with its number; none that the policy does not make.
+    assert not [e for e in logged if str(e.get("log_format")).startswith("Scheduling retry")]
+    retries = [e for e in logged if str(e.get("log_format")).startswith("retry {retry}")]
+    assert [(e["retry"], e["delay"]) for e in retries] == [
+        (n, 0.02) for n in range(1, attempts + 1)
+    ]
     assert not reconnector.service.running
     with pytest.raises(ReconnectAttemptsExhausted):
         await reconnector.when_connected()
