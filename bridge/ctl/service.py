@@ -37,6 +37,7 @@ from bridge.node.broker import Broker
 from bridge.store.sqlite import SQLiteMessageStore
 from security import SecurityStore
 from transport.allocator import tune_allocator
+from transport.partial import PartialFrameBudget, PartialFrameLimits
 from transport.settings import ConnectionSettings
 
 log = Logger()
@@ -62,6 +63,19 @@ def node_id(data_dir: Path) -> str:
         return value
 
 
+def partial_frame_limits(
+    acceptor: Acceptor, budget: PartialFrameBudget | None
+) -> PartialFrameLimits:
+    """How an acceptor bounds frames not yet whole, drawing on the node-wide ``budget``."""
+    return PartialFrameLimits(acceptor.max_prelogin_frame_size, acceptor.frame_timeout, budget)
+
+
+def partial_frame_budget(config: NodeConfig) -> PartialFrameBudget:
+    """The node-wide budget of bytes in partial frames (``[node] partial-frame-budget``)."""
+    limit = config.partial_frame_budget
+    return PartialFrameBudget(None if limit < 0 else limit)
+
+
 def stomp_settings(acceptor: Acceptor) -> StompSettings:
     """A STOMP acceptor's settings: frames up to its max-frame-size, heart-beats offered at
     a third of its TTL (as the core transport pings)."""
@@ -75,7 +89,9 @@ def stomp_settings(acceptor: Acceptor) -> StompSettings:
     )
 
 
-def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
+def connection_settings(
+    acceptor: Acceptor, budget: PartialFrameBudget | None = None
+) -> ConnectionSettings:
     """The transport settings of an acceptor's connections (heartbeats at a third of
     the TTL, so two can be lost before the peer gives up)."""
     return ConnectionSettings(
@@ -84,6 +100,7 @@ def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
         heartbeat_interval=acceptor.connection_ttl / 3,
         read_size=acceptor.read_size,
         tcp_no_delay=acceptor.tcp_no_delay,
+        partial_frames=partial_frame_limits(acceptor, budget),
     )
 
 
@@ -122,6 +139,7 @@ class NodeService(Service):
             broker, security, node_name=config.name, node_id=identity, reactor=self.reactor
         )
         self.stomp = stomp = StompHead(broker, security, reactor=self.reactor)
+        budget = partial_frame_budget(config)
         for acceptor in config.acceptors:
             if len(acceptor.protocols) > 1:
                 raise StartupError(
@@ -130,11 +148,15 @@ class NodeService(Service):
                 )
             what = f"acceptor {acceptor.name!r} at {acceptor.url}"
             if acceptor.protocols == ("stomp",):
-                listening = stomp.listen(acceptor.url, settings=stomp_settings(acceptor))
+                listening = stomp.listen(
+                    acceptor.url,
+                    settings=stomp_settings(acceptor),
+                    partial_frames=partial_frame_limits(acceptor, budget),
+                )
             else:
                 listening = head.listen(
                     acceptor.url,
-                    settings=connection_settings(acceptor),
+                    settings=connection_settings(acceptor, budget),
                     producer_window_size=acceptor.producer_window_size,
                 )
             self.ports[acceptor.name] = await _listening(what, listening)
