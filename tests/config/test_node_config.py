@@ -12,6 +12,7 @@ from bridge.config.node import (
     AddressSettings,
     Routing,
     load_node_config,
+    parse_node_config,
 )
 from security.errors import ConfigError
 
@@ -262,3 +263,31 @@ def test_tls_file_options_are_relative_to_the_configuration_file(tmp_path):
     }
     (bridge,) = config.bridges
     assert bridge.targets[0].options == {"ca": str(tmp_path / "ca.pem")}
+
+
+def test_partial_frame_keys_default_and_parse(tmp_path):
+    config = parse_node_config(
+        {
+            "node": {"name": "a", "data-dir": "d", "partial-frame-budget": "16MiB"},
+            "acceptor": [
+                {"name": "x", "url": "tcp://h:1"},
+                {
+                    "name": "y",
+                    "url": "tcp://h:2",
+                    "max-prelogin-frame-size": "8KiB",
+                    "frame-timeout": "5s",
+                },
+                {"name": "z", "url": "tcp://h:3", "max-frame-size": "2KiB"},
+            ],
+        },
+        tmp_path / "node.toml",
+    )
+    assert config.partial_frame_budget == 16 * 1024 * 1024
+    x, y, z = config.acceptors
+    assert (x.max_prelogin_frame_size, x.frame_timeout) == (64 * 1024, 30.0)
+    assert (y.max_prelogin_frame_size, y.frame_timeout) == (8 * 1024, 5.0)
+    assert z.max_prelogin_frame_size == 2 * 1024  # never above max-frame-size
+    unlimited = parse_node_config(
+        {"node": {"name": "a", "data-dir": "d", "partial-frame-budget": -1}}, tmp_path / "n.toml"
+    )
+    assert unlimited.partial_frame_budget == -1
