@@ -136,8 +136,12 @@ def start_node(
 
 
 def _open(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    """An attacker's socket, with a small send buffer: its ``sendall`` returns only once
+    the node has taken nearly all of the bytes, so what they cost is in the node by then."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", port))
     return sock
 
 
