@@ -15,11 +15,12 @@ same attacks at ten times the scale and times a well-behaved client meanwhile).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from benchmarks.hostile import run_case
+from benchmarks.hostile import CASES, main, run_case
 from transport.allocator import DEFAULT_TRIM_THRESHOLD
 
 MIB = 1024 * 1024
@@ -53,3 +54,12 @@ def test_memory_comes_back_after_waves_of_closed_connections(tmp_path: Path):
     first, *_, last = result.marks
     assert last - first <= WAVE_GROWTH, result
     assert result.after_rss - result.idle_rss <= DEFAULT_TRIM_THRESHOLD + SLACK, result
+
+
+def test_the_benchmark_reports_every_case(tmp_path: Path):
+    output = tmp_path / "hostile.json"
+    assert main(["--scale", "0.1", "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert [case["case"] for case in report["cases"]] == list(CASES)
+    for case in report["cases"]:
+        assert 0 < case["idle_rss"] <= case["peak_rss"] and case["sends"] > 0
