@@ -30,7 +30,7 @@ SLACK = 16 * MIB
 """Growth of a node under load that is not the attack's: allocator arenas, the
 well-behaved client's messages, the attackers' sockets."""
 WAVE_GROWTH = 8 * MIB
-"""How much the RSS may grow from the first wave to the last (a wave holds 40 MiB)."""
+"""How much the RSS may grow from the first wave to the last (each wave sends 40 MiB)."""
 
 
 @pytest.mark.parametrize(
