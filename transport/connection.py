@@ -36,6 +36,7 @@ from transport.frames import (
 )
 from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityListener
 from transport.outbound import OutboundQueue
+from transport.partial import BudgetExhausted, HeldBytes
 from transport.settings import ConnectionSettings
 from transport.tls import describe_tls_failure
 from transport.wire import OutboundWriter, Wire, peer_certificates, peer_name, tune_socket_io
@@ -59,7 +60,15 @@ class FrameConnection(Protocol):
         self._receiver = receiver
         self._clock = clock
         self._is_client = is_client
-        self._decoder = FrameDecoder(accepted_types, settings.max_frame_size)
+        partial = settings.partial_frames
+        self._awaiting_login = partial is not None and not is_client
+        self._decoder = FrameDecoder(
+            accepted_types,
+            min(partial.prelogin_size, settings.max_frame_size)
+            if partial is not None and self._awaiting_login
+            else settings.max_frame_size,
+        )
+        self._held_bytes = HeldBytes(partial) if partial is not None else None
         self._out = OutboundQueue(settings.high_water, settings.low_water)
         self.writer = OutboundWriter(self._out, clock, settings.budget, self._announce)
         """The transport's producer: Twisted's pause and resume go to it."""
@@ -121,6 +130,11 @@ class FrameConnection(Protocol):
     def max_frame_size(self) -> int:
         return self.settings.max_frame_size
 
+    def logged_in(self) -> None:
+        if self._awaiting_login:
+            self._awaiting_login = False
+            self._decoder.max_frame_size = self.settings.max_frame_size
+
     def call_before_flush(self, call: Callable[[], None]) -> None:
         if not self._closing:
             self.writer.before_flush(call)
@@ -174,6 +188,13 @@ class FrameConnection(Protocol):
             self._deliver(error.frames)
             self._protocol_error(error)
             return
+        if self._held_bytes is not None:
+            try:
+                self._held_bytes.holding(self._decoder.buffered, self._last_received)
+            except BudgetExhausted as error:
+                self._deliver(frames)
+                self._protocol_error(ProtocolError(str(error)))
+                return
         self._deliver(frames)
 
     def _deliver(self, frames: Iterable[Frame]) -> None:
@@ -213,7 +234,14 @@ class FrameConnection(Protocol):
     def _protocol_error(self, error: ProtocolError) -> None:
         log.warn("protocol error from {peer}: {text}; closing", peer=self.peer, text=error.message)
         self._close_reason = error
+        self._drop_partial()
         self.close(error=error.message)
+
+    def _drop_partial(self) -> None:
+        """Let go of the bytes of a frame that will never be whole, at once."""
+        self._decoder.discard()
+        if self._held_bytes is not None:
+            self._held_bytes.release()
 
     # -- heartbeats and TTL ------------------------------------------------------------
 
@@ -242,15 +270,34 @@ class FrameConnection(Protocol):
         )
         self._closing = True
         self._stop_timers()
+        self._drop_partial()
         if self._wire is not None:
             self.writer.cancel()
             self.writer.detach()
             self._wire.abortConnection()
 
+    def _check_frame(self) -> None:
+        """Close a connection whose frame has taken longer than the frame timeout."""
+        assert self._held_bytes is not None
+        now = self._clock.seconds()
+        if self._closing:
+            return
+        if self._reading_paused:
+            self._held_bytes.not_reading(now)
+            return
+        overdue = self._held_bytes.overdue(now)
+        if overdue is not None:
+            self._protocol_error(ProtocolError(overdue))
+
     def _start_timers(self) -> None:
+        partial = self.settings.partial_frames
+        frame_check = (
+            partial.timeout / 4 if partial is not None and partial.timeout is not None else None
+        )
         for period, tick in (
             (self.settings.heartbeat_interval, self._ping),
             (self.settings.ttl_check, self._check_ttl),
+            (frame_check, self._check_frame),
         ):
             if period is not None:
                 timer = LoopingCall(tick)
@@ -284,6 +331,7 @@ class FrameConnection(Protocol):
         if error is not None:
             self._queue(ControlType.ERROR, error.encode("utf-8")[: self.settings.max_frame_size])
         self._closing = True
+        self._drop_partial()
         if self._reading_paused:
             # Closing needs the peer's end (TLS close_notify, TCP FIN): listen again.
             # Nothing more is delivered once closing.
@@ -295,8 +343,11 @@ class FrameConnection(Protocol):
         self._closing = True
         self._stop_timers()
         self.writer.cancel()
-        lost = self._lost_reason(reason)
+        # Without a traceback: its frames would tie this connection in a reference cycle.
+        lost = self._lost_reason(reason).with_traceback(None)
         self._lost = lost
+        self._drop_partial()
+        self._held.clear()
         failure = Failure(lost)
         waiters, self._writable_waiters = self._writable_waiters, []
         for waiter in waiters:
@@ -305,6 +356,10 @@ class FrameConnection(Protocol):
         for lost_waiter in lost_waiters:
             lost_waiter.callback(lost)
         self._receiver.connection_lost(lost)
+        # Nothing refers back to this connection any more: it goes at once, with its
+        # buffers, when the layer above lets go of it.
+        self.writer.release()
+        self._listeners.clear()
 
     def _lost_reason(self, reason: Failure) -> BaseException:
         if self._close_reason is not None:

@@ -99,6 +99,25 @@ class FrameDecoder:
         """Bytes received that are not yet part of a returned frame."""
         return self._size
 
+    @property
+    def max_frame_size(self) -> int:
+        """The largest payload a header may announce (raised once the peer logged in)."""
+        return self._max
+
+    @max_frame_size.setter
+    def max_frame_size(self, size: int) -> None:
+        if not 0 < size <= LENGTH_LIMIT:
+            raise ValueError(f"max_frame_size must be 1..{LENGTH_LIMIT}, got {size}")
+        self._max = size
+
+    def discard(self) -> None:
+        """Drop what is buffered, at once (the connection is closing): the decoder
+        accepts nothing more."""
+        self._chunks.clear()
+        self._size = 0
+        self._header = None
+        self._error = ProtocolError("the connection is closing")
+
     def feed(self, data: bytes) -> list[Frame]:
         """Take the next bytes of the stream; return the frames they complete.
 

@@ -33,6 +33,10 @@ class IFrameConnection(Interface):
     def send(frame_type: int, payload: bytes) -> None:
         """Queue one frame; it leaves at the end of this reactor turn at the latest."""
 
+    def logged_in() -> None:
+        """The peer logged in: accept its frames up to ``max_frame_size`` from now on
+        (before, an acceptor with partial-frame limits accepts only small ones)."""
+
     def call_before_flush(call: Callable[[], None]) -> None:
         """Call ``call()`` once at the end of this reactor turn, just before the turn's
         frames are handed to the transport, so that it can still ``send`` what it gathered

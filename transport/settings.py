@@ -6,6 +6,7 @@ import attrs
 
 from transport.frames import DEFAULT_MAX_FRAME_SIZE, LENGTH_LIMIT
 from transport.outbound import DEFAULT_HIGH_WATER, DEFAULT_LOW_WATER, check_water_marks
+from transport.partial import PartialFrameLimits
 
 
 @attrs.frozen
@@ -28,6 +29,9 @@ class ConnectionSettings:
     more (default: the high water mark).
     ``tcp_no_delay``: send small frames at once (``TCP_NODELAY``), not after the peer's
     delayed acknowledgement of the last one (see ``transport.wire.tune_socket_io``).
+    ``partial_frames``: how an accepting side bounds the frames it has not received whole (the
+    pre-login frame size, the frame timeout, the node-wide budget: see
+    ``transport.partial``); None: only ``max_frame_size``, from the first frame on.
     """
 
     high_water: int = DEFAULT_HIGH_WATER
@@ -39,6 +43,7 @@ class ConnectionSettings:
     io_size: int | None = 256 * 1024
     read_size: int | None = None
     tcp_no_delay: bool = True
+    partial_frames: PartialFrameLimits | None = None
 
     @max_frame_size.validator
     def _check_max_frame(self, attribute: attrs.Attribute[int], value: int) -> None:

@@ -118,6 +118,16 @@ class OutboundWriter:
                 self._turn_call.cancel()
             self._turn_call = None
 
+    def release(self) -> None:
+        """The connection is gone: drop its queued bytes and everything that refers back
+        to it (its announce callback, the wire), so that it is freed as soon as it is
+        unreferenced, not whenever the cycle collector runs."""
+        self.cancel()
+        self.queue.take_all()
+        self._announce = _nothing
+        self.wire = None
+        self.direct = None
+
     def _end_of_turn(self) -> None:
         # The calls run while this turn's call is still set, so that what they push (and
         # any call they ask for) goes out in this flush, not in one more turn.
@@ -167,6 +177,10 @@ class OutboundWriter:
 
     def stopProducing(self) -> None:
         """The transport is going away; the connection's ``connectionLost`` cleans up."""
+
+
+def _nothing() -> None:
+    """The announce callback of a released writer."""
 
 
 IOV_MAX = 1024

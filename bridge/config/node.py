@@ -50,6 +50,9 @@ from transport.urls import URL
 PROTOCOLS = ("core", "stomp")
 UNLIMITED = units.UNLIMITED
 DEFAULT_GLOBAL_MAX_SIZE = 64 * 1024 * 1024
+DEFAULT_PARTIAL_FRAME_BUDGET = 64 * 1024 * 1024
+DEFAULT_MAX_PRELOGIN_FRAME_SIZE = 64 * 1024
+DEFAULT_FRAME_TIMEOUT = 30.0
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 10
 """Artemis's default ``max-delivery-attempts``."""
 DEFAULT_READ_SIZE = 64 * 1024
@@ -99,6 +102,13 @@ class Acceptor:
     large-message store, not held in memory (Artemis's ``stompMinLargeMessageSize``)."""
     stomp_max_message_size: int = 128 * 1024 * 1024
     """The largest STOMP body streamed so (RabbitMQ's ``max_message_size``)."""
+    max_prelogin_frame_size: int = DEFAULT_MAX_PRELOGIN_FRAME_SIZE
+    """The largest frame a connection may send before it logged in (a CONNECT's worth),
+    and what each connection may hold in a partial frame without drawing on the node's
+    ``partial-frame-budget``."""
+    frame_timeout: float = DEFAULT_FRAME_TIMEOUT
+    """Seconds a frame may take from its first byte to its last; a connection that stops
+    mid-frame is closed after it, whatever heart-beats it negotiated."""
 
 
 @attrs.frozen
@@ -186,6 +196,10 @@ class NodeConfig:
     global_max_size: int = DEFAULT_GLOBAL_MAX_SIZE
     """Bytes of messages all addresses together may hold in memory (-1: no limit); at it,
     every address applies its address-full policy, as at its own ``max-size-bytes``."""
+    partial_frame_budget: int = DEFAULT_PARTIAL_FRAME_BUDGET
+    """Bytes all connections together may hold in partial frames beyond each one's
+    ``max-prelogin-frame-size`` (-1: no limit); a connection that would take more is
+    closed."""
     bridges: tuple[BridgeConfig, ...] = ()
     """The bridges of the node's own file (see :func:`all_bridges` for the bridges-dir's)."""
     bridges_dir: Path | None = None
@@ -235,7 +249,7 @@ _TOP = (
     "security",
     "store",
 )
-_NODE = ("name", "data-dir", "global-max-size", "bridges-dir")
+_NODE = ("name", "data-dir", "global-max-size", "bridges-dir", "partial-frame-budget")
 _ACCEPTOR = (
     "name",
     "url",
@@ -248,6 +262,8 @@ _ACCEPTOR = (
     "stomp-max-message-size",
     "read-size",
     "tcp-no-delay",
+    "max-prelogin-frame-size",
+    "frame-timeout",
 )
 _SETTING_KEYS = (
     "max-size-bytes",
@@ -379,6 +395,18 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
     no_delay = expect_bool(
         table.get("tcp-no-delay", True), source, key_path(prefix, "tcp-no-delay")
     )
+    prelogin_key = key_path(prefix, "max-prelogin-frame-size")
+    prelogin = expect_size(
+        table.get("max-prelogin-frame-size", min(DEFAULT_MAX_PRELOGIN_FRAME_SIZE, max_frame)),
+        source,
+        prelogin_key,
+    )
+    if not 1024 <= prelogin <= max_frame:
+        raise ConfigError(source, prelogin_key, "expected at least 1KiB and at most max-frame-size")
+    timeout_key = key_path(prefix, "frame-timeout")
+    frame_timeout = expect_duration(table.get("frame-timeout", "30s"), source, timeout_key)
+    if frame_timeout <= 0:
+        raise ConfigError(source, timeout_key, "expected a duration above zero")
     return Acceptor(
         name,
         url,
@@ -391,6 +419,8 @@ def _acceptor(table: Mapping[str, Any], source: str, prefix: str, base_dir: Path
         no_delay,
         min_large,
         max_message,
+        prelogin,
+        frame_timeout,
     )
 
 
@@ -515,6 +545,12 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         if "global-max-size" in node
         else DEFAULT_GLOBAL_MAX_SIZE
     )
+    partial_budget = expect_size(
+        node.get("partial-frame-budget", DEFAULT_PARTIAL_FRAME_BUDGET),
+        source,
+        "node.partial-frame-budget",
+        unlimited=True,
+    )
     return NodeConfig(
         source=path,
         name=name,
@@ -525,6 +561,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         management=management,
         security=security,
         global_max_size=global_max,
+        partial_frame_budget=partial_budget,
         bridges=bridges,
         bridges_dir=bridges_dir,
         store=store,

@@ -51,6 +51,7 @@ from bridge.store import MessageStore, PostgreSQLMessageStore, SQLiteMessageStor
 from security import SecurityStore
 from security.errors import ConfigError
 from transport.allocator import tune_allocator
+from transport.partial import PartialFrameBudget, PartialFrameLimits
 from transport.settings import ConnectionSettings
 
 log = Logger()
@@ -80,6 +81,19 @@ def node_id(data_dir: Path) -> str:
         return value
 
 
+def partial_frame_limits(
+    acceptor: Acceptor, budget: PartialFrameBudget | None
+) -> PartialFrameLimits:
+    """How an acceptor bounds frames not yet whole, drawing on the node-wide ``budget``."""
+    return PartialFrameLimits(acceptor.max_prelogin_frame_size, acceptor.frame_timeout, budget)
+
+
+def partial_frame_budget(config: NodeConfig) -> PartialFrameBudget:
+    """The node-wide budget of bytes in partial frames (``[node] partial-frame-budget``)."""
+    limit = config.partial_frame_budget
+    return PartialFrameBudget(None if limit < 0 else limit)
+
+
 def stomp_settings(acceptor: Acceptor) -> StompSettings:
     """A STOMP acceptor's settings: bodies held whole up to its max-frame-size, streamed
     from its stomp-min-large-message-size up to its stomp-max-message-size, heart-beats
@@ -98,7 +112,9 @@ def stomp_settings(acceptor: Acceptor) -> StompSettings:
     )
 
 
-def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
+def connection_settings(
+    acceptor: Acceptor, budget: PartialFrameBudget | None = None
+) -> ConnectionSettings:
     """The transport settings of an acceptor's connections (heartbeats at a third of
     the TTL, so two can be lost before the peer gives up)."""
     return ConnectionSettings(
@@ -107,6 +123,7 @@ def connection_settings(acceptor: Acceptor) -> ConnectionSettings:
         heartbeat_interval=acceptor.connection_ttl / 3,
         read_size=acceptor.read_size,
         tcp_no_delay=acceptor.tcp_no_delay,
+        partial_frames=partial_frame_limits(acceptor, budget),
     )
 
 
@@ -174,6 +191,7 @@ class NodeService(Service):
             logins=logins,
         )
         self.stomp = stomp = StompHead(broker, security, reactor=self.reactor, logins=logins)
+        budget = partial_frame_budget(config)
         for acceptor in config.acceptors:
             if len(acceptor.protocols) > 1:
                 raise StartupError(
@@ -182,11 +200,15 @@ class NodeService(Service):
                 )
             what = f"acceptor {acceptor.name!r} at {acceptor.url}"
             if acceptor.protocols == ("stomp",):
-                listening = stomp.listen(acceptor.url, settings=stomp_settings(acceptor))
+                listening = stomp.listen(
+                    acceptor.url,
+                    settings=stomp_settings(acceptor),
+                    partial_frames=partial_frame_limits(acceptor, budget),
+                )
             else:
                 listening = head.listen(
                     acceptor.url,
-                    settings=connection_settings(acceptor),
+                    settings=connection_settings(acceptor, budget),
                     producer_window_size=acceptor.producer_window_size,
                 )
             self.ports[acceptor.name] = await _listening(what, listening)

@@ -14,6 +14,7 @@ from bridge.config.node import (
     StoreSettings,
     StoreType,
     load_node_config,
+    parse_node_config,
 )
 from bridge.ctl.service import stomp_settings
 from security.errors import ConfigError
@@ -348,3 +349,31 @@ def test_the_store_is_sqlite_unless_store_says_postgresql(tmp_path):
 def test_store_mistakes_name_the_key(tmp_path, store, error):
     with pytest.raises(ConfigError, match=error):
         load_node_config(_write(tmp_path, f"{EXAMPLE}\n[store]\n{store}\n"))
+
+
+def test_partial_frame_keys_default_and_parse(tmp_path):
+    config = parse_node_config(
+        {
+            "node": {"name": "a", "data-dir": "d", "partial-frame-budget": "16MiB"},
+            "acceptor": [
+                {"name": "x", "url": "tcp://h:1"},
+                {
+                    "name": "y",
+                    "url": "tcp://h:2",
+                    "max-prelogin-frame-size": "8KiB",
+                    "frame-timeout": "5s",
+                },
+                {"name": "z", "url": "tcp://h:3", "max-frame-size": "2KiB"},
+            ],
+        },
+        tmp_path / "node.toml",
+    )
+    assert config.partial_frame_budget == 16 * 1024 * 1024
+    x, y, z = config.acceptors
+    assert (x.max_prelogin_frame_size, x.frame_timeout) == (64 * 1024, 30.0)
+    assert (y.max_prelogin_frame_size, y.frame_timeout) == (8 * 1024, 5.0)
+    assert z.max_prelogin_frame_size == 2 * 1024  # never above max-frame-size
+    unlimited = parse_node_config(
+        {"node": {"name": "a", "data-dir": "d", "partial-frame-budget": -1}}, tmp_path / "n.toml"
+    )
+    assert unlimited.partial_frame_budget == -1

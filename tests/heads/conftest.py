@@ -31,6 +31,7 @@ from tests.security.helpers import write_users
 from transport.endpoints import connect
 from transport.frames import Frame
 from transport.interfaces import IFrameConnection, IFrameReceiver
+from transport.settings import ConnectionSettings
 
 CONFIG: dict[str, Any] = {
     "node": {"name": "a", "data-dir": "data"},
@@ -193,6 +194,7 @@ class Node:
     extra: dict[str, Any] = attrs.Factory(dict)
     """Configuration keys replacing CONFIG's."""
     producer_window_size: int = p.UNLIMITED
+    settings: ConnectionSettings | None = None
     broker: Broker | None = None
     store: WatchedStore | None = None
     head: CoreHead | None = None
@@ -210,7 +212,9 @@ class Node:
         security = SecurityStore(config.security, time.monotonic)
         self.head = CoreHead(self.broker, security, node_name="a", node_id="id-a", reactor=reactor)
         self.port = await self.head.listen(
-            "tcp://127.0.0.1:0", producer_window_size=self.producer_window_size
+            "tcp://127.0.0.1:0",
+            settings=self.settings,
+            producer_window_size=self.producer_window_size,
         )
         return self
 

@@ -164,18 +164,22 @@ class CoreReceiver:
         cleanup = self._session.connection_lost()
         self._head.closed(self, cleanup)
         cleanup.chainDeferred(self.finished)
+        # Break the receiver <-> connection <-> session cycles: all three (and what the
+        # connection buffered) are freed as soon as the session's cleanup ends.
+        self._session = None
+        self._connection = None
 
     def close(self, reason: str) -> None:
-        assert self._connection is not None
-        self._connection.close(reason)
+        if self._connection is not None:
+            self._connection.close(reason)
 
     def _emit(self, packet: p.Packet) -> None:
-        assert self._connection is not None
-        self._connection.send(*encode_packet(packet))
+        if self._connection is not None:  # (a gone connection sends nothing)
+            self._connection.send(*encode_packet(packet))
 
     def _abort(self, reason: str) -> None:
-        assert self._connection is not None
-        self._connection.close(reason or None)
+        if self._connection is not None:
+            self._connection.close(reason or None)
 
     def _authenticate(self, connect: p.Connect) -> Deferred[Subject]:
         assert self._connection is not None
@@ -186,7 +190,13 @@ class CoreReceiver:
             remote_address=self._connection.peer,
             protocol="core",
         )
-        return self._head.authenticate(auth)
+        return self._head.authenticate(auth).addCallback(self._logged_in)
+
+    def _logged_in(self, subject: Subject) -> Subject:
+        """Frames up to the acceptor's max-frame-size from now on (before: a CONNECT's)."""
+        if self._connection is not None:
+            self._connection.logged_in()
+        return subject
 
 
 def listen_core(

@@ -296,6 +296,7 @@ class CoreSession:
             if name in self._broker.queues and not self._broker.queue(name).consumer_ids:
                 work.append(Deferred.fromCoroutine(self._broker.delete_queue(name)))
         self._temporary.clear()
+        self._handlers.clear()  # (its bound methods refer back to the session)
         for deferred in work:
             deferred.addErrback(self._cleanup_failed)
         return Deferred.fromCoroutine(_gather(work))

@@ -227,6 +227,13 @@ class FrameParser:
         """Bytes fed and not yet returned as events."""
         return len(self._buffer) - self._pos
 
+    def discard(self) -> None:
+        """Let go of every byte fed and not yet returned, at once (the connection is
+        closing; nothing of it will be parsed)."""
+        self._buffer = bytearray()
+        self._pos = self._scan = 0
+        self._head = None
+
     def feed(self, data: bytes) -> None:
         if self._pos and self._pos == len(self._buffer):
             self._buffer.clear()

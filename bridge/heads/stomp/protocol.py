@@ -38,6 +38,7 @@ from bridge.heads.stomp.frames import (
     Frame,
     FrameError,
     FrameParser,
+    Limits,
     Version,
     serialize,
     serialize_head,
@@ -52,6 +53,7 @@ from security import SecurityStore
 from security.subject import SecurityAuth, Subject
 from transport.endpoints import server_endpoint
 from transport.outbound import OutboundQueue
+from transport.partial import BudgetExhausted, HeldBytes, PartialFrameLimits
 from transport.tls import TLSConfig
 from transport.urls import URL
 from transport.wire import OutboundWriter, Wire, peer_certificates, peer_name, tune_socket_io
@@ -101,9 +103,12 @@ class StompHead:
         *,
         settings: StompSettings | None = None,
         tls: TLSConfig | None = None,
+        partial_frames: PartialFrameLimits | None = None,
     ) -> Deferred[IListeningPort]:
-        """Accept STOMP connections at ``url`` (``tcp://`` or ``tls://``)."""
-        factory = StompFactory(self, settings or StompSettings())
+        """Accept STOMP connections at ``url`` (``tcp://`` or ``tls://``); with
+        ``partial_frames``, frames not yet whole are bounded by a pre-login size, a frame
+        timeout and a node-wide budget (``transport.partial``)."""
+        factory = StompFactory(self, settings or StompSettings(), partial_frames)
         listening: Deferred[IListeningPort] = server_endpoint(self.reactor, url, tls).listen(
             factory
         )
@@ -145,23 +150,40 @@ class _LargeOut:
 class StompFactory(Factory):
     """Builds the connections of one acceptor."""
 
-    def __init__(self, head: StompHead, settings: StompSettings) -> None:
+    def __init__(
+        self,
+        head: StompHead,
+        settings: StompSettings,
+        partial_frames: PartialFrameLimits | None = None,
+    ) -> None:
         self.head = head
         self.settings = settings
+        self.partial_frames = partial_frames
 
     def buildProtocol(self, addr: IAddress | None) -> StompProtocol:
-        return StompProtocol(self.head, self.settings)
+        return StompProtocol(self.head, self.settings, self.partial_frames)
 
 
 @implementer(IStompTransport)
 class StompProtocol(Protocol):
     """One STOMP connection."""
 
-    def __init__(self, head: StompHead, settings: StompSettings) -> None:
+    def __init__(
+        self,
+        head: StompHead,
+        settings: StompSettings,
+        partial_frames: PartialFrameLimits | None = None,
+    ) -> None:
         self._head = head
         self.settings = settings
         self._clock: IReactorTime = head.reactor
-        self._parser = FrameParser(settings.limits)
+        self._partial = partial = partial_frames
+        limits = settings.limits
+        self._parser = FrameParser(
+            limits if partial is None else _prelogin(limits, partial.prelogin_size)
+        )
+        self._held_bytes = HeldBytes(partial) if partial is not None else None
+        self._frame_timer: LoopingCall | None = None
         self._out = OutboundQueue(settings.high_water, settings.low_water)
         self.writer = OutboundWriter(self._out, self._clock, settings.high_water, self._announce)
         """The transport's producer: Twisted's pause and resume go to it."""
@@ -267,6 +289,7 @@ class StompProtocol(Protocol):
         self._closing = True
         self._stop_timers()
         self._drop_backlog()
+        self._drop_partial()
         if self._paused:
             self._wire.resumeProducing()  # closing needs the peer's end: listen again
         self.writer.finish()
@@ -354,16 +377,41 @@ class StompProtocol(Protocol):
                 try:
                     event = parser.next_event()
                 except FrameError as error:
-                    log.info(
-                        "closing STOMP connection from {peer}: {error}", peer=self.peer, error=error
+                    log.info(  # (the text: the error's traceback would hold this frame)
+                        "closing STOMP connection from {peer}: {error}",
+                        peer=self.peer,
+                        error=str(error),
                     )
                     session.protocol_error(error)
                     return
                 if event is NEED_DATA:
-                    return
+                    break
                 session.event_received(event)  # type: ignore[arg-type]
+            if self._held_bytes is not None and not self._closing:
+                self._held_bytes.holding(parser.buffered, self._clock.seconds())
+        except BudgetExhausted as exhausted:
+            log.info(
+                "closing STOMP connection from {peer}: {error}",
+                peer=self.peer,
+                error=str(exhausted),
+            )
+            session.protocol_error(FrameError("partial-frame budget exhausted", str(exhausted)))
         finally:
             self._pumping = False
+
+    def _drop_partial(self) -> None:
+        """Let go of the bytes of frames that will never be handled, at once."""
+        self._parser.discard()
+        if self._held_bytes is not None:
+            self._held_bytes.release()
+
+    def _authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
+        return self._head.authenticate(auth).addCallback(self._logged_in)
+
+    def _logged_in(self, subject: Subject) -> Subject:
+        """Frames up to the acceptor's limits from now on (before: a CONNECT's worth)."""
+        self._parser.limits = self.settings.limits
+        return subject
 
     # -- heart-beats and silence ----------------------------------------------------------
 
@@ -404,11 +452,26 @@ class StompProtocol(Protocol):
         self.writer.detach()
         self._wire.abortConnection()
 
+    def _check_frame(self) -> None:
+        """End a connection whose frame has taken longer than the frame timeout, whatever
+        heart-beats were negotiated."""
+        assert self._held_bytes is not None and self._session is not None
+        now = self._clock.seconds()
+        if self._closing:
+            return
+        if self._paused:
+            self._held_bytes.not_reading(now)
+            return
+        overdue = self._held_bytes.overdue(now)
+        if overdue is not None:
+            log.info("closing STOMP connection from {peer}: {error}", peer=self.peer, error=overdue)
+            self._session.protocol_error(FrameError("frame timeout", overdue))
+
     def _stop_timers(self) -> None:
-        for timer in (self._send_timer, self._silence_timer):
+        for timer in (self._send_timer, self._silence_timer, self._frame_timer):
             if timer is not None and timer.running:
                 timer.stop()
-        self._send_timer = self._silence_timer = None
+        self._send_timer = self._silence_timer = self._frame_timer = None
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -428,10 +491,13 @@ class StompProtocol(Protocol):
             self._head.security,
             self,
             clock=self._clock,
-            authenticate=self._head.authenticate,
+            authenticate=self._authenticate,
             settings=self.settings,
         )
         self._start_silence_timer()
+        partial = self._partial
+        if partial is not None and partial.timeout is not None:
+            self._frame_timer = self._timer(self._check_frame, partial.timeout / 4)
         self._head.opened(self)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
@@ -443,6 +509,23 @@ class StompProtocol(Protocol):
             self._abort_call.cancel()
         self._abort_call = None
         assert self._session is not None
+        self._drop_partial()
         cleanup = self._session.connection_lost()
         self._head.closed(self, cleanup)
         cleanup.chainDeferred(self.finished)
+        # Break the protocol <-> session <-> writer cycles: the connection and what it
+        # buffered are freed as soon as the session's cleanup ends.
+        self.writer.release()
+        self._session = None
+
+
+def _prelogin(limits: Limits, size: int) -> Limits:
+    """The limits before login: a CONNECT frame's worth at most, and no body streamed
+    (a SEND pipelined behind CONNECT is held to the same size until the login is done)."""
+    return attrs.evolve(
+        limits,
+        max_body=min(limits.max_body, size),
+        max_header_bytes=min(limits.max_header_bytes, size),
+        min_large=None,
+        max_large=min(limits.max_large, size),
+    )

@@ -337,6 +337,7 @@ class StompSession:
         transactions = list(self._transactions.values())
         self._transactions.clear()
         self._outstanding.clear()
+        self._handlers.clear()  # (its bound methods refer back to the session)
         return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
 
     async def _give_back(

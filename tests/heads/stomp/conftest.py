@@ -45,6 +45,7 @@ from bridge.store.sqlite import SQLiteMessageStore
 from security import SecurityStore
 from tests.heads.conftest import CONFIG, SECURITY
 from tests.security.helpers import write_users
+from transport.partial import PartialFrameLimits
 from transport.tls import TLSConfig
 
 TIMEOUT = 30.0
@@ -281,6 +282,7 @@ class StompNode:
     security_table: dict[str, Any] | None = None
     settings: StompSettings = attrs.Factory(lambda: StompSettings(ttl=None, heart_beat=None))
     tls: TLSConfig | None = None
+    partial_frames: PartialFrameLimits | None = None
     extra: dict[str, Any] = attrs.Factory(dict)
     """Configuration keys replacing CONFIG's."""
     broker: Broker | None = None
@@ -302,7 +304,10 @@ class StompNode:
         self.head = StompHead(self.broker, security, reactor=reactor)
         scheme = "tls" if self.tls is not None else "tcp"
         self.port = await self.head.listen(
-            f"{scheme}://127.0.0.1:0", settings=self.settings, tls=self.tls
+            f"{scheme}://127.0.0.1:0",
+            settings=self.settings,
+            tls=self.tls,
+            partial_frames=self.partial_frames,
         )
         self.core = CoreHead(self.broker, security, node_name="a", node_id="id-a", reactor=reactor)
         self.core_port = await self.core.listen("tcp://127.0.0.1:0")
