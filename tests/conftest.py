@@ -12,7 +12,7 @@ from twisted.internet.task import deferLater
 
 from tests.leaks import Snapshot, clean_up, find_leaks
 
-pytest_plugins = ["tests.processes"]
+pytest_plugins = ["tests.processes", "tests.postgresql"]
 
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
