@@ -13,11 +13,18 @@ figures:
 - **node peak RSS** (VmHWM of the node process before it is stopped) and peak / idle;
 - CPU seconds of the node, the producer and the consumer during the run.
 
+With ``--store postgresql`` (by default both stores run) the durable mode runs once more
+on a node whose ``[store]`` is the PostgreSQL server ``--postgresql`` (a schema of its own
+per run, dropped after), as the case ``durable-postgresql``, with what the database spent:
+its server process's CPU and the write-ahead log bytes, per message
+(``benchmarks/pg_store.py``).
+
 The **raw ceiling** is ``benchmarks.peers raw-writer``/``raw-reader``, as in the transport
 benchmark: plain blocking sockets between two processes moving the same number of 1 KiB
 frames one way. Ours / raw is reported per mode.
 
     python -m benchmarks node [--count 100000] [--repeat 3] [--seconds 60]
+                              [--store sqlite|postgresql] [--postgresql URL]
 
 prints a table and writes benchmarks/results/node_throughput.json.
 """
@@ -43,11 +50,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pg_store import DEFAULT_SERVER, Costs, bench_store
 from benchmarks.runner import ROOT, Event, peers, save
 
 KIB = 1024
 MIB = 1024 * 1024
 MODES = ("durable", "non-durable")
+STORES = ("sqlite", "postgresql")
 STARTED = re.compile(r"node (\S+) \((\S+)\) started: (.*)")
 BIN = Path(sys.executable).parent
 QUEUE = "bench"
@@ -258,14 +267,25 @@ class Clients:
 
 
 def one_run(
-    durable: bool, count: int, seconds: float, clients: Clients, profile: Path | None
+    durable: bool,
+    count: int,
+    seconds: float,
+    clients: Clients,
+    profile: Path | None,
+    *,
+    postgresql: str | None = None,
 ) -> dict[str, Any]:
-    """One producer, one consumer, a fresh node: the figures of that run."""
+    """One producer, one consumer, a fresh node (its store on the PostgreSQL server
+    ``postgresql`` if given): the figures of that run."""
     mode = "durable" if durable else "non-durable"
     deadline = time.monotonic() + seconds + 120.0  # start-up, draining and stopping
     with tempfile.TemporaryDirectory(prefix="txbridge-node-bench-") as folder, children() as stack:
         directory = Path(folder)
-        node, port = start_node(directory, stack, deadline)
+        config, costs = NODE_CONFIG, None
+        if postgresql is not None:
+            store, costs = stack.enter_context(bench_store(postgresql))
+            config += store
+        node, port = start_node(directory, stack, deadline, config)
         idle_rss = proc_status(node.pid, "VmRSS")
         url = f"tcp://127.0.0.1:{port}"
         consumer = peer(
@@ -279,6 +299,8 @@ def one_run(
         if profile is not None:
             spy = _py_spy(node.pid, profile / f"node-{mode}", directory, stack)
         node_cpu = proc_cpu(node.pid)
+        if costs is not None:
+            costs.start()
         producer = peer(
             "producer",
             [
@@ -298,6 +320,8 @@ def one_run(
         consumer.tell(f"sent {done['sent']}")
         received = consumer.event("received", deadline)
         node_cpu = proc_cpu(node.pid) - node_cpu
+        if costs is not None:
+            costs.finish()
         peak_rss = proc_status(node.pid, "VmHWM")
         after_rss = proc_status(node.pid, "VmRSS")
         if spy is not None:
@@ -306,6 +330,7 @@ def one_run(
     elapsed = received["last"] - done["first_send"]
     figures = {
         "mode": mode,
+        "store": "sqlite" if costs is None else "postgresql",
         "sent": done["sent"],
         "confirmed": done["confirmed"],
         "refused": done["refused"],
@@ -336,7 +361,17 @@ def one_run(
         "producer_peak_rss": done["peak_rss"],
         "consumer_peak_rss": received["peak_rss"],
     }
+    if costs is not None:
+        figures["database"] = _per_message(costs, received["received"])
     check(figures)
+    return figures
+
+
+def _per_message(costs: Costs, delivered: int) -> dict[str, Any]:
+    """What the PostgreSQL server spent, in all and per message delivered."""
+    figures = dict(costs.figures)
+    figures["server_cpu_us_per_msg"] = figures["server_cpu_seconds"] / delivered * 1e6
+    figures["wal_bytes_per_msg"] = figures["wal_bytes"] / delivered
     return figures
 
 
@@ -414,17 +449,28 @@ def run(
     clients: Clients,
     modes: Sequence[str],
     profile: Path | None,
+    stores: Sequence[str] = ("sqlite",),
+    postgresql: str = DEFAULT_SERVER,
 ) -> dict[str, Any]:
     raw_runs = [raw_ceiling(count) for _ in range(repeat)]
     raw = statistics.median(r["frames_per_s"] for r in raw_runs)
-    print(f"{'raw sockets':12} {raw:>10,.0f} frames/s (1 KiB, ceiling)", flush=True)
+    print(f"{'raw sockets':18} {raw:>10,.0f} frames/s (1 KiB, ceiling)", flush=True)
     cases: dict[str, Any] = {}
-    for mode in modes:
-        runs = [one_run(mode == "durable", count, seconds, clients, profile) for _ in range(repeat)]
+    plan: list[tuple[str, str | None]] = [
+        (mode, None) for mode in modes if "sqlite" in stores or mode != "durable"
+    ]
+    if "postgresql" in stores and "durable" in modes:
+        plan.append(("durable-postgresql", postgresql))
+    for case, server in plan:
+        mode = case.split("-postgresql")[0]
+        runs = [
+            one_run(mode == "durable", count, seconds, clients, profile, postgresql=server)
+            for _ in range(repeat)
+        ]
         rate = median_of(runs, "msgs_per_s")
         peak = max(r["node_peak_rss"] for r in runs)
         idle = median_of(runs, "node_idle_rss")
-        cases[mode] = {
+        cases[case] = {
             "msgs_per_s": rate,
             "target_msgs_per_s": TARGETS[mode],
             "ratio_ours_to_raw": rate / raw,
@@ -440,15 +486,27 @@ def run(
             },
             "runs": runs,
         }
+        if server is not None:
+            cases[case]["database_per_msg"] = {
+                key: statistics.median(r["database"][key] for r in runs)
+                for key in ("server_cpu_us_per_msg", "wal_bytes_per_msg")
+            }
         print(
-            f"{mode:12} {rate:>10,.0f} msgs/s (target {TARGETS[mode]:,})   "
+            f"{case:18} {rate:>10,.0f} msgs/s (target {TARGETS[mode]:,})   "
             f"ours/raw {rate / raw:.3f}   "
-            f"confirm p50 {cases[mode]['latency_p50_ms']:.1f} ms "
-            f"p99 {cases[mode]['latency_p99_ms']:.1f} ms   "
+            f"confirm p50 {cases[case]['latency_p50_ms']:.1f} ms "
+            f"p99 {cases[case]['latency_p99_ms']:.1f} ms   "
             f"node RSS idle {idle / MIB:.1f} MiB peak {peak / MIB:.1f} MiB "
             f"({peak / idle:.2f}x)",
             flush=True,
         )
+        if server is not None:
+            cost = cases[case]["database_per_msg"]
+            print(
+                f"{'':18} PostgreSQL server process {cost['server_cpu_us_per_msg']:.1f} µs "
+                f"CPU and {cost['wal_bytes_per_msg']:,.0f} B of WAL per message",
+                flush=True,
+            )
     return {"raw": {"frames_per_s": raw, "runs": raw_runs}, "cases": cases}
 
 
@@ -463,6 +521,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirmation-window", type=int, default=MIB, help="producer's, in bytes")
     parser.add_argument("--consumer-window", type=int, default=MIB, help="in bytes")
     parser.add_argument("--mode", choices=MODES, action="append", help="default: both")
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        action="append",
+        help="default: both (postgresql runs the durable mode)",
+    )
+    parser.add_argument(
+        "--postgresql", default=DEFAULT_SERVER, help=f"server URL (default {DEFAULT_SERVER})"
+    )
     parser.add_argument("--profile", type=Path, help="record the node with py-spy into this folder")
     parser.add_argument(
         "--output", type=Path, help="write the JSON here, not to benchmarks/results/"
@@ -481,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
             clients=clients,
             modes=args.mode or MODES,
             profile=args.profile,
+            stores=args.store or STORES,
+            postgresql=args.postgresql,
         )
     except BenchmarkError as error:
         print(f"node benchmark failed: {error}", file=sys.stderr)

@@ -151,6 +151,20 @@ class Management:
     port: int
 
 
+class StoreType(StrEnum):
+    SQLITE = "sqlite"
+    POSTGRESQL = "postgresql"
+
+
+@attrs.frozen
+class StoreSettings:
+    """``[store]``: where durable messages are kept: ``sqlite`` (a file in the data
+    directory) or ``postgresql`` (the database at ``url``, ``postgresql://...``)."""
+
+    type: StoreType = StoreType.SQLITE
+    url: str | None = None
+
+
 @attrs.frozen
 class NodeConfig:
     """A whole node's configuration, checked."""
@@ -170,6 +184,7 @@ class NodeConfig:
     """The bridges of the node's own file (see :func:`all_bridges` for the bridges-dir's)."""
     bridges_dir: Path | None = None
     """``[node] bridges-dir``: a folder of ``*.toml`` files of ``[[bridge]]`` tables."""
+    store: StoreSettings = StoreSettings()
     _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
     _declared: Mapping[str, Address] = attrs.field(init=False, eq=False, repr=False)
 
@@ -198,7 +213,16 @@ class NodeConfig:
         return self.settings_for(address).default_routing
 
 
-_TOP = ("node", "acceptor", "address", "address-setting", "bridge", "management", "security")
+_TOP = (
+    "node",
+    "acceptor",
+    "address",
+    "address-setting",
+    "bridge",
+    "management",
+    "security",
+    "store",
+)
 _NODE = ("name", "data-dir", "global-max-size", "bridges-dir")
 _ACCEPTOR = (
     "name",
@@ -230,6 +254,7 @@ _ADDRESS = (
     "max-delivery-attempts",
 )
 _MANAGEMENT = ("url",)
+_STORE = ("type", "url")
 
 
 def _choice(kind: type[_E], value: object, source: str, key: str) -> _E:
@@ -378,6 +403,18 @@ def _management(table: Mapping[str, Any], source: str) -> Management:
     return Management(parts.hostname, port)
 
 
+def _store(table: Mapping[str, Any], source: str) -> StoreSettings:
+    check_keys(table, _STORE, source, "store")
+    kind = _choice(StoreType, table.get("type", "sqlite"), source, "store.type")
+    if kind is StoreType.SQLITE:
+        if "url" in table:
+            raise ConfigError(source, "store.url", 'is only for type = "postgresql"')
+        return StoreSettings()
+    # The URL itself is checked when the node starts, by the PostgreSQL client's rules.
+    url = expect_str(required(table, "url", source, "store"), source, "store.url")
+    return StoreSettings(kind, url)
+
+
 def _path(value: object, source: str, key: str, config_file: Path) -> Path:
     """A path, relative to the configuration file's folder unless absolute."""
     return config_file.parent / expect_str(value, source, key)
@@ -432,6 +469,11 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     )
     security_table = expect_table(document.get("security", {"enabled": False}), source, "security")
     security = load_security(security_table, source, base_dir=path.parent)
+    store = (
+        _store(expect_table(document["store"], source, "store"), source)
+        if "store" in document
+        else StoreSettings()
+    )
     global_max = (
         expect_size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
         if "global-max-size" in node
@@ -449,6 +491,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         global_max_size=global_max,
         bridges=bridges,
         bridges_dir=bridges_dir,
+        store=store,
     )
 
 

@@ -27,14 +27,14 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import Acceptor, NodeConfig, all_bridges
+from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges
 from bridge.ctl.management import management_site
 from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
 from bridge.node.broker import Broker
-from bridge.store.sqlite import SQLiteMessageStore
+from bridge.store import MessageStore, PostgreSQLMessageStore, SQLiteMessageStore, StoreError
 from security import SecurityStore
 from transport.allocator import tune_allocator
 from transport.settings import ConnectionSettings
@@ -114,8 +114,14 @@ class NodeService(Service):
     async def _start(self) -> None:
         config = self.config
         identity = node_id(config.data_dir)
-        broker = Broker(config, SQLiteMessageStore(config.data_dir, self.reactor))
-        await broker.open()
+        broker = Broker(config, _store(config, self.reactor))
+        if config.store.type is StoreType.POSTGRESQL:
+            try:
+                await broker.open()
+            except StoreError as error:
+                raise StartupError(f"store.url: {error}") from error
+        else:
+            await broker.open()
         self.broker = broker
         security = SecurityStore(config.security, self.reactor.seconds)
         self.head = head = CoreHead(
@@ -223,6 +229,14 @@ async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeni
         return await listening
     except Exception as error:
         raise StartupError(f"{what}: {error}") from error
+
+
+def _store(config: NodeConfig, reactor: Any) -> MessageStore:
+    """The store ``[store]`` names: SQLite in the data directory, or PostgreSQL."""
+    if config.store.type is StoreType.POSTGRESQL:
+        assert config.store.url is not None
+        return PostgreSQLMessageStore(config.store.url, config.data_dir, reactor)
+    return SQLiteMessageStore(config.data_dir, reactor)
 
 
 def _where(port: IListeningPort) -> str:

@@ -1,7 +1,8 @@
 """The message store: durable messages, queues, delivery counts and duplicate ids.
 
-``IMessageStore`` is the seam the node uses; ``SQLiteMessageStore`` is the embedded
-default, with group commit.
+``IMessageStore`` is the seam the node uses. ``MessageStore`` implements it once, with
+group commit, over a backend's ``IStoreWriter``: ``SQLiteMessageStore`` is the embedded
+default, ``PostgreSQLMessageStore`` keeps the data on a PostgreSQL server.
 """
 
 from bridge.store.errors import (
@@ -13,14 +14,19 @@ from bridge.store.errors import (
     TransactionRolledBack,
     UnknownTransaction,
 )
-from bridge.store.interfaces import IMessageStore
+from bridge.store.front import MessageStore
+from bridge.store.interfaces import IMessageStore, IStoreWriter
+from bridge.store.postgresql import PostgreSQLMessageStore
 from bridge.store.records import QueueRecord, Recovered, RecoveredMessage, TxId
 from bridge.store.sqlite import SQLiteMessageStore
 
 __all__ = [
     "CommitFailed",
     "IMessageStore",
+    "IStoreWriter",
     "InvalidOperation",
+    "MessageStore",
+    "PostgreSQLMessageStore",
     "QueueRecord",
     "Recovered",
     "RecoveredMessage",

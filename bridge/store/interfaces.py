@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from zope.interface import Interface
+from zope.interface import Attribute, Interface
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
     from twisted.python.failure import Failure
 
     from bridge.message import Message
+    from bridge.store.operations import Operation, Outcome
     from bridge.store.records import QueueRecord, Recovered, TxId
 
 
@@ -114,3 +115,35 @@ class IMessageStore(Interface):
     def close() -> Deferred[None]:
         """Finish the operations already issued, roll back open transactions, release
         the store; fires once everything is written and closed."""
+
+
+class IStoreWriter(Interface):
+    """A store's backend: the database a ``MessageStore`` writes through.
+
+    The store calls every method but ``large_body_path`` on its one writer thread, never
+    two at once, so a writer needs no locking of its own; it translates the operations
+    (``bridge.store.operations``, plain data) into its own statements.
+    """
+
+    name = Attribute("What errors and logs call the store (a file, a database).")
+
+    def open(load_limit: int) -> Recovered:
+        """Connect (creating or migrating the schema), note that a node runs on the store,
+        and load everything stored, as ``IMessageStore.open`` says."""
+
+    def run(operations: Sequence[Operation]) -> list[Outcome]:
+        """Apply ``operations`` in order in one transaction and commit it durably: the
+        outcome of each (None, or the ``InvalidOperation`` that refused it, having written
+        nothing of it), or raise ``CommitFailed`` having written nothing at all."""
+
+    def read(message_ids: Sequence[int], paged_ids: Sequence[int]) -> dict[int, Message]:
+        """Stored and paged messages by id; ``StoreError`` if one is missing."""
+
+    def large_body_path(message_id: int) -> str:
+        """Where a large message's body file goes (any thread)."""
+
+    def delete_body(path: str) -> None:
+        """Delete a large body file no message needs; a failure is logged, not raised."""
+
+    def close() -> None:
+        """Record the clean stop and disconnect."""

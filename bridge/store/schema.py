@@ -28,9 +28,6 @@ from bridge.store.errors import SchemaTooNew, StoreError
 
 SCHEMA_VERSION = 2
 
-LARGE_MESSAGES = "large-messages"
-"""The folder beside the database holding large messages' bodies, one file per message."""
-
 SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE store_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -136,8 +133,3 @@ def _migrate_1_to_2(connection: sqlite3.Connection) -> None:
         " (id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL)"
     )
     connection.execute("UPDATE schema_version SET version = 2")
-
-
-def large_message_path(data_dir: Path, message_id: int) -> Path:
-    """Where a large message's body is kept."""
-    return data_dir / LARGE_MESSAGES / f"{message_id}.msg"

@@ -1,4 +1,4 @@
-"""The writer: the one SQLite connection of a store, used only on the store's writer thread.
+"""The SQLite writer: the one SQLite connection of a store, used only on its writer thread.
 
 It opens the file, reads back everything on start, and writes each batch as one SQLite
 transaction, which the commit makes durable (WAL with ``synchronous=FULL``: the commit
@@ -20,22 +20,30 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-import attrs
+from zope.interface import implementer
 
-from bridge.message import LargeBody, Message, MessageFormatError, decode_message
-from bridge.store.errors import CommitFailed, StoreError
-from bridge.store.operations import Operation, Outcome, WriterState, apply_all
-from bridge.store.records import QueueRecord, Recovered, RecoveredMessage
-from bridge.store.schema import LARGE_MESSAGES, connect, large_message_path
+from bridge.message import Message
+from bridge.store.errors import CommitFailed
+from bridge.store.interfaces import IStoreWriter
+from bridge.store.large import BodyFiles, delete_body
+from bridge.store.operations import Operation, Outcome, WriterState
+from bridge.store.records import QueueRecord, Recovered
+from bridge.store.recovery import assemble, missing, stored_message
+from bridge.store.schema import connect
+from bridge.store.sqlite_operations import apply_all, load_state, save_state
 
 _SET_CLEAN_STOP = "INSERT OR REPLACE INTO store_state (key, value) VALUES ('clean_stop', ?)"
 
 
+@implementer(IStoreWriter)
 class Writer:
-    """Opens, recovers, writes batches and closes; every method runs on the writer thread."""
+    """Opens, recovers, writes batches and closes; every method but ``large_body_path``
+    runs on the writer thread."""
 
     def __init__(self, path: Path, busy_timeout: float) -> None:
         self.path = path
+        self.name = str(path)
+        self._bodies = BodyFiles(path.parent)
         self._busy_timeout = busy_timeout
         self._connection: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
@@ -45,11 +53,16 @@ class Writer:
         connection = connect(self.path, self._busy_timeout)
         try:
             cursor = connection.cursor()
-            self._state = WriterState.load(cursor)
+            self._state = load_state(cursor)
             cursor.execute("DELETE FROM paged_messages")
             after_crash = self._mark_running(cursor)
             recovered = self._recover(cursor, load_limit, after_crash)
-            self._remove_orphans(cursor)
+            self._bodies.remove_orphans(
+                message_id
+                for (message_id,) in cursor.execute(
+                    "SELECT id FROM messages WHERE large IS NOT NULL"
+                )
+            )
         except BaseException:
             connection.close()
             raise
@@ -66,7 +79,7 @@ class Writer:
             cursor.execute("BEGIN IMMEDIATE")
             outcomes = apply_all(cursor, state, operations)
             if state.highest_message_id != highest:
-                state.save(cursor)
+                save_state(cursor, state)
             cursor.execute("COMMIT")
         except sqlite3.Error as error:
             self._undo(cursor)
@@ -82,6 +95,12 @@ class Writer:
         assert self._cursor is not None, "the writer is not open"
         return self._read(self._cursor, message_ids, transient)
 
+    def large_body_path(self, message_id: int) -> str:
+        return str(self._bodies.path_for(message_id))
+
+    def delete_body(self, path: str) -> None:
+        delete_body(path)
+
     def _read(
         self, cursor: sqlite3.Cursor, message_ids: Sequence[int], transient: Sequence[int]
     ) -> dict[int, Message]:
@@ -93,10 +112,10 @@ class Writer:
                 columns = "id, data, large" if table == "messages" else "id, data, NULL"
                 rows = cursor.execute(f"SELECT {columns} FROM {table} WHERE id IN ({marks})", part)
                 for message_id, data, large in rows:
-                    found[message_id] = self._message(message_id, data, large)
-        missing = [i for i in (*message_ids, *transient) if i not in found]
-        if missing:
-            raise StoreError(f"{self.path}: paged messages {missing[:5]} are not stored")
+                    found[message_id] = stored_message(
+                        self.name, self._bodies, message_id, data, large
+                    )
+        missing(self.name, (*message_ids, *transient), found)
         return found
 
     def close(self) -> None:
@@ -131,7 +150,7 @@ class Writer:
         assert self._connection is not None
         if self._connection.in_transaction:
             cursor.execute("ROLLBACK")
-        self._state = WriterState.load(cursor)
+        self._state = load_state(cursor)
 
     def _recover(self, cursor: sqlite3.Cursor, load_limit: int, after_crash: bool) -> Recovered:
         queues = [
@@ -140,62 +159,20 @@ class Writer:
                 "SELECT name, address, routing, filter FROM queues ORDER BY rowid"
             )
         ]
-        addresses = {queue.name: queue.address for queue in queues}
         refs = cursor.execute(
             "SELECT r.queue, r.message_id, r.delivery_count, length(m.data)"
             " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
             " ORDER BY r.queue, r.message_id"
         ).fetchall()
-        loaded, budget = set(), load_limit
-        for _, message_id, _, size in refs:
-            if load_limit == -1 or size <= budget:
-                loaded.add(message_id)
-                budget -= size
-        decoded = self._read(cursor, sorted(loaded), ())
-        messages: dict[str, list[RecoveredMessage]] = {}
-        for queue, message_id, delivery_count, size in refs:
-            message = decoded.get(message_id)
-            if message is None:
-                stub = Message(message_id, addresses[queue], True, {}, b"")
-                entry = RecoveredMessage(stub, delivery_count, paged_size=size)
-            else:
-                entry = RecoveredMessage(message, delivery_count)
-            messages.setdefault(queue, []).append(entry)
-        duplicate_ids: dict[str, list[bytes]] = {}
-        for address, duplicate_id in cursor.execute(
+        duplicate_ids = cursor.execute(
             "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"
-        ):
-            duplicate_ids.setdefault(address, []).append(duplicate_id)
-        return Recovered(
-            queues=queues,
-            messages=messages,
-            duplicate_ids=duplicate_ids,
+        ).fetchall()
+        return assemble(
+            queues,
+            refs,
+            lambda ids: self._read(cursor, ids, ()),
+            duplicate_ids,
+            load_limit=load_limit,
             highest_message_id=self._state.highest_message_id,
             after_crash=after_crash,
         )
-
-    def _message(self, message_id: int, data: bytes, large: int | None) -> Message:
-        try:
-            message = decode_message(data)
-        except MessageFormatError as error:
-            raise StoreError(
-                f"{self.path}: stored message {message_id} is corrupt: {error}"
-            ) from None
-        if large is None:
-            return message
-        path = large_message_path(self.path.parent, message_id)
-        if not path.is_file():
-            raise StoreError(f"{self.path}: large message {message_id} has no body at {path}")
-        return attrs.evolve(message, large=LargeBody(str(path), large))
-
-    def _remove_orphans(self, cursor: sqlite3.Cursor) -> None:
-        folder = self.path.parent / LARGE_MESSAGES
-        if not folder.is_dir():
-            return
-        owned = {
-            large_message_path(self.path.parent, message_id).name
-            for (message_id,) in cursor.execute("SELECT id FROM messages WHERE large IS NOT NULL")
-        }
-        for file in folder.iterdir():
-            if file.name not in owned:
-                file.unlink(missing_ok=True)

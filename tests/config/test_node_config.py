@@ -11,6 +11,8 @@ from bridge.config.node import (
     AddressFullPolicy,
     AddressSettings,
     Routing,
+    StoreSettings,
+    StoreType,
     load_node_config,
 )
 from security.errors import ConfigError
@@ -262,3 +264,25 @@ def test_tls_file_options_are_relative_to_the_configuration_file(tmp_path):
     }
     (bridge,) = config.bridges
     assert bridge.targets[0].options == {"ca": str(tmp_path / "ca.pem")}
+
+
+def test_the_store_is_sqlite_unless_store_says_postgresql(tmp_path):
+    assert load_node_config(_write(tmp_path, EXAMPLE)).store == StoreSettings()
+    text = EXAMPLE + '\n[store]\ntype = "postgresql"\nurl = "postgresql://mq@db:5432/broker"\n'
+    store = load_node_config(_write(tmp_path, text)).store
+    assert (store.type, store.url) == (StoreType.POSTGRESQL, "postgresql://mq@db:5432/broker")
+
+
+@pytest.mark.parametrize(
+    ("store", "error"),
+    [
+        ('type = "oracle"', r"store\.type: expected one of sqlite, postgresql, got 'oracle'"),
+        ('type = "postgresql"', r"store\.url: is required"),
+        ('type = "postgresql"\nurl = 5', r"store\.url: "),
+        ('url = "postgresql://db/x"', r'store\.url: is only for type = "postgresql"'),
+        ('type = "sqlite"\npath = "x"', r"store\.path"),
+    ],
+)
+def test_store_mistakes_name_the_key(tmp_path, store, error):
+    with pytest.raises(ConfigError, match=error):
+        load_node_config(_write(tmp_path, f"{EXAMPLE}\n[store]\n{store}\n"))

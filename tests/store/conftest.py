@@ -1,8 +1,11 @@
-"""Stores on real SQLite files in a test's tmp dir, each closed (writer thread stopped)
-when the test ends, whatever happened."""
+"""Stores on each backend, each closed (writer thread stopped) when the test ends,
+whatever happened: ``stores`` runs a test once on a real SQLite file in the test's tmp dir
+and once in a fresh schema of the machine's PostgreSQL server (dropped afterwards);
+``sqlite_stores`` is for what only SQLite has (its file, its locks, its migrations)."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +14,14 @@ import pytest_twisted
 from twisted.internet import reactor
 
 from bridge.message import Message
-from bridge.store import QueueRecord, Recovered, SQLiteMessageStore
+from bridge.store import (
+    MessageStore,
+    PostgreSQLMessageStore,
+    QueueRecord,
+    Recovered,
+    SQLiteMessageStore,
+)
+from tests.postgresql import execute, schema_url
 
 
 def message(message_id: int, address: str = "orders", **changes: object) -> Message:
@@ -33,30 +43,64 @@ def anycast(name: str) -> QueueRecord:
 
 
 class Stores:
-    """Opens stores on one data directory and remembers them to close them."""
+    """Opens stores on one data directory and one database (a SQLite file in it, or a
+    PostgreSQL schema) and remembers them to close them."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, pg_schema: str | None = None) -> None:
         self.data_dir = data_dir
-        self.made: list[SQLiteMessageStore] = []
+        self.pg_schema = pg_schema
+        self.backend = "sqlite" if pg_schema is None else "postgresql"
+        self.made: list[MessageStore] = []
 
-    def new(self, **options: float) -> SQLiteMessageStore:
-        store = SQLiteMessageStore(self.data_dir, reactor, **options)  # type: ignore[arg-type]
+    def new(self, **options: float) -> MessageStore:
+        store: MessageStore
+        if self.pg_schema is None:
+            store = SQLiteMessageStore(self.data_dir, reactor, **options)  # type: ignore[arg-type]
+        else:
+            url = schema_url(self.pg_schema)
+            store = PostgreSQLMessageStore(url, self.data_dir, reactor)  # type: ignore[arg-type]
         self.made.append(store)
         return store
 
-    async def open(self, **options: float) -> tuple[SQLiteMessageStore, Recovered]:
+    async def open(self, **options: float) -> tuple[MessageStore, Recovered]:
         store = self.new(**options)
         return store, await store.open()
 
-    async def reopen(self, store: SQLiteMessageStore) -> tuple[SQLiteMessageStore, Recovered]:
-        """Close ``store`` and open its file again: what a restart recovers."""
+    async def reopen(self, store: MessageStore) -> tuple[MessageStore, Recovered]:
+        """Close ``store`` and open its database again: what a restart recovers."""
         await store.close()
         return await self.open()
 
+    def execute(self, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """Run one SQL statement on the store's database, outside the store (``?``
+        placeholders are written ``%s`` for PostgreSQL)."""
+        if self.pg_schema is not None:
+            return execute(self.pg_schema, statement.replace("?", "%s"), params)
+        with sqlite3.connect(self.data_dir / "messages.sqlite", isolation_level=None) as db:
+            return db.execute(statement, params).fetchall()
 
-@pytest.fixture
-def stores(tmp_path: Path) -> Iterator[Stores]:
-    made = Stores(tmp_path / "data")
+    def rows(self, table: str) -> int:
+        """How many rows ``table`` holds."""
+        ((count,),) = self.execute(f"SELECT count(*) FROM {table}")
+        assert isinstance(count, int)
+        return count
+
+
+def _stores(data_dir: Path, pg_schema: str | None) -> Iterator[Stores]:
+    made = Stores(data_dir, pg_schema)
     yield made
     for store in made.made:
         pytest_twisted.blockon(store.close())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
+    """The test runs on each backend."""
+    schema = request.getfixturevalue("pg_schema") if request.param == "postgresql" else None
+    yield from _stores(tmp_path / "data", schema)
+
+
+@pytest.fixture
+def sqlite_stores(tmp_path: Path) -> Iterator[Stores]:
+    """For what only SQLite has."""
+    yield from _stores(tmp_path / "data", None)

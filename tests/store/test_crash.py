@@ -15,9 +15,13 @@ from tests.store.crash_writer import body
 
 @pytest_twisted.ensureDeferred
 @pytest.mark.parametrize("kill_after", [200, 450, 800])
-async def test_confirmed_operations_survive_a_kill_at_any_point(spawn, stores, kill_after):
+async def test_confirmed_operations_survive_a_kill_at_any_point(spawn, sqlite_stores, kill_after):
     child = spawn(
-        "-m", "tests.store.crash_writer", str(stores.data_dir), str(kill_after), name="writer"
+        "-m",
+        "tests.store.crash_writer",
+        str(sqlite_stores.data_dir),
+        str(kill_after),
+        name="writer",
     )
     await child.next_event("milestone")
     child.kill()
@@ -30,7 +34,7 @@ async def test_confirmed_operations_survive_a_kill_at_any_point(spawn, stores, k
     acking = {event["id"] for event in child.named("acking")}
     assert len(added) >= kill_after
     assert acked
-    _, recovered = await stores.open()
+    _, recovered = await sqlite_stores.open()
 
     stored = recovered.messages.get("q", [])
     stored_ids = [entry.message.id for entry in stored]

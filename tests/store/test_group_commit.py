@@ -184,11 +184,12 @@ async def test_operations_issued_in_one_turn_share_one_sqlite_commit(stores):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_failed_commit_fails_its_batch_and_the_store_goes_on(stores):
+async def test_a_failed_commit_fails_its_batch_and_the_store_goes_on(sqlite_stores):
+    stores = sqlite_stores
     store, _ = await stores.open(busy_timeout=0)
     await store.create_queue(anycast("orders"))
     # Another connection holds the file's write lock: the next batch cannot begin.
-    other = sqlite3.connect(store.path, isolation_level=None)
+    other = sqlite3.connect(stores.data_dir / "messages.sqlite", isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
         failed = [store.add(message(i), ["orders"]) for i in (1, 2, 3)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 
@@ -58,7 +59,7 @@ async def test_close_rolls_back_open_transactions(stores):
 @pytest_twisted.ensureDeferred
 async def test_operations_are_refused_before_open_and_after_close(stores):
     store = stores.new()
-    with pytest.raises(StoreNotOpen, match=r"messages\.sqlite is new, not open"):
+    with pytest.raises(StoreNotOpen, match=re.escape(f"{store.name} is new, not open")):
         await store.create_queue(anycast("orders"))
     with pytest.raises(StoreNotOpen, match="is new, not open"):
         store.begin()
@@ -85,16 +86,15 @@ async def test_close_while_opening_and_closing_twice(stores):
 async def test_a_newer_schema_is_refused_clearly(stores):
     store, _ = await stores.open()
     await store.close()
-    with sqlite3.connect(store.path) as connection:
-        connection.execute("UPDATE schema_version SET version = 99")
-    connection.close()
+    stores.execute("UPDATE schema_version SET version = 99")
     with pytest.raises(SchemaTooNew, match="schema version 99, written by a newer txbridge"):
         await stores.open()
     assert writer_threads() == []
 
 
 @pytest_twisted.ensureDeferred
-async def test_another_sqlite_database_is_not_taken_for_a_store(stores):
+async def test_another_sqlite_database_is_not_taken_for_a_store(sqlite_stores):
+    stores = sqlite_stores
     stores.data_dir.mkdir()
     connection = sqlite3.connect(stores.data_dir / "messages.sqlite")
     connection.execute("CREATE TABLE something (x)")
@@ -119,9 +119,7 @@ async def test_delivery_counts_rise_by_one_only_after_a_stop_that_was_not_clean(
     assert [e.delivery_count for e in recovered.messages["orders"]] == [0, 3]
 
     await store.close()
-    with sqlite3.connect(store.path) as connection:  # as a store from before the record
-        connection.execute("DELETE FROM store_state WHERE key = 'clean_stop'")
-    connection.close()
+    stores.execute("DELETE FROM store_state WHERE key = 'clean_stop'")  # as from before it
     store, recovered = await stores.open()
     assert recovered.after_crash
     assert [e.delivery_count for e in recovered.messages["orders"]] == [1, 4]

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred, gatherResults
 
 from bridge.message import Message
-from bridge.store import InvalidOperation, QueueRecord, RecoveredMessage
-from bridge.store.operations import MAX_STATEMENT_ROWS, STATEMENT_ROWS, _parts
-from bridge.store.sqlite import SQLiteMessageStore
+from bridge.store import InvalidOperation, MessageStore, QueueRecord, RecoveredMessage
+from bridge.store.sqlite_operations import MAX_STATEMENT_ROWS, STATEMENT_ROWS, _parts
 from tests.store.conftest import anycast, message
-
-
-def rows(path, table: str) -> int:
-    with sqlite3.connect(path) as connection:
-        (count,) = connection.execute(f"SELECT count(*) FROM {table}").fetchone()
-    return count
 
 
 def ids(recovered, queue: str) -> list[int]:
@@ -32,7 +23,7 @@ async def test_a_new_store_recovers_nothing(stores):
     assert recovered.messages == {}
     assert recovered.duplicate_ids == {}
     assert recovered.highest_message_id == 0
-    assert (stores.data_dir / "messages.sqlite").exists()
+    assert stores.rows("schema_version") == 1
 
 
 @pytest_twisted.ensureDeferred
@@ -60,16 +51,16 @@ async def test_a_message_on_several_queues_is_stored_once_until_acked_on_all(sto
         await store.create_queue(QueueRecord(name, "events", "multicast"))
     await store.add(message(1, "events"), ["a", "b", "c"])
     await store.add(message(2, "events"), ["a", "c"])
-    assert rows(store.path, "messages") == 2
-    assert rows(store.path, "message_refs") == 5
+    assert stores.rows("messages") == 2
+    assert stores.rows("message_refs") == 5
 
     await gatherResults([store.acknowledge("a", 1), store.acknowledge("b", 1)])
     store, recovered = await stores.reopen(store)
     assert {q: ids(recovered, q) for q in "abc"} == {"a": [2], "b": [], "c": [1, 2]}
-    assert rows(store.path, "messages") == 2
+    assert stores.rows("messages") == 2
 
     await store.acknowledge("c", 1)
-    assert rows(store.path, "messages") == 1
+    assert stores.rows("messages") == 1
     store, recovered = await stores.reopen(store)
     assert {q: ids(recovered, q) for q in "abc"} == {"a": [2], "b": [], "c": [2]}
 
@@ -83,7 +74,7 @@ async def test_acknowledged_messages_do_not_come_back(stores):
 
     store, recovered = await stores.reopen(store)
     assert ids(recovered, "orders") == [3, 4, 6, 7, 8, 9]
-    assert rows(store.path, "messages") == 6
+    assert stores.rows("messages") == 6
 
 
 @pytest_twisted.ensureDeferred
@@ -95,11 +86,11 @@ async def test_acknowledge_many_is_one_operation_all_or_none(stores):
     operations = store.committed_operations
     await store.acknowledge_many("a", [1, 2, 3])
     assert store.committed_operations == operations + 1
-    assert rows(store.path, "messages") == 5  # still on b
+    assert stores.rows("messages") == 5  # still on b
     with pytest.raises(InvalidOperation, match="queue 'a': the queue does not hold all"):
         await store.acknowledge_many("a", [4, 3])  # 3 is gone: 4 stays too
     await store.acknowledge_many("b", [1, 2, 3, 4])
-    assert rows(store.path, "messages") == 2  # 4 still on a, 5 on both
+    assert stores.rows("messages") == 2  # 4 still on a, 5 on both
     store, recovered = await stores.reopen(store)
     assert {q: ids(recovered, q) for q in "ab"} == {"a": [4, 5], "b": [5]}
 
@@ -135,7 +126,7 @@ async def test_queue_definitions_are_created_and_deleted(stores):
     store, recovered = await stores.reopen(store)
     assert recovered.queues == [queues[0], queues[2]]
     assert recovered.messages == {"all": [RecoveredMessage(message(1, "events"), 0)]}
-    assert rows(store.path, "messages") == 1
+    assert stores.rows("messages") == 1
 
 
 @pytest_twisted.ensureDeferred
@@ -295,12 +286,12 @@ async def test_runs_of_adds_and_acks_in_one_batch_keep_per_operation_outcomes(st
 
     store, recovered = await stores.reopen(store)
     assert {q: ids(recovered, q) for q in "abc"} == {"a": [1], "b": [3, 4], "c": []}
-    assert rows(store.path, "messages") == 3
+    assert stores.rows("messages") == 3
     assert recovered.highest_message_id == 5
 
 
 def _add_with_duplicate_id(
-    store: SQLiteMessageStore, added: Message, queue: str, duplicate_id: bytes
+    store: MessageStore, added: Message, queue: str, duplicate_id: bytes
 ) -> Deferred[None]:
     """``add_then`` with a duplicate id kept in address ``a``'s cache, as a Deferred."""
     done: Deferred[None] = Deferred()
@@ -371,7 +362,7 @@ async def test_runs_of_every_length_are_written_and_released_whole(stores, count
     store, recovered = await stores.reopen(store)
     assert ids(recovered, "a") == [i for i in queues if i % 2 == 0]
     assert ids(recovered, "b") == []
-    assert rows(store.path, "messages") == count - len(acked)
+    assert stores.rows("messages") == count - len(acked)
 
 
 def test_a_run_is_one_statement_of_a_fixed_size_per_thousand_rows():

@@ -12,7 +12,6 @@ import pytest
 import pytest_twisted
 from twisted.logger import globalLogPublisher
 
-import bridge.store.sqlite as sqlite_store
 from bridge.message import LargeBody, Message
 from bridge.store import StoreError
 from bridge.store.errors import InvalidOperation
@@ -113,7 +112,8 @@ INSERT INTO queues (name, address, routing) VALUES ('orders', 'orders', 'anycast
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_version_1_store_is_migrated(stores: Stores) -> None:
+async def test_a_version_1_store_is_migrated(sqlite_stores: Stores) -> None:
+    stores = sqlite_stores
     stores.data_dir.mkdir(parents=True)
     connection = sqlite3.connect(stores.data_dir / "messages.sqlite")
     connection.executescript(V1_SCHEMA)
@@ -133,13 +133,13 @@ async def test_a_discarded_body_goes_on_the_writer_thread(stores: Stores, monkey
     path = store.large_body_path(7)
     large_message(7, b"d" * 100_000, path)
     threads: list[str] = []
-    delete = sqlite_store._delete_body
+    delete = store._writer.delete_body
 
     def recording(path: str) -> None:
         threads.append(threading.current_thread().name)
         delete(path)
 
-    monkeypatch.setattr(sqlite_store, "_delete_body", recording)
+    monkeypatch.setattr(store._writer, "delete_body", recording)
     await store.discard_body(path)
     assert not Path(path).exists()
     assert threads and threads[0] != threading.main_thread().name

@@ -27,7 +27,11 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.system
 @pytest.mark.timeout(240)
-def test_the_node_benchmark_delivers_every_message_in_both_modes(tmp_path: Path) -> None:
+def test_the_node_benchmark_delivers_every_message_in_both_modes(
+    tmp_path: Path, pg_schema: str
+) -> None:
+    # pg_schema: the server must be there (skipped without it, failing under CI); the
+    # benchmark makes a schema of its own.
     output = tmp_path / "node.json"
     result = subprocess.run(
         [
@@ -58,8 +62,11 @@ def test_the_node_benchmark_delivers_every_message_in_both_modes(tmp_path: Path)
     figures = json.loads(output.read_text())
     assert figures["count"] == COUNT
     assert figures["raw"]["frames_per_s"] > 0
-    assert set(figures["cases"]) == {"durable", "non-durable"}
-    for mode, case in figures["cases"].items():
+    assert set(figures["cases"]) == {"durable", "non-durable", "durable-postgresql"}
+    database = figures["cases"]["durable-postgresql"]["database_per_msg"]
+    assert database["server_cpu_us_per_msg"] > 0 and database["wal_bytes_per_msg"] > 0
+    for name, case in figures["cases"].items():
+        mode = name.removesuffix("-postgresql")
         assert case["msgs_per_s"] > 0
         assert case["ratio_ours_to_raw"] > 0
         assert 0 < case["latency_p50_ms"] <= case["latency_p99_ms"]

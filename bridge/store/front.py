@@ -1,0 +1,348 @@
+"""The backend-neutral message store: state, transactions and group commit.
+
+Operations are checked and encoded on the reactor thread, batched per reactor turn
+(``GroupCommit``) and written by one dedicated writer thread through the backend's writer
+(``IStoreWriter``: SQLite, PostgreSQL), one database transaction per batch, batches
+strictly in order. A Deferred fires after its batch's commit returned, that is, once the
+operation is durable. The writer thread is started by ``open()`` and stopped by
+``close()``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from threading import Thread
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from bridge.message import Message, MessageFormatError, encode_message
+from bridge.store.batch import GroupCommit, Outcomes, Then
+from bridge.store.errors import (
+    InvalidOperation,
+    StoreError,
+    StoreNotOpen,
+    TransactionRolledBack,
+    UnknownTransaction,
+)
+from bridge.store.interfaces import IMessageStore, IStoreWriter
+from bridge.store.operations import (
+    Acknowledge,
+    AcknowledgeMany,
+    AddMessage,
+    CommitTransaction,
+    CreateQueue,
+    DeleteQueue,
+    Operation,
+    PageMessage,
+    ReleasePages,
+    StoreDuplicateId,
+    UpdateDeliveryCount,
+)
+from bridge.store.records import QueueRecord, Recovered, TxId
+
+log = Logger()
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPENING = "opening"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_OPEN = _State.OPEN
+"""Checked by every add: a module constant costs a quarter of reading it off its class."""
+
+
+@attrs.define
+class _Transaction:
+    operations: list[Operation] = attrs.field(factory=list)
+    waiters: list[Deferred[None]] = attrs.field(factory=list)
+
+
+class _DaemonThread(Thread):
+    """The writer's thread, as a daemon: a process that ends without closing the store must
+    still end. The database's journal keeps it whole; what was not confirmed may be lost,
+    which is what a confirmation means."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.daemon = True
+
+
+class _WriterPool(ThreadPool):
+    threadFactory = _DaemonThread
+
+
+@implementer(IMessageStore)
+class MessageStore:
+    """``IMessageStore`` through a backend's ``writer``.
+
+    ``reactor`` gives the turns (``callLater(0, ...)`` ends a turn's batch) and carries
+    results back from the writer thread.
+    """
+
+    def __init__(self, writer: IStoreWriter, reactor: IReactorTime) -> None:
+        self.name: str = writer.name
+        self._threads = IReactorFromThreads(reactor)
+        self._pool = _WriterPool(1, 1, name=f"txbridge-store-writer {self.name}")
+        self._writer = writer
+        self._batches: GroupCommit[Operation] = GroupCommit(reactor, self._run_batch)
+        self._state = _State.NEW
+        self._transactions: dict[TxId, _Transaction] = {}
+        self._last_tx = 0
+        self._open_finished: Deferred[None] = Deferred()
+        self._close_waiters: list[Deferred[None]] = []
+
+    @property
+    def commits(self) -> int:
+        """Batches committed so far (one database transaction and disk sync each)."""
+        return self._batches.commits
+
+    @property
+    def committed_operations(self) -> int:
+        """Operations in the committed batches (a transaction's commit counts as one)."""
+        return self._batches.committed_items
+
+    def open(self, load_limit: int = -1) -> Deferred[Recovered]:
+        if self._state is not _State.NEW:
+            return fail(StoreNotOpen(f"{self.name}: open() can be called once"))
+        self._state = _State.OPENING
+        self._pool.start()
+        opened = deferToThreadPool(self._threads, self._pool, self._writer.open, load_limit)
+        opened.addCallbacks(self._opened, self._open_failed)
+        return opened
+
+    def _opened(self, recovered: Recovered) -> Recovered:
+        self._state = _State.OPEN
+        self._open_finished.callback(None)
+        return recovered
+
+    def _open_failed(self, failure: Failure) -> Failure:
+        self._pool.stop()
+        self._state = _State.CLOSED
+        self._open_finished.callback(None)
+        return failure
+
+    def add(
+        self, message: Message, queues: Sequence[str], tx: TxId | None = None
+    ) -> Deferred[None]:
+        try:
+            operation = self._add_operation(message, queues)
+        except StoreError as error:
+            return fail(error)
+        return self._submit(operation, tx)
+
+    def add_then(
+        self,
+        message: Message,
+        queues: Sequence[str],
+        then: Then,
+        *,
+        duplicate: tuple[str, bytes, int] | None = None,
+    ) -> None:
+        try:
+            operation = self._add_operation(message, queues, duplicate)
+        except StoreError as error:
+            then(Failure(error))
+            return
+        self._batches.submit_then(operation, then)
+
+    def _add_operation(
+        self,
+        message: Message,
+        queues: Sequence[str],
+        duplicate: tuple[str, bytes, int] | None = None,
+    ) -> AddMessage:
+        """The operation that adds ``message`` (with ``duplicate``, as ``add_then`` says);
+        ``StoreError`` if it may not be added."""
+        if self._state is not _OPEN:
+            raise StoreNotOpen(f"{self.name} is {self._state.value}, not open")
+        if not message.durable:
+            raise InvalidOperation(f"add message {message.id}: the message is not durable")
+        if not queues:
+            raise InvalidOperation(f"add message {message.id}: no queue given")
+        if len(queues) > 1 and len(set(queues)) != len(queues):
+            raise InvalidOperation(
+                f"add message {message.id}: a queue is given twice in {list(queues)}"
+            )
+        try:
+            data = encode_message(message)
+        except MessageFormatError as error:
+            raise InvalidOperation(f"add message {message.id}: {error}") from None
+        stored_id = None
+        if duplicate is not None:
+            address, duplicate_id, keep = duplicate
+            if keep < 1:
+                raise InvalidOperation(f"duplicate ids of {address!r}: keep must be at least 1")
+            stored_id = StoreDuplicateId(address, duplicate_id, keep)
+        large = message.large
+        if large is None:
+            return AddMessage(message.id, tuple(queues), data, duplicate=stored_id)
+        return AddMessage(message.id, tuple(queues), data, large.size, large.path, stored_id)
+
+    def large_body_path(self, message_id: int) -> str:
+        return self._writer.large_body_path(message_id)
+
+    def discard_body(self, path: str) -> Deferred[None]:
+        if self._state is not _OPEN:
+            self._writer.delete_body(path)
+            return succeed(None)
+        return deferToThreadPool(self._threads, self._pool, self._writer.delete_body, path)
+
+    def page(
+        self, message: Message, queues: Sequence[str], tx: TxId | None = None
+    ) -> Deferred[None]:
+        if not queues:
+            return self._refuse(f"page message {message.id}: no queue given")
+        try:
+            data = encode_message(message)
+        except MessageFormatError as error:
+            return self._refuse(f"page message {message.id}: {error}")
+        return self._submit(PageMessage(message.id, len(queues), data), tx)
+
+    def read(
+        self, message_ids: Sequence[int], paged_ids: Sequence[int] = ()
+    ) -> Deferred[dict[int, Message]]:
+        if self._state is not _State.OPEN:
+            return fail(StoreNotOpen(f"{self.name} is {self._state.value}, not open"))
+        return deferToThreadPool(
+            self._threads, self._pool, self._writer.read, list(message_ids), list(paged_ids)
+        )
+
+    def unpage(self, message_ids: Sequence[int]) -> Deferred[None]:
+        if not message_ids:
+            return self._refuse("unpage: no message given")
+        return self._submit(ReleasePages(tuple(message_ids)), None)
+
+    def acknowledge(self, queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
+        return self._submit(Acknowledge(queue, message_id), tx)
+
+    def acknowledge_many(
+        self, queue: str, message_ids: Sequence[int], tx: TxId | None = None
+    ) -> Deferred[None]:
+        if not message_ids:
+            return self._refuse(f"acknowledge on queue {queue!r}: no message given")
+        if len(set(message_ids)) != len(message_ids):
+            return self._refuse(f"acknowledge on queue {queue!r}: a message is given twice")
+        return self._submit(AcknowledgeMany(queue, tuple(message_ids)), tx)
+
+    def update_delivery_count(
+        self, queue: str, message_id: int, count: int, tx: TxId | None = None
+    ) -> Deferred[None]:
+        if count < 0:
+            return self._refuse(f"delivery count of message {message_id}: {count} is negative")
+        return self._submit(UpdateDeliveryCount(queue, message_id, count), tx)
+
+    def create_queue(self, queue: QueueRecord, tx: TxId | None = None) -> Deferred[None]:
+        return self._submit(CreateQueue(queue), tx)
+
+    def delete_queue(self, name: str, tx: TxId | None = None) -> Deferred[None]:
+        return self._submit(DeleteQueue(name), tx)
+
+    def store_duplicate_id(
+        self, address: str, duplicate_id: bytes, keep: int, tx: TxId | None = None
+    ) -> Deferred[None]:
+        if keep < 1:
+            return self._refuse(f"duplicate ids of {address!r}: keep must be at least 1")
+        return self._submit(StoreDuplicateId(address, duplicate_id, keep), tx)
+
+    def begin(self) -> TxId:
+        self._check_open()
+        self._last_tx += 1
+        tx = TxId(self._last_tx)
+        self._transactions[tx] = _Transaction()
+        return tx
+
+    def commit(self, tx: TxId) -> Deferred[None]:
+        transaction = self._transactions.pop(tx, None)
+        if transaction is None:
+            return fail(UnknownTransaction(f"commit: no open transaction {tx}"))
+        done = self._batches.submit(CommitTransaction(tuple(transaction.operations)))
+        return done.addBoth(_settle, transaction.waiters)
+
+    def rollback(self, tx: TxId) -> None:
+        transaction = self._transactions.pop(tx, None)
+        if transaction is None:
+            raise UnknownTransaction(f"rollback: no open transaction {tx}")
+        _settle(
+            Failure(TransactionRolledBack(f"transaction {tx} was rolled back")), transaction.waiters
+        )
+
+    def close(self) -> Deferred[None]:
+        closed: Deferred[None] = Deferred()
+        self._close_waiters.append(closed)
+        if len(self._close_waiters) == 1:
+            Deferred.fromCoroutine(self._close()).addBoth(self._closed)
+        return closed
+
+    async def _close(self) -> None:
+        if self._state is _State.OPENING:
+            await self._open_finished
+        if self._state is not _State.OPEN:
+            self._state = _State.CLOSED
+            return
+        self._state = _State.CLOSING
+        transactions, self._transactions = self._transactions, {}
+        for tx, transaction in transactions.items():
+            rolled_back = TransactionRolledBack(
+                f"transaction {tx} was rolled back: the store closed"
+            )
+            _settle(Failure(rolled_back), transaction.waiters)
+        await self._batches.when_idle()
+        try:
+            await deferToThreadPool(self._threads, self._pool, self._writer.close)
+        finally:
+            self._pool.stop()
+            self._state = _State.CLOSED
+
+    def _closed(self, result: Failure | None) -> None:
+        waiters, self._close_waiters = self._close_waiters, []
+        _settle(result, waiters)
+
+    def _submit(self, operation: Operation, tx: TxId | None) -> Deferred[None]:
+        if self._state is not _State.OPEN:
+            return self._not_open()
+        if tx is None:
+            return self._batches.submit(operation)
+        transaction = self._transactions.get(tx)
+        if transaction is None:
+            return fail(UnknownTransaction(f"no open transaction {tx}"))
+        waiter: Deferred[None] = Deferred()
+        transaction.operations.append(operation)
+        transaction.waiters.append(waiter)
+        return waiter
+
+    def _check_open(self) -> None:
+        if self._state is not _State.OPEN:
+            raise StoreNotOpen(f"{self.name} is {self._state.value}, not open")
+
+    def _not_open(self) -> Deferred[None]:
+        return fail(StoreNotOpen(f"{self.name} is {self._state.value}, not open"))
+
+    @staticmethod
+    def _refuse(reason: str) -> Deferred[None]:
+        return fail(InvalidOperation(reason))
+
+    def _run_batch(self, operations: list[Operation]) -> Deferred[Outcomes]:
+        return deferToThreadPool(self._threads, self._pool, self._writer.run, operations)
+
+
+def _settle(result: Failure | None, waiters: list[Deferred[None]]) -> Failure | None:
+    """Fire ``waiters`` with ``result`` (a failure fails them all) and pass it on."""
+    for waiter in waiters:
+        if isinstance(result, Failure):
+            waiter.errback(result)
+        else:
+            waiter.callback(None)
+    return result

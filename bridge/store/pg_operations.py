@@ -1,0 +1,278 @@
+"""How each store operation (``bridge.store.operations``) is written to PostgreSQL.
+
+Each round trip to the server costs more than the statement, so runs take as few as they
+can: a run of adds is one ``INSERT ... SELECT FROM unnest(arrays)`` per table, whatever its
+length (statement text fixed, so the server keeps it prepared); a run of acknowledgements
+one ``DELETE ... RETURNING`` and one statement for the messages they release. A failing
+statement would abort the whole transaction, so nothing is left to fail: a repeated id is
+``ON CONFLICT DO NOTHING`` and the rows ``RETURNING`` names tell which operations took
+effect; the others are refused, each alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from psycopg import Cursor
+
+from bridge.store.errors import InvalidOperation
+from bridge.store.large import sync_body
+from bridge.store.operations import (
+    Acknowledge,
+    AcknowledgeMany,
+    AddMessage,
+    CommitTransaction,
+    CreateQueue,
+    DeleteQueue,
+    Operation,
+    Outcome,
+    PageMessage,
+    ReleasePages,
+    StoreDuplicateId,
+    UpdateDeliveryCount,
+    WriterState,
+    first_occurrences,
+    runs,
+)
+
+PgCursor = Cursor[tuple[Any, ...]]
+
+
+def load_state(cursor: PgCursor) -> WriterState:
+    queues = {name for (name,) in cursor.execute("SELECT name FROM queues")}
+    row = cursor.execute(
+        "SELECT value FROM store_state WHERE key = 'highest_message_id'"
+    ).fetchone()
+    assert row is not None, "store_state lacks highest_message_id"
+    return WriterState(queues=queues, highest_message_id=row[0])
+
+
+def save_state(cursor: PgCursor, state: WriterState) -> None:
+    cursor.execute(
+        "UPDATE store_state SET value = %s WHERE key = 'highest_message_id'",
+        (state.highest_message_id,),
+    )
+
+
+def _add_run(cursor: PgCursor, state: WriterState, adds: Sequence[AddMessage]) -> list[Outcome]:
+    outcomes: list[Outcome] = [None] * len(adds)
+    valid: list[int] = []
+    for index, add in enumerate(adds):
+        try:
+            add.check_queues(state)
+            if add.large_path is not None:
+                sync_body(add.large_path)
+        except InvalidOperation as invalid:
+            outcomes[index] = invalid
+        else:
+            valid.append(index)
+    if not valid:
+        return outcomes
+    inserted = cursor.execute(
+        "INSERT INTO messages (id, refs, data, large)"
+        " SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::bytea[], %s::bigint[])"
+        " ON CONFLICT (id) DO NOTHING RETURNING id",
+        (
+            [adds[i].message_id for i in valid],
+            [len(adds[i].queues) for i in valid],
+            [adds[i].data for i in valid],
+            [adds[i].large_size for i in valid],
+        ),
+    ).fetchall()
+    done = first_occurrences([adds[i].message_id for i in valid], {row[0] for row in inserted})
+    stored: list[AddMessage] = []
+    for index, ok in zip(valid, done, strict=True):
+        if ok:
+            stored.append(adds[index])
+        else:
+            outcomes[index] = adds[index].already_stored()
+    if not stored:
+        return outcomes
+    refs = [(queue, add.message_id) for add in stored for queue in add.queues]
+    cursor.execute(
+        "INSERT INTO message_refs (queue, message_id, delivery_count)"
+        " SELECT q, m, 0 FROM unnest(%s::text[], %s::bigint[]) AS t(q, m)",
+        ([queue for queue, _ in refs], [message_id for _, message_id in refs]),
+    )
+    duplicates = [add.duplicate for add in stored if add.duplicate is not None]
+    if duplicates:
+        _store_duplicates(cursor, state, duplicates)
+    state.highest_message_id = max(state.highest_message_id, *(add.message_id for add in stored))
+    return outcomes
+
+
+def _store_duplicates(
+    cursor: PgCursor, state: WriterState, duplicates: Sequence[StoreDuplicateId]
+) -> None:
+    """Store ids in one statement, in order; an id stored again becomes the newest (a new
+    ``seq``), and an id given twice counts where it was given last."""
+    latest: dict[tuple[str, bytes], None] = {}
+    for duplicate in duplicates:
+        key = (duplicate.address, duplicate.duplicate_id)
+        latest.pop(key, None)
+        latest[key] = None
+    cursor.execute(
+        "INSERT INTO duplicate_ids (address, duplicate_id)"
+        " SELECT a, d FROM unnest(%s::text[], %s::bytea[]) WITH ORDINALITY AS t(a, d, n)"
+        " ORDER BY n"
+        " ON CONFLICT (address, duplicate_id) DO UPDATE"
+        " SET seq = nextval(pg_get_serial_sequence('duplicate_ids', 'seq'))",
+        ([address for address, _ in latest], [duplicate_id for _, duplicate_id in latest]),
+    )
+    added = Counter(duplicate.address for duplicate in duplicates)
+    keep = {duplicate.address: duplicate.keep for duplicate in duplicates}
+    for address, count in added.items():
+        if state.trim_due(address, keep[address], count):
+            cursor.execute(
+                "DELETE FROM duplicate_ids WHERE address = %s AND seq <= ("
+                " SELECT seq FROM duplicate_ids WHERE address = %s"
+                " ORDER BY seq DESC LIMIT 1 OFFSET %s)",
+                (address, address, keep[address]),
+            )
+
+
+def _store_duplicate_id(cursor: PgCursor, state: WriterState, op: StoreDuplicateId) -> None:
+    _store_duplicates(cursor, state, [op])
+
+
+def _page(cursor: PgCursor, state: WriterState, op: PageMessage) -> None:
+    cursor.execute(
+        "INSERT INTO paged_messages (id, refs, data) VALUES (%s, %s, %s)"
+        " ON CONFLICT (id) DO NOTHING",
+        (op.message_id, op.refs, op.data),
+    )
+    if cursor.rowcount == 0:
+        raise op.already_paged()
+
+
+def _drop_references(cursor: PgCursor, table: str, released: Counter[int]) -> None:
+    """Each of ``released``'s messages in ``table`` loses as many references as counted;
+    those left with none go. One statement: the delete and the update touch disjoint rows."""
+    cursor.execute(
+        f"WITH c(id, n) AS (SELECT * FROM unnest(%s::bigint[], %s::integer[])),"
+        f" gone AS (DELETE FROM {table} AS m USING c WHERE m.id = c.id AND m.refs <= c.n)"
+        f" UPDATE {table} AS m SET refs = m.refs - c.n FROM c"
+        " WHERE m.id = c.id AND m.refs > c.n",
+        (list(released), list(released.values())),
+    )
+
+
+def _release_pages(cursor: PgCursor, state: WriterState, op: ReleasePages) -> None:
+    _drop_references(cursor, "paged_messages", Counter(op.message_ids))
+
+
+def _ack_run(cursor: PgCursor, state: WriterState, acks: Sequence[Acknowledge]) -> list[Outcome]:
+    keys = [(ack.queue, ack.message_id) for ack in acks]
+    deleted = cursor.execute(
+        "DELETE FROM message_refs AS r USING unnest(%s::text[], %s::bigint[]) AS a(q, m)"
+        " WHERE r.queue = a.q AND r.message_id = a.m RETURNING r.queue, r.message_id",
+        ([queue for queue, _ in keys], [message_id for _, message_id in keys]),
+    ).fetchall()
+    done = first_occurrences(keys, {(queue, message_id) for queue, message_id in deleted})
+    released = Counter(key[1] for key, ok in zip(keys, done, strict=True) if ok)
+    if released:
+        _drop_references(cursor, "messages", released)
+    return [None if ok else ack.not_held() for ack, ok in zip(acks, done, strict=True)]
+
+
+def _acknowledge_many(cursor: PgCursor, state: WriterState, op: AcknowledgeMany) -> None:
+    # The references go only if the queue holds every one (counted in the same statement).
+    ids = list(op.message_ids)
+    deleted = cursor.execute(
+        "WITH held AS (SELECT count(*) AS n FROM message_refs"
+        " WHERE queue = %s AND message_id = ANY(%s::bigint[]))"
+        " DELETE FROM message_refs AS r USING held"
+        " WHERE held.n = %s AND r.queue = %s AND r.message_id = ANY(%s::bigint[])"
+        " RETURNING r.message_id",
+        (op.queue, ids, len(ids), op.queue, ids),
+    ).fetchall()
+    if len(deleted) != len(ids):
+        raise op.not_all_held()
+    _drop_references(cursor, "messages", Counter(ids))
+
+
+def _update_delivery_count(cursor: PgCursor, state: WriterState, op: UpdateDeliveryCount) -> None:
+    cursor.execute(
+        "UPDATE message_refs SET delivery_count = %s WHERE queue = %s AND message_id = %s",
+        (op.count, op.queue, op.message_id),
+    )
+    if cursor.rowcount == 0:
+        raise op.not_held()
+
+
+def _create_queue(cursor: PgCursor, state: WriterState, op: CreateQueue) -> None:
+    op.check(state)
+    record = op.record
+    cursor.execute(
+        "INSERT INTO queues (name, address, routing, filter) VALUES (%s, %s, %s, %s)",
+        (record.name, record.address, str(record.routing), record.filter),
+    )
+    state.queues.add(record.name)
+
+
+def _delete_queue(cursor: PgCursor, state: WriterState, op: DeleteQueue) -> None:
+    op.check(state)
+    cursor.execute(
+        "WITH c(id, n) AS (SELECT message_id, 1 FROM message_refs WHERE queue = %s),"
+        " gone AS (DELETE FROM messages AS m USING c WHERE m.id = c.id AND m.refs <= c.n)"
+        " UPDATE messages AS m SET refs = m.refs - c.n FROM c WHERE m.id = c.id AND m.refs > c.n",
+        (op.name,),
+    )
+    cursor.execute("DELETE FROM message_refs WHERE queue = %s", (op.name,))
+    cursor.execute("DELETE FROM queues WHERE name = %s", (op.name,))
+    state.queues.discard(op.name)
+
+
+def _commit_transaction(cursor: PgCursor, state: WriterState, op: CommitTransaction) -> None:
+    queues, highest = set(state.queues), state.highest_message_id
+    cursor.execute("SAVEPOINT txn")
+    for outcome in apply_all(cursor, state, op.operations):
+        if outcome is not None:
+            cursor.execute("ROLLBACK TO SAVEPOINT txn")
+            cursor.execute("RELEASE SAVEPOINT txn")
+            state.queues, state.highest_message_id = queues, highest
+            raise outcome
+    cursor.execute("RELEASE SAVEPOINT txn")
+
+
+_RUNS: dict[type[Any], Callable[[PgCursor, WriterState, Any], list[Outcome]]] = {
+    AddMessage: _add_run,
+    Acknowledge: _ack_run,
+}
+"""Kinds written a whole run at a time."""
+
+_APPLY: dict[type[Any], Callable[[PgCursor, WriterState, Any], None]] = {
+    PageMessage: _page,
+    ReleasePages: _release_pages,
+    AcknowledgeMany: _acknowledge_many,
+    UpdateDeliveryCount: _update_delivery_count,
+    CreateQueue: _create_queue,
+    DeleteQueue: _delete_queue,
+    StoreDuplicateId: _store_duplicate_id,
+    CommitTransaction: _commit_transaction,
+}
+"""Kinds written one at a time: they write it, or raise ``InvalidOperation`` having
+written nothing."""
+
+
+def apply_all(
+    cursor: PgCursor, state: WriterState, operations: Sequence[Operation]
+) -> list[Outcome]:
+    """Apply ``operations`` in order: the outcome of each (None, or why it was refused)."""
+    outcomes: list[Outcome] = []
+    for kind, run in runs(operations):
+        whole = _RUNS.get(kind)
+        if whole is not None:
+            outcomes += whole(cursor, state, run)
+            continue
+        apply = _APPLY[kind]
+        for operation in run:
+            try:
+                apply(cursor, state, operation)
+            except InvalidOperation as invalid:
+                outcomes.append(invalid)
+            else:
+                outcomes.append(None)
+    return outcomes

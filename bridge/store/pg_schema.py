@@ -1,0 +1,143 @@
+"""The PostgreSQL schema of the message store, its version, and connecting with it.
+
+The same tables as the SQLite store (``bridge.store.schema`` says what each holds), in the
+connection's current schema (the first of its ``search_path``: a URL's
+``options=-csearch_path=NAME`` puts a store in a schema of its own). ``queues.seq`` keeps
+their creation order; ``paged_messages`` is unlogged, as paged messages do not outlive the
+node. Creating or migrating the schema holds an advisory lock, so that two nodes starting on
+one database at once do not both create it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from bridge.store.errors import SchemaTooNew, StoreError
+
+SCHEMA_VERSION = 1
+
+SCHEMA = (
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    "CREATE TABLE store_state (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+    "CREATE TABLE queues ("
+    " seq BIGSERIAL PRIMARY KEY,"
+    " name TEXT NOT NULL UNIQUE,"
+    " address TEXT NOT NULL,"
+    " routing TEXT NOT NULL CHECK (routing IN ('anycast', 'multicast')),"
+    " filter TEXT)",
+    "CREATE TABLE messages ("
+    " id BIGINT PRIMARY KEY, refs INTEGER NOT NULL, data BYTEA NOT NULL, large BIGINT)",
+    "CREATE UNLOGGED TABLE paged_messages ("
+    " id BIGINT PRIMARY KEY, refs INTEGER NOT NULL, data BYTEA NOT NULL)",
+    "CREATE TABLE message_refs ("
+    " queue TEXT NOT NULL,"
+    " message_id BIGINT NOT NULL,"
+    " delivery_count INTEGER NOT NULL,"
+    " PRIMARY KEY (queue, message_id))",
+    "CREATE TABLE duplicate_ids ("
+    " seq BIGSERIAL PRIMARY KEY,"
+    " address TEXT NOT NULL,"
+    " duplicate_id BYTEA NOT NULL,"
+    " UNIQUE (address, duplicate_id))",
+    "CREATE INDEX duplicate_ids_by_age ON duplicate_ids (address, seq)",
+    "INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0), ('clean_stop', 1)",
+)
+
+_LOCK = 0x7478_6272  # "txbr": the advisory lock held while the schema is prepared
+DEFAULT_CONNECT_TIMEOUT = 10
+
+
+def one_line(error: BaseException) -> str:
+    """An error's text on one line (the server's messages span several)."""
+    return re.sub(r"\s+", " ", str(error)).strip()
+
+
+def describe(url: str) -> str:
+    """The URL without its password, for errors and logs; ``StoreError`` if malformed."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise StoreError(f"not a PostgreSQL URL: {url!r} does not start with postgresql://")
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        raise StoreError(f"not a PostgreSQL URL: {one_line(error)}") from None
+    user = f"{parts['user']}@" if "user" in parts else ""
+    port = f":{parts['port']}" if "port" in parts else ""
+    host = parts.get("host", "")
+    options = f" ({parts['options']})" if "options" in parts else ""
+    return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}{options}"
+
+
+def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """Connect to ``url`` with the schema created or checked, commits durable
+    (``synchronous_commit``) whatever the server's default; ``StoreError`` saying why not."""
+    where = describe(url)
+    timeout = (
+        {}
+        if "connect_timeout" in conninfo_to_dict(url)
+        else {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
+    )
+    try:
+        connection = psycopg.connect(url, autocommit=False, **timeout)  # type: ignore[arg-type]
+    except psycopg.Error as error:
+        raise StoreError(f"{where}: cannot connect: {one_line(error)}") from None
+    try:
+        connection.execute("SET synchronous_commit = on")
+        _prepare(connection, where)
+    except psycopg.Error as error:
+        connection.close()
+        raise StoreError(f"{where}: cannot prepare the schema: {one_line(error)}") from None
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _prepare(connection: psycopg.Connection[tuple[object, ...]], where: str) -> None:
+    try:
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+        schema = connection.execute("SELECT current_schema()").fetchone()
+        if schema is None or schema[0] is None:
+            raise StoreError(f"{where}: no schema of the search_path exists to create in")
+        found = connection.execute("SELECT to_regclass('schema_version')").fetchone()
+        if found is None or found[0] is None:
+            _create(connection, where, str(schema[0]))
+        else:
+            _check_version(connection, where)
+        connection.commit()
+    except BaseException:
+        connection.rollback()
+        raise
+
+
+def _create(connection: psycopg.Connection[tuple[object, ...]], where: str, schema: str) -> None:
+    others = connection.execute(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+    ).fetchone()
+    if others is not None and others[0]:
+        raise StoreError(
+            f"{where}: schema {schema!r} holds tables but not a txbridge message store"
+        )
+    for statement in SCHEMA:
+        connection.execute(statement)
+    connection.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
+
+
+def _check_version(connection: psycopg.Connection[tuple[object, ...]], where: str) -> None:
+    row = connection.execute("SELECT version FROM schema_version").fetchone()
+    if row is None:
+        raise StoreError(f"{where}: the schema_version table is empty")
+    version = row[0]
+    assert isinstance(version, int)
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{where} holds message store schema version {version}, written by a newer "
+            f"txbridge; this one reads versions up to {SCHEMA_VERSION}"
+        )
+    if version < SCHEMA_VERSION:
+        raise StoreError(
+            f"{where} holds message store schema version {version}, which no migration "
+            f"brings to version {SCHEMA_VERSION}"
+        )

@@ -1,0 +1,197 @@
+"""The PostgreSQL writer: one connection to the server, used only on the store's writer thread.
+
+It does what the SQLite writer does (``bridge.store.writer`` says what opening, recovering
+and closing mean), on a server: each batch is one transaction whose commit returns once the
+server's write-ahead log is on disk (``synchronous_commit`` on). Should the connection
+break, the batch fails (``CommitFailed``, nothing of it written) and the next batch connects
+again. Large message bodies are files in the node's data directory, as with SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import psycopg
+from zope.interface import implementer
+
+from bridge.message import Message
+from bridge.store.errors import CommitFailed, StoreError
+from bridge.store.interfaces import IStoreWriter
+from bridge.store.large import BodyFiles, delete_body
+from bridge.store.operations import Operation, Outcome, WriterState
+from bridge.store.pg_operations import PgCursor, apply_all, load_state, save_state
+from bridge.store.pg_schema import connect, describe, one_line
+from bridge.store.records import QueueRecord, Recovered
+from bridge.store.recovery import RefRow, assemble, missing, stored_message
+
+_SET_CLEAN_STOP = (
+    "INSERT INTO store_state (key, value) VALUES ('clean_stop', %s)"
+    " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+@implementer(IStoreWriter)
+class PostgreSQLWriter:
+    """Opens, recovers, writes batches and closes; every method but ``large_body_path``
+    runs on the writer thread. ``url`` is a libpq URL (``postgresql://...``); a malformed
+    one fails ``open()`` (not the constructor: a node reports it as it reports a server
+    that cannot be reached)."""
+
+    def __init__(self, url: str, data_dir: Path) -> None:
+        self.url = url
+        try:
+            self.name = describe(url)
+        except StoreError:
+            self.name = "postgresql (a malformed URL)"  # open() says what is wrong
+        self._bodies = BodyFiles(data_dir)
+        self._connection: Connection | None = None
+        self._state = WriterState(queues=set(), highest_message_id=0)
+
+    def open(self, load_limit: int = -1) -> Recovered:
+        connection = connect(self.url)
+        try:
+            cursor: PgCursor = connection.cursor()
+            self._state = load_state(cursor)
+            cursor.execute("DELETE FROM paged_messages")
+            after_crash = self._mark_running(cursor)
+            recovered = self._recover(cursor, load_limit, after_crash)
+            owned = cursor.execute("SELECT id FROM messages WHERE large IS NOT NULL").fetchall()
+            connection.commit()
+            self._bodies.remove_orphans(message_id for (message_id,) in owned)
+        except psycopg.Error as error:
+            connection.close()
+            raise StoreError(f"{self.name}: cannot load the store: {one_line(error)}") from None
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        return recovered
+
+    def run(self, operations: Sequence[Operation]) -> list[Outcome]:
+        """Apply ``operations`` in one transaction and commit it: the outcome of each, or
+        ``CommitFailed`` (nothing written) if the server fails or cannot be reached."""
+        state = self._state
+        highest = state.highest_message_id
+        try:
+            connection = self._connected()
+            cursor: PgCursor = connection.cursor()
+            outcomes = apply_all(cursor, state, operations)
+            if state.highest_message_id != highest:
+                save_state(cursor, state)
+            connection.commit()
+        except (psycopg.Error, StoreError) as error:
+            self._undo()
+            raise CommitFailed(
+                f"{self.name}: a batch of {len(operations)} operations could not be "
+                f"committed and none of them was written: {one_line(error)}"
+            ) from error
+        return outcomes
+
+    def read(self, message_ids: Sequence[int], transient: Sequence[int]) -> dict[int, Message]:
+        """Stored messages (``message_ids``) and paged ones (``transient``), by id; a
+        missing one is a ``StoreError``."""
+        connection = self._connected()
+        cursor: PgCursor = connection.cursor()
+        try:
+            found = self._read(cursor, message_ids, transient)
+        finally:
+            connection.rollback()  # ends the read's transaction; writes none
+        return found
+
+    def large_body_path(self, message_id: int) -> str:
+        return str(self._bodies.path_for(message_id))
+
+    def delete_body(self, path: str) -> None:
+        delete_body(path)
+
+    def close(self) -> None:
+        """Close, recording the clean stop (every delivery count is stored by now)."""
+        connection, self._connection = self._connection, None
+        if connection is not None and not connection.closed:
+            try:
+                connection.execute(_SET_CLEAN_STOP, (1,))
+                connection.commit()
+            finally:
+                connection.close()
+
+    def _connected(self) -> Connection:
+        """The connection, made again if it broke (the state read again with it)."""
+        connection = self._connection
+        if connection is None or connection.closed or connection.broken:
+            if connection is not None:
+                connection.close()
+            self._connection = None
+            connection = connect(self.url)
+            self._state = load_state(connection.cursor())
+            connection.commit()
+            self._connection = connection
+        return connection
+
+    def _undo(self) -> None:
+        connection = self._connection
+        if connection is None or connection.closed or connection.broken:
+            return  # the next batch connects again and reads the state afresh
+        try:
+            connection.rollback()
+            self._state = load_state(connection.cursor())
+            connection.commit()
+        except psycopg.Error:
+            connection.close()
+
+    def _read(
+        self, cursor: PgCursor, message_ids: Sequence[int], transient: Sequence[int]
+    ) -> dict[int, Message]:
+        found: dict[int, Message] = {}
+        if message_ids:
+            for message_id, data, large in cursor.execute(
+                "SELECT id, data, large FROM messages WHERE id = ANY(%s::bigint[])",
+                (list(message_ids),),
+            ):
+                found[message_id] = stored_message(self.name, self._bodies, message_id, data, large)
+        if transient:
+            for message_id, data in cursor.execute(
+                "SELECT id, data FROM paged_messages WHERE id = ANY(%s::bigint[])",
+                (list(transient),),
+            ):
+                found[message_id] = stored_message(self.name, self._bodies, message_id, data, None)
+        missing(self.name, (*message_ids, *transient), found)
+        return found
+
+    @staticmethod
+    def _mark_running(cursor: PgCursor) -> bool:
+        """Record that the node runs; True if the last run did not stop cleanly either (see
+        the SQLite writer)."""
+        row = cursor.execute("SELECT value FROM store_state WHERE key = 'clean_stop'").fetchone()
+        after_crash = row is None or row[0] == 0
+        if after_crash:
+            cursor.execute("UPDATE message_refs SET delivery_count = delivery_count + 1")
+        cursor.execute(_SET_CLEAN_STOP, (0,))
+        return after_crash
+
+    def _recover(self, cursor: PgCursor, load_limit: int, after_crash: bool) -> Recovered:
+        queues = [
+            QueueRecord(name=name, address=address, routing=routing, filter=filter_)
+            for name, address, routing, filter_ in cursor.execute(
+                "SELECT name, address, routing, filter FROM queues ORDER BY seq"
+            ).fetchall()
+        ]
+        refs: list[RefRow] = cursor.execute(
+            "SELECT r.queue, r.message_id, r.delivery_count, length(m.data)"
+            " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
+            " ORDER BY r.queue, r.message_id"
+        ).fetchall()
+        duplicate_ids = cursor.execute(
+            "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"
+        ).fetchall()
+        return assemble(
+            queues,
+            refs,
+            lambda ids: self._read(cursor, ids, ()),
+            duplicate_ids,
+            load_limit=load_limit,
+            highest_message_id=self._state.highest_message_id,
+            after_crash=after_crash,
+        )
