@@ -113,6 +113,12 @@ class NodeService(Service):
 
     async def _start(self) -> None:
         config = self.config
+        if config.ha is not None:
+            # Serving without the lease would let two nodes be live on one store.
+            raise StartupError(
+                "ha: this node cannot yet wait for the lease before serving (docs/ha.md); "
+                "remove [ha] to run it alone"
+            )
         identity = node_id(config.data_dir)
         broker = Broker(config, _store(config, self.reactor))
         if config.store.type is StoreType.POSTGRESQL:
