@@ -28,6 +28,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges
+from bridge.ctl.ha import HaNode
 from bridge.ctl.management import management_site
 from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
@@ -98,6 +99,8 @@ class NodeService(Service):
         self.head: CoreHead | None = None
         self.stomp: StompHead | None = None
         self.bridges: Bridges | None = None
+        self.ha: HaNode | None = None
+        """With ``[ha]``: the node's activation on the lease."""
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -112,13 +115,23 @@ class NodeService(Service):
         self._starting.addCallbacks(self.started.callback, self._failed)
 
     async def _start(self) -> None:
+        if self.config.ha is None:
+            await self._activate()
+            return
+        # A node with [ha] opens nothing until it holds the lease (docs/ha.md).
+        self.ha = HaNode(
+            self.config.name,
+            self.config.ha,
+            self.reactor,
+            activate=self._activate,
+            deactivate=self._deactivate,
+            failed=self._activation_failed,
+        )
+        self.ha.start()
+
+    async def _activate(self) -> None:
+        """Load the store, listen, start the bridges: the node serves."""
         config = self.config
-        if config.ha is not None:
-            # Serving without the lease would let two nodes be live on one store.
-            raise StartupError(
-                "ha: this node cannot yet wait for the lease before serving (docs/ha.md); "
-                "remove [ha] to run it alone"
-            )
         identity = node_id(config.data_dir)
         broker = Broker(config, _store(config, self.reactor))
         if config.store.type is StoreType.POSTGRESQL:
@@ -188,6 +201,16 @@ class NodeService(Service):
             stopping.addBoth(lambda _: self._exit())
         self.started.errback(failure)
 
+    def _activation_failed(self, failure: Failure) -> None:
+        """Activating on the lease failed (a port in use): as a failed start, the node
+        stops (releasing the lease) and ends with status 1."""
+        log.critical(
+            "node {name} could not activate: {why}", name=self.config.name, why=failure.value
+        )
+        stopping = self._stop_once()
+        if self.exit_on_failure:
+            stopping.addBoth(lambda _: self._exit())
+
     def _exit(self) -> None:
         self.reactor.addSystemEventTrigger("after", "shutdown", _exit_failed)
         self.reactor.stop()
@@ -210,6 +233,14 @@ class NodeService(Service):
             # Stopping while starting: let the start finish (or fail) first.
             with suppress(Exception):
                 await self.started
+        if self.ha is not None:
+            await self.ha.stop()  # deactivates, then releases the lease
+        else:
+            await self._deactivate()
+
+    async def _deactivate(self) -> None:
+        """Stop serving: the bridges, the ports, every connection (their in-flight sends
+        fail back to their producers), then the store."""
         if self.bridges is not None:
             bridges, self.bridges = self.bridges, None
             await bridges.stop_all()

@@ -3,7 +3,7 @@ was acquired, renewed, refused, a renewal failed, the deadline passed, the node 
 starting or stopping), outputs are calls on :class:`IActivationActions`, which the node's
 glue performs and answers with further inputs. Nothing here waits or sleeps.
 
-STARTING → BACKUP (acceptors closed, trying to acquire) → ACTIVATING (lease held: load the
+STARTING → BACKUP (nothing open, trying to acquire) → ACTIVATING (lease held: load the
 store, open the acceptors, start the bridges) → LIVE (only once fully started) → FENCED
 (stopping to serve: acceptors closed, bridges paused, in-flight sends failed) → BACKUP
 again; STOPPING → STOPPED from anywhere.
@@ -36,9 +36,6 @@ class HaState(StrEnum):
 
 class IActivationActions(Interface):
     """What the node's glue does for the machine."""
-
-    def close_acceptors() -> None:
-        """Stop listening (a backup takes no clients)."""
 
     def acquire() -> None:
         """Try to acquire the lease; answer ``acquired(started)`` or ``not_acquired()``."""
@@ -96,7 +93,6 @@ def _enter(core: _Core, state: HaState) -> None:
 @_starting.upon(_Inputs.start).to(_backup)
 def _start(inputs: _Inputs, core: _Core) -> None:
     _enter(core, HaState.BACKUP)
-    core.actions.close_acceptors()
     core.actions.acquire()
 
 

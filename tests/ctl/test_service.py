@@ -142,18 +142,6 @@ async def test_an_acceptor_of_two_protocols_is_refused(tmp_path):
     await service.stopService()
 
 
-@pytest_twisted.ensureDeferred
-async def test_a_node_with_ha_refuses_to_serve_without_the_lease(tmp_path):
-    store = {"type": "postgresql", "url": "postgresql://mq@127.0.0.1:1/broker"}
-    ha = {"policy": "shared-store-primary"}
-    service = NodeService(config(tmp_path, store=store, ha=ha), reactor, exit_on_failure=False)
-    service.startService()
-    with pytest.raises(StartupError, match="ha: this node cannot yet wait for the lease"):
-        await service.started
-    await service.stopService()
-    assert service.ports == {}
-
-
 def test_an_acceptors_read_size_reaches_its_core_and_stomp_connections(tmp_path):
     (acceptor,) = config(
         tmp_path,

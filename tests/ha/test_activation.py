@@ -23,9 +23,6 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def close_acceptors(self) -> None:
-        self.calls.append("close_acceptors")
-
     def acquire(self) -> None:
         self.calls.append("acquire")
 
@@ -191,7 +188,7 @@ def test_a_backup_goes_live_and_is_fenced_at_the_deadline() -> None:
     actions = Recorder()
     machine = Activation(actions, Fence(REAP, margin(REAP, PING, QUERY_TIMEOUT), clock))
     machine.inputs.start()
-    assert (machine.state, actions.calls) == (HaState.BACKUP, ["close_acceptors", "acquire"])
+    assert (machine.state, actions.calls) == (HaState.BACKUP, ["acquire"])
     machine.inputs.acquired(clock.now)
     assert machine.state is HaState.ACTIVATING and not machine.serving
     machine.inputs.started()

@@ -51,6 +51,15 @@ class NodeProcess(ProcessProtocol):
         """The signal that ended the process: twistd, once shut down cleanly on SIGTERM,
         ends itself with that signal, as its parent expects."""
         self.pid: int | None = None
+        self._waiting: list[tuple[re.Pattern[str], int, Deferred[re.Match[str]]]] = []
+
+    def wait_for(self, pattern: str, timeout: float = 60.0) -> Deferred[re.Match[str]]:
+        """Fires with the first match of ``pattern`` in the output from now on; fails
+        after ``timeout`` seconds."""
+        waiter: Deferred[re.Match[str]] = Deferred()
+        self._waiting.append((re.compile(pattern), len(self.output), waiter))
+        waiter.addTimeout(timeout, reactor)
+        return waiter
 
     def start(self) -> NodeProcess:
         if self.twistd:
@@ -66,6 +75,14 @@ class NodeProcess(ProcessProtocol):
 
     def outReceived(self, data: bytes) -> None:
         self.output += data.decode(errors="replace")
+        for entry in list(self._waiting):
+            pattern, offset, waiter = entry
+            found = pattern.search(self.output, offset)
+            if waiter.called:  # timed out
+                self._waiting.remove(entry)
+            elif found is not None:
+                self._waiting.remove(entry)
+                waiter.callback(found)
         if not self.started.called:
             found = STARTED.search(self.output)
             if found:

@@ -1,0 +1,250 @@
+"""The node's side of high availability: runs the activation machine (bridge.ha) against
+the lease in PostgreSQL and the node service's activate / deactivate steps.
+
+A backup tries to acquire every ``lease-ping-time``; once it holds the lease it renews
+every ``lease-ping-time`` (counted from each renewal's start), and a timer at the fence's
+deadline tells the machine when no renewal landed in time. Every answer also updates the
+clock skew, which is logged when above ``max-clock-skew``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from bridge.config.ha import HaSettings
+from bridge.ha.activation import Activation, HaState, IActivationActions
+from bridge.ha.client import LeaseClient, Observed
+from bridge.ha.fence import Fence, margin
+from bridge.ha.lease import Holder, LeaseRow, LeaseTable
+
+log = Logger()
+
+Step = Callable[[], Coroutine[Any, Any, None]]
+
+
+@implementer(IActivationActions)
+class HaNode:
+    """One node's activation, driven by the lease. ``activate`` and ``deactivate`` are the
+    node service's steps; ``failed`` ends the node when an activation fails."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: HaSettings,
+        reactor: Any,
+        *,
+        activate: Step,
+        deactivate: Step,
+        failed: Callable[[Failure], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.holder = Holder(name)
+        self._reactor = reactor
+        self._activate = activate
+        self._deactivate = deactivate
+        self._failed = failed
+        self._monotonic = monotonic
+        self.client = LeaseClient(LeaseTable(settings.url, settings.query_timeout), reactor)
+        gap = margin(settings.reap, settings.ping, settings.query_timeout)
+        self.machine = Activation(self, Fence(settings.reap, gap, monotonic))
+        self.epoch = 0
+        """The epoch this node last acquired (0: never)."""
+        self.lease: LeaseRow | None = None
+        """The lease as last seen, by any statement."""
+        self.skew = 0
+        """The node's clock minus the database's, in ms, at the last statement."""
+        self._acquire_call: IDelayedCall | None = None
+        self._renew_call: IDelayedCall | None = None
+        self._deadline_call: IDelayedCall | None = None
+        self._deactivating: Deferred[None] | None = None
+        self._stopped: Deferred[None] = Deferred()
+
+    # -- what the node service calls ---------------------------------------------------
+    def start(self) -> None:
+        log.info("node {name}: HA {policy}, waiting for the lease", **self._names())
+        self.machine.inputs.start()
+
+    def stop(self) -> Deferred[None]:
+        """Deactivate, release the lease if held, close the lease's connection: fires when
+        all is done."""
+        self.machine.inputs.stop()
+        done: Deferred[None] = Deferred()
+        self._stopped.addBoth(lambda _: done.callback(None))
+        return done
+
+    @property
+    def state(self) -> HaState:
+        return self.machine.state
+
+    # -- IActivationActions ------------------------------------------------------------
+    def acquire(self) -> None:
+        delay = 0.0 if self.epoch == 0 and self.lease is None else self.settings.ping
+        self._acquire_call = self._reactor.callLater(delay, self._try_acquire)
+
+    def _try_acquire(self) -> None:
+        self._acquire_call = None
+        started = self._monotonic()
+        asked = self.client.acquire(self.holder, self.settings.reap)
+        asked.addCallbacks(self._acquire_answered, self._acquire_failed, (started,))
+
+    def _acquire_answered(self, observed: Observed, started: float) -> None:
+        self._observe(observed)
+        row = observed.row
+        if self.machine.state is not HaState.BACKUP:
+            return  # stopping: a lease taken now expires unrenewed
+        if row is None:
+            self.machine.inputs.not_acquired()
+            self._read_live()
+            return
+        self.epoch = row.epoch
+        log.info(
+            "node {name}: acquired the lease, epoch {epoch}, activating",
+            epoch=row.epoch,
+            **self._names(),
+        )
+        self.machine.inputs.acquired(started)
+        self._arm_deadline()
+        self._schedule_renew(started)
+
+    def _acquire_failed(self, failure: Failure) -> None:
+        log.warn(
+            "node {name}: acquiring the lease failed: {why}", why=failure.value, **self._names()
+        )
+        self.machine.inputs.not_acquired()
+
+    def _read_live(self) -> None:
+        """Who is live, for the log and status, when this node did not acquire."""
+        self.client.read().addCallbacks(self._observe, lambda _: None)
+
+    def activate(self) -> None:
+        activating = Deferred.fromCoroutine(self._activate())
+        activating.addCallbacks(self._activated, self._failed)
+
+    def _activated(self, _: object) -> None:
+        self.machine.inputs.started()
+        if self.machine.state is HaState.LIVE:
+            log.info("node {name}: LIVE, epoch {epoch}", epoch=self.epoch, **self._names())
+
+    def deactivate(self, reason: str) -> None:
+        self._cancel()
+        log.warn("node {name}: stops serving: {reason}", reason=reason, **self._names())
+        deactivating = Deferred.fromCoroutine(self._deactivate())
+        self._deactivating = deactivating
+
+        def done(result: object) -> None:
+            if isinstance(result, Failure):
+                log.failure("deactivation failed", result)
+            self._deactivating = None
+            self.machine.inputs.deactivated()
+
+        deactivating.addBoth(done)
+
+    def release(self) -> None:
+        Deferred.fromCoroutine(self._release())
+
+    async def _release(self) -> None:
+        """After the deactivation: give the lease up, close the lease's connection."""
+        if self._deactivating is not None:
+            await self._deactivating
+        if self.epoch:
+            try:
+                observed = await self.client.release(self.holder, self.epoch)
+            except Exception as error:
+                log.warn(
+                    "node {name}: releasing the lease failed: {why}", why=error, **self._names()
+                )
+            else:
+                if observed.row is not None:
+                    log.info("node {name}: released the lease", **self._names())
+        await self.client.close()
+        self.machine.inputs.stopped()
+        self._stopped.callback(None)
+
+    # -- renewals and the deadline -----------------------------------------------------
+    def _schedule_renew(self, last_start: float) -> None:
+        delay = max(0.0, last_start + self.settings.ping - self._monotonic())
+        self._renew_call = self._reactor.callLater(delay, self._renew)
+
+    def _renew(self) -> None:
+        self._renew_call = None
+        started = self._monotonic()
+        asked = self.client.renew(self.holder, self.epoch, self.settings.reap)
+        asked.addCallbacks(self._renew_answered, self._renew_failed, (started,), {}, (started,))
+
+    def _serving_states(self) -> bool:
+        return self.machine.state in (HaState.ACTIVATING, HaState.LIVE)
+
+    def _renew_answered(self, observed: Observed, started: float) -> None:
+        self._observe(observed)
+        if not self._serving_states():
+            return
+        if observed.row is None:
+            self.machine.inputs.lease_lost()
+            return
+        self.machine.inputs.renewed(started)
+        self._arm_deadline()
+        self._schedule_renew(started)
+
+    def _renew_failed(self, failure: Failure, started: float) -> None:
+        if not self._serving_states():
+            return
+        log.warn(
+            "node {name}: renewing the lease failed: {why}", why=failure.value, **self._names()
+        )
+        self.machine.inputs.renew_failed()
+        self._schedule_renew(started)
+
+    def _arm_deadline(self) -> None:
+        if self._deadline_call is not None and self._deadline_call.active():
+            self._deadline_call.cancel()
+        self._deadline_call = self._reactor.callLater(
+            self.machine.fence.remaining(), self._deadline_check
+        )
+
+    def _deadline_check(self) -> None:
+        """The reactor's timers follow the wall clock: the fence's monotonic clock decides."""
+        self._deadline_call = None
+        if self.machine.fence.valid:
+            self._arm_deadline()
+        else:
+            self.machine.inputs.deadline_passed()
+
+    def _cancel(self) -> None:
+        for call in (self._acquire_call, self._renew_call, self._deadline_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._acquire_call = self._renew_call = self._deadline_call = None
+
+    # -- what was seen -----------------------------------------------------------------
+    def _observe(self, observed: Observed) -> None:
+        if observed.row is not None:
+            if self.lease is None or observed.row.holder != self.lease.holder:
+                who = observed.row.node or "nobody"
+                log.info(
+                    "node {name}: live is {who}, epoch {epoch}",
+                    who=who,
+                    epoch=observed.row.epoch,
+                    **self._names(),
+                )
+            self.lease = observed.row
+        limit = round(self.settings.max_clock_skew * 1000)
+        if abs(observed.skew) > limit >= abs(self.skew):
+            log.warn(
+                "node {name}: clock {skew} ms off the database's (max-clock-skew {limit} ms)",
+                skew=observed.skew,
+                limit=limit,
+                **self._names(),
+            )
+        self.skew = observed.skew
+
+    def _names(self) -> dict[str, object]:
+        return {"name": self.holder.node, "policy": self.settings.policy.value}
