@@ -23,7 +23,8 @@ from bridge.config.ha import HaSettings
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
-from bridge.ha.lease import Holder, LeaseRow, LeaseTable
+from bridge.ha.lease import Holder, LeaseRow, LeaseTable, LeaseToken
+from bridge.store import Fenced
 
 log = Logger()
 
@@ -65,6 +66,7 @@ class HaNode:
         self._acquire_call: IDelayedCall | None = None
         self._renew_call: IDelayedCall | None = None
         self._deadline_call: IDelayedCall | None = None
+        self._activating: Deferred[None] | None = None
         self._deactivating: Deferred[None] | None = None
         self._stopped: Deferred[None] = Deferred()
 
@@ -84,6 +86,17 @@ class HaNode:
     @property
     def state(self) -> HaState:
         return self.machine.state
+
+    @property
+    def token(self) -> LeaseToken:
+        """The fencing token of the epoch this node holds, for its store to write under."""
+        return LeaseToken(str(self.holder), self.epoch)
+
+    def fenced(self) -> None:
+        """The store refused a write: the lease no longer carries this node's epoch."""
+        if self._serving_states():
+            log.warn("node {name}: a store write found a newer epoch", **self._names())
+            self.machine.inputs.lease_lost()
 
     # -- IActivationActions ------------------------------------------------------------
     def acquire(self) -> None:
@@ -127,7 +140,14 @@ class HaNode:
 
     def activate(self) -> None:
         activating = Deferred.fromCoroutine(self._activate())
-        activating.addCallbacks(self._activated, self._failed)
+        activating.addCallbacks(self._activated, self._activation_failed)
+        self._activating = activating
+
+    def _activation_failed(self, failure: Failure) -> None:
+        if failure.check(Fenced):
+            self.fenced()  # the epoch moved on while loading the store: back to BACKUP
+        elif self.machine.state is HaState.ACTIVATING:
+            self._failed(failure)
 
     def _activated(self, _: object) -> None:
         self.machine.inputs.started()
@@ -137,16 +157,18 @@ class HaNode:
     def deactivate(self, reason: str) -> None:
         self._cancel()
         log.warn("node {name}: stops serving: {reason}", reason=reason, **self._names())
-        deactivating = Deferred.fromCoroutine(self._deactivate())
-        self._deactivating = deactivating
+        self._deactivating = Deferred.fromCoroutine(self._stop_serving())
 
-        def done(result: object) -> None:
-            if isinstance(result, Failure):
-                log.failure("deactivation failed", result)
-            self._deactivating = None
-            self.machine.inputs.deactivated()
-
-        deactivating.addBoth(done)
+    async def _stop_serving(self) -> None:
+        """Once an activation in progress has finished (so nothing it opens stays open),
+        close everything, then tell the machine."""
+        if self._activating is not None:
+            await _after(self._activating)
+        try:
+            await self._deactivate()
+        except Exception:
+            log.failure("node {name}: stopping to serve failed", name=self.holder.node)
+        self.machine.inputs.deactivated()
 
     def release(self) -> None:
         Deferred.fromCoroutine(self._release())
@@ -154,7 +176,7 @@ class HaNode:
     async def _release(self) -> None:
         """After the deactivation: give the lease up, close the lease's connection."""
         if self._deactivating is not None:
-            await self._deactivating
+            await _after(self._deactivating)
         if self.epoch:
             try:
                 observed = await self.client.release(self.holder, self.epoch)
@@ -248,3 +270,16 @@ class HaNode:
 
     def _names(self) -> dict[str, object]:
         return {"name": self.holder.node, "policy": self.settings.policy.value}
+
+
+def _after(step: Deferred[None]) -> Deferred[None]:
+    """A Deferred that fires (with None) once ``step`` has, leaving ``step``'s result to
+    its own callbacks."""
+    done: Deferred[None] = Deferred()
+
+    def passed(result: object) -> object:
+        done.callback(None)
+        return result
+
+    step.addBoth(passed)
+    return done

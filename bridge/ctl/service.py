@@ -35,7 +35,13 @@ from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
 from bridge.node.broker import Broker
-from bridge.store import MessageStore, PostgreSQLMessageStore, SQLiteMessageStore, StoreError
+from bridge.store import (
+    Fenced,
+    MessageStore,
+    PostgreSQLMessageStore,
+    SQLiteMessageStore,
+    StoreError,
+)
 from security import SecurityStore
 from transport.allocator import tune_allocator
 from transport.settings import ConnectionSettings
@@ -133,10 +139,12 @@ class NodeService(Service):
         """Load the store, listen, start the bridges: the node serves."""
         config = self.config
         identity = node_id(config.data_dir)
-        broker = Broker(config, _store(config, self.reactor))
+        broker = Broker(config, _store(config, self.reactor, self.ha))
         if config.store.type is StoreType.POSTGRESQL:
             try:
                 await broker.open()
+            except Fenced:
+                raise  # the lease moved on while loading: the HA glue fences
             except StoreError as error:
                 raise StartupError(f"store.url: {error}") from error
         else:
@@ -268,10 +276,15 @@ async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeni
         raise StartupError(f"{what}: {error}") from error
 
 
-def _store(config: NodeConfig, reactor: Any) -> MessageStore:
-    """The store ``[store]`` names: SQLite in the data directory, or PostgreSQL."""
+def _store(config: NodeConfig, reactor: Any, ha: HaNode | None) -> MessageStore:
+    """The store ``[store]`` names: SQLite in the data directory, or PostgreSQL (with HA,
+    writing under the lease's fencing token)."""
     if config.store.type is StoreType.POSTGRESQL:
         assert config.store.url is not None
+        if ha is not None:
+            return PostgreSQLMessageStore(
+                config.store.url, config.data_dir, reactor, token=ha.token, fenced=ha.fenced
+            )
         return PostgreSQLMessageStore(config.store.url, config.data_dir, reactor)
     return SQLiteMessageStore(config.data_dir, reactor)
 

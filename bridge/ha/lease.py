@@ -63,6 +63,15 @@ FROM (SELECT {_NOW_MS} AS now) AS t
 WHERE l.name = %(lease)s AND l.holder = %(me)s AND l.epoch = %(epoch)s
 RETURNING %(me)s, l.epoch, l.expires, t.now"""
 
+CHECK_TOKEN = (
+    f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s AND holder = %(holder)s"
+    " AND epoch = %(epoch)s FOR SHARE"
+)
+"""The fencing token's check, for the store to run first in each of its transactions: a
+row only while the lease still carries this holder and epoch. ``FOR SHARE`` holds off
+any acquisition until the transaction ends, so a new holder reads the store only after
+every write checked under the old epoch has committed or rolled back."""
+
 _LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
 _READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"
 
@@ -77,6 +86,20 @@ class Holder:
 
     def __str__(self) -> str:
         return f"{self.node}/{self.run}"
+
+
+@attrs.frozen
+class LeaseToken:
+    """The fencing token a live node's store writes under: the holder and the epoch it
+    acquired (docs/ha.md)."""
+
+    holder: str
+    epoch: int
+    lease: str = LEASE
+
+    def params(self) -> dict[str, object]:
+        """The parameters of :data:`CHECK_TOKEN`."""
+        return {"lease": self.lease, "holder": self.holder, "epoch": self.epoch}
 
 
 @attrs.frozen
