@@ -56,7 +56,8 @@ class HaNode:
         self._monotonic = monotonic
         self.client = LeaseClient(LeaseTable(settings.url, settings.query_timeout), reactor)
         gap = margin(settings.reap, settings.ping, settings.query_timeout)
-        self.machine = Activation(self, Fence(settings.reap, gap, monotonic))
+        self.machine = Activation(self, Fence(settings.reap, gap, monotonic), self._entered)
+        self._watchers: list[tuple[HaState, Deferred[None]]] = []
         self.epoch = 0
         """The epoch this node last acquired (0: never)."""
         self.lease: LeaseRow | None = None
@@ -86,6 +87,18 @@ class HaNode:
     @property
     def state(self) -> HaState:
         return self.machine.state
+
+    def reached(self, state: HaState) -> Deferred[None]:
+        """Fires when the machine next enters ``state``."""
+        waiter: Deferred[None] = Deferred()
+        self._watchers.append((state, waiter))
+        return waiter
+
+    def _entered(self, state: HaState) -> None:
+        waiting = [entry for entry in self._watchers if entry[0] is state]
+        self._watchers = [entry for entry in self._watchers if entry[0] is not state]
+        for _, waiter in waiting:  # after the transition, not inside it
+            self._reactor.callLater(0, waiter.callback, None)
 
     @property
     def token(self) -> LeaseToken:

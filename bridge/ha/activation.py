@@ -15,6 +15,7 @@ the node fences at the deadline unless a later renewal lands first (:mod:`bridge
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Protocol
 
@@ -69,9 +70,12 @@ class _Inputs(Protocol):
 class _Core:
     """The machine's shared data: the actions and the fence."""
 
-    def __init__(self, actions: IActivationActions, fence: Fence) -> None:
+    def __init__(
+        self, actions: IActivationActions, fence: Fence, on_state: Callable[[HaState], None]
+    ) -> None:
         self.actions = actions
         self.fence = fence
+        self.on_state = on_state
         self.state = HaState.STARTING
         self.reason = ""
 
@@ -88,6 +92,7 @@ _stopped = _builder.state("stopped")
 
 def _enter(core: _Core, state: HaState) -> None:
     core.state = state
+    core.on_state(state)
 
 
 @_starting.upon(_Inputs.start).to(_backup)
@@ -241,8 +246,14 @@ _Machine = _builder.build()
 class Activation:
     """One node's activation: feed it inputs, read ``state`` and ``serving``."""
 
-    def __init__(self, actions: IActivationActions, fence: Fence) -> None:
-        self._core = _Core(actions, fence)
+    def __init__(
+        self,
+        actions: IActivationActions,
+        fence: Fence,
+        on_state: Callable[[HaState], None] = lambda state: None,
+    ) -> None:
+        """``on_state`` hears each state entered, as it is entered."""
+        self._core = _Core(actions, fence, on_state)
         self.inputs: _Inputs = _Machine(self._core)
 
     @property

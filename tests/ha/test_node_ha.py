@@ -1,0 +1,123 @@
+"""A node service with [ha] in this process, its database reached through a proxy the test
+can cut: it opens nothing until it holds the lease; when the database goes away it stops
+serving by the deadline (acceptors closed), stays up, and takes a new epoch when the
+database is back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
+from twisted.internet.interfaces import IListeningPort
+from twisted.internet.protocol import Protocol
+from twisted.protocols.portforward import ProxyFactory, ProxyServer
+
+from bridge.config.node import parse_node_config
+from bridge.ctl.service import NodeService
+from bridge.ha.activation import HaState
+from tests.postgresql import SERVER, schema_url
+
+TIMEOUT = 60.0
+
+
+class Cuttable(ProxyFactory):
+    """A TCP proxy to PostgreSQL whose connections can all be dropped at once."""
+
+    def __init__(self) -> None:
+        parts = urlsplit(SERVER)
+        super().__init__(parts.hostname or "127.0.0.1", parts.port or 5432)
+        self.open: list[ProxyServer] = []
+
+    def buildProtocol(self, addr: Any) -> ProxyServer:
+        server = super().buildProtocol(addr)
+        self.open.append(server)
+        return server
+
+    def cut(self) -> None:
+        for server in self.open:
+            server.transport.abortConnection()
+            if server.peer is not None and server.peer.transport is not None:
+                server.peer.transport.abortConnection()
+        self.open.clear()
+
+
+def _via(url: str, port: int) -> str:
+    parts = urlsplit(SERVER)
+    return url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{port}", 1)
+
+
+async def _connects(port: int) -> bool:
+    try:
+        connected = await connectProtocol(
+            TCP4ClientEndpoint(reactor, "127.0.0.1", port, timeout=5), Protocol()
+        )
+    except Exception:
+        return False
+    connected.transport.loseConnection()
+    return True
+
+
+def _within(deferred: Deferred[None]) -> Deferred[None]:
+    """``deferred``, failing with TimeoutError after TIMEOUT (a loaded box is slow; the
+    lease's own times are far shorter)."""
+    return deferred.addTimeout(TIMEOUT, reactor)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
+    tmp_path: Path, pg_schema: str
+) -> None:
+    proxy = Cuttable()
+    listening: IListeningPort = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
+        proxy
+    )
+    url = _via(schema_url(pg_schema), listening.getHost().port)
+    document = {
+        "node": {"name": "a", "data-dir": "data"},
+        "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
+        "store": {"type": "postgresql", "url": url},
+        "ha": {
+            "policy": "shared-store-primary",
+            "lease-ping-time": "300ms",
+            "lease-reap-time": "1500ms",
+            "lease-query-timeout": "200ms",
+        },
+    }
+    config = parse_node_config(document, tmp_path / "node.toml")
+    service = NodeService(config, reactor, exit_on_failure=False)
+    service.startService()
+    await service.started
+    ha = service.ha
+    assert ha is not None
+    try:
+        if ha.state is not HaState.LIVE:
+            await _within(ha.reached(HaState.LIVE))
+        assert ha.epoch == 1
+        port = service.ports["core"].getHost().port
+        assert await _connects(port)
+
+        fenced = _within(ha.reached(HaState.FENCED))
+        backup = _within(ha.reached(HaState.BACKUP))
+        await listening.stopListening()
+        proxy.cut()
+        await fenced
+        await backup
+        assert service.ports == {} and service.broker is None
+        assert not await _connects(port)  # the acceptor is closed
+
+        live = _within(ha.reached(HaState.LIVE))
+        listening = await TCP4ServerEndpoint(
+            reactor, urlsplit(url).port or 0, interface="127.0.0.1"
+        ).listen(proxy)
+        await live
+        assert ha.epoch == 2
+        assert await _connects(service.ports["core"].getHost().port)
+    finally:
+        await service.stopService()
+        await listening.stopListening()
+        proxy.cut()
