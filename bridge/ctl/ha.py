@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from bridge.config.ha import HaSettings
+from bridge.ctl.status import HaStatus
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
@@ -99,6 +100,21 @@ class HaNode:
         self._watchers = [entry for entry in self._watchers if entry[0] is not state]
         for _, waiter in waiting:  # after the transition, not inside it
             self._reactor.callLater(0, waiter.callback, None)
+
+    def status(self) -> HaStatus:
+        """For ``/status``, ``/metrics`` and ``txbridge ctl ha status``."""
+        lease = self.lease
+        return HaStatus(
+            state=self.machine.state.value,
+            policy=self.settings.policy.value,
+            live=lease.node if lease is not None and lease.held else "",
+            epoch=lease.epoch if lease is not None else 0,
+            lease_expires_ms=lease.expires if lease is not None else 0,
+            lease_left_ms=max(0, lease.expires - lease.now) if lease is not None else 0,
+            clock_skew_ms=self.skew,
+            max_clock_skew_ms=round(self.settings.max_clock_skew * 1000),
+            reason=self.machine.reason,
+        )
 
     @property
     def token(self) -> LeaseToken:

@@ -29,7 +29,14 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from bridge.ctl.status import AddressStatus, BridgeStatus, NodeStatus, QueueStatus, Status
+from bridge.ctl.status import (
+    AddressStatus,
+    BridgeStatus,
+    HaStatus,
+    NodeStatus,
+    QueueStatus,
+    Status,
+)
 from bridge.forward.interfaces import IBridges, UnknownBridge
 from bridge.forward.status import BridgeSnapshot, BridgeState
 from bridge.node.broker import Broker
@@ -66,6 +73,8 @@ class NodeView:
     connections: Callable[[], int]
     producers_blocked: Callable[[], int]
     bridges: IBridges | None
+    ha: Callable[[], HaStatus | None] = lambda: None
+    """With ``[ha]``: the node's HA status now."""
 
     def uptime(self) -> float:
         return self.clock.seconds() - self.started
@@ -129,6 +138,7 @@ class NodeView:
                 )
                 for snapshot in self.bridge_snapshots()
             ),
+            ha=self.ha(),
         )
 
 
@@ -208,6 +218,28 @@ class BrokerCollector(Collector):
         yield from gauges.values()
         yield from counters.values()
         yield from _bridge_metrics(view.bridge_snapshots())
+        ha = view.ha()
+        if ha is not None:
+            yield from _ha_metrics(ha)
+
+
+def _ha_metrics(ha: HaStatus) -> Iterator[Metric]:
+    yield InfoMetricFamily(
+        "txbridge_ha",
+        "The node's HA part and state.",
+        value={"state": ha.state, "policy": ha.policy, "live": ha.live},
+    )
+    yield GaugeMetricFamily("txbridge_ha_epoch", "The lease's epoch.", ha.epoch)
+    yield GaugeMetricFamily(
+        "txbridge_ha_lease_left_seconds",
+        "How long the lease had to run when last read, by the database's clock.",
+        ha.lease_left_ms / 1000,
+    )
+    yield GaugeMetricFamily(
+        "txbridge_ha_clock_skew_seconds",
+        "The node's clock minus the database's.",
+        ha.clock_skew_ms / 1000,
+    )
 
 
 _Figures = list[tuple[str, str, str]]
@@ -538,6 +570,7 @@ def management_site(
     connections: Callable[[], int] = lambda: 0,
     producers_blocked: Callable[[], int] = lambda: 0,
     bridges: IBridges | None = None,
+    ha: Callable[[], HaStatus | None] = lambda: None,
 ) -> Site:
     """The management API of a node, for the node service to listen with.
 
@@ -546,7 +579,7 @@ def management_site(
     many producers wait for credits; ``bridges``, the node's bridges, to show and operate
     (without them, ``/status`` shows none and there are no POST endpoints)."""
     view = NodeView(
-        broker, node_id, reactor, reactor.seconds(), connections, producers_blocked, bridges
+        broker, node_id, reactor, reactor.seconds(), connections, producers_blocked, bridges, ha
     )
     site = Site(ManagementResource(view, security))
     site.displayTracebacks = False

@@ -187,6 +187,7 @@ class NodeService(Service):
                 connections=lambda: head.connections + stomp.connections,
                 producers_blocked=lambda: head.producers_blocked + stomp.producers_blocked,
                 bridges=bridges,
+                ha=self.ha.status if self.ha is not None else lambda: None,
             )
             where = config.management
             endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)

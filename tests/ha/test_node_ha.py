@@ -5,19 +5,24 @@ database is back."""
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.protocol import Protocol
+from twisted.internet.threads import deferToThread
 from twisted.protocols.portforward import ProxyFactory, ProxyServer
 
 from bridge.config.node import parse_node_config
+from bridge.ctl.main import main
 from bridge.ctl.service import NodeService
 from bridge.ha.activation import HaState
 from tests.postgresql import SERVER, schema_url
@@ -62,6 +67,11 @@ async def _connects(port: int) -> bool:
     return True
 
 
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return str(answer.read().decode())
+
+
 def _within(deferred: Deferred[None]) -> Deferred[None]:
     """``deferred``, failing with TimeoutError after TIMEOUT (a loaded box is slow; the
     lease's own times are far shorter)."""
@@ -70,7 +80,7 @@ def _within(deferred: Deferred[None]) -> Deferred[None]:
 
 @pytest_twisted.ensureDeferred
 async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
-    tmp_path: Path, pg_schema: str
+    tmp_path: Path, pg_schema: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     proxy = Cuttable()
     listening: IListeningPort = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
@@ -80,6 +90,7 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
     document = {
         "node": {"name": "a", "data-dir": "data"},
         "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
+        "management": {"url": "http://127.0.0.1:0"},
         "store": {"type": "postgresql", "url": url},
         "ha": {
             "policy": "shared-store-primary",
@@ -100,6 +111,17 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
         assert ha.epoch == 1
         port = service.ports["core"].getHost().port
         assert await _connects(port)
+        management = f"http://127.0.0.1:{service.ports['management'].getHost().port}"
+        assert await deferToThread(main, ["ctl", "--url", management, "ha", "status"]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        assert shown[0] == "LIVE (shared-store-primary)"
+        assert re.fullmatch(r"live: a, epoch 1, lease left \d+ ms", shown[1])
+        assert re.fullmatch(r"clock skew -?\d+ ms", shown[2])
+        metrics = await deferToThread(_get, management + "/metrics")
+        assert "txbridge_ha_epoch 1.0" in metrics
+        assert (
+            'txbridge_ha_info{live="a",policy="shared-store-primary",state="LIVE"} 1.0' in metrics
+        )
 
         fenced = _within(ha.reached(HaState.FENCED))
         backup = _within(ha.reached(HaState.BACKUP))
