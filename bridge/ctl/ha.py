@@ -2,8 +2,9 @@
 the lease in PostgreSQL and the node service's activate / deactivate steps.
 
 A backup tries to acquire every ``lease-ping-time``; once it holds the lease it renews
-every ``lease-ping-time`` (counted from each renewal's start), and a timer at the fence's
-deadline tells the machine when no renewal landed in time. Every answer also updates the
+every ``lease-ping-time`` (counted from each renewal's start), and a watchdog thread
+(bridge.ha.watchdog, on the monotonic clock) tells the machine when no renewal landed
+before the fence's deadline. Every answer also updates the
 clock skew, which is logged when above ``max-clock-skew``.
 """
 
@@ -25,6 +26,7 @@ from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
 from bridge.ha.lease import Holder, LeaseRow, LeaseTable, LeaseToken
+from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
 
 log = Logger()
@@ -67,7 +69,7 @@ class HaNode:
         """The node's clock minus the database's, in ms, at the last statement."""
         self._acquire_call: IDelayedCall | None = None
         self._renew_call: IDelayedCall | None = None
-        self._deadline_call: IDelayedCall | None = None
+        self._watchdog = Watchdog(self.machine.fence, reactor, self._deadline_check)
         self._activating: Deferred[None] | None = None
         self._deactivating: Deferred[None] | None = None
         self._stopped: Deferred[None] = Deferred()
@@ -75,6 +77,7 @@ class HaNode:
     # -- what the node service calls ---------------------------------------------------
     def start(self) -> None:
         log.info("node {name}: HA {policy}, waiting for the lease", **self._names())
+        self._watchdog.start()
         self.machine.inputs.start()
 
     def stop(self) -> Deferred[None]:
@@ -217,6 +220,7 @@ class HaNode:
                 if observed.row is not None:
                     log.info("node {name}: released the lease", **self._names())
         await self.client.close()
+        self._watchdog.stop()
         self.machine.inputs.stopped()
         self._stopped.callback(None)
 
@@ -255,25 +259,18 @@ class HaNode:
         self._schedule_renew(started)
 
     def _arm_deadline(self) -> None:
-        if self._deadline_call is not None and self._deadline_call.active():
-            self._deadline_call.cancel()
-        self._deadline_call = self._reactor.callLater(
-            self.machine.fence.remaining(), self._deadline_check
-        )
+        self._watchdog.rearm()
 
     def _deadline_check(self) -> None:
-        """The reactor's timers follow the wall clock: the fence's monotonic clock decides."""
-        self._deadline_call = None
-        if self.machine.fence.valid:
-            self._arm_deadline()
-        else:
+        """From the watchdog: a deadline passed (a renewal may have moved it since)."""
+        if not self.machine.fence.valid:
             self.machine.inputs.deadline_passed()
 
     def _cancel(self) -> None:
-        for call in (self._acquire_call, self._renew_call, self._deadline_call):
+        for call in (self._acquire_call, self._renew_call):
             if call is not None and call.active():
                 call.cancel()
-        self._acquire_call = self._renew_call = self._deadline_call = None
+        self._acquire_call = self._renew_call = None
 
     # -- what was seen -----------------------------------------------------------------
     def _observe(self, observed: Observed) -> None:
