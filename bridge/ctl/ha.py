@@ -69,6 +69,7 @@ class HaNode:
         """The node's clock minus the database's, in ms, at the last statement."""
         self._acquire_call: IDelayedCall | None = None
         self._renew_call: IDelayedCall | None = None
+        self._handing_over = False
         self._watchdog = Watchdog(self.machine.fence, reactor, self._deadline_check)
         self._activating: Deferred[None] | None = None
         self._deactivating: Deferred[None] | None = None
@@ -131,9 +132,36 @@ class HaNode:
             self.machine.inputs.lease_lost()
 
     # -- IActivationActions ------------------------------------------------------------
+    def failover(self) -> bool:
+        """Soft failover: stop serving, release the lease, and leave it to the backups for
+        ``lease-reap-time`` before trying again. False unless LIVE."""
+        if self.machine.state is not HaState.LIVE:
+            return False
+        log.info("node {name}: failover asked, handing the lease over", **self._names())
+        self._handing_over = True
+        self.machine.inputs.failover()
+        return True
+
     def acquire(self) -> None:
+        if self._handing_over:
+            self._handing_over = False
+            Deferred.fromCoroutine(self._hand_over())
+            return
         delay = 0.0 if self.epoch == 0 and self.lease is None else self.settings.ping
         self._acquire_call = self._reactor.callLater(delay, self._try_acquire)
+
+    async def _hand_over(self) -> None:
+        """Back in BACKUP after a failover: release, then wait out a reap before trying."""
+        try:
+            observed = await self.client.release(self.holder, self.epoch)
+        except Exception as error:
+            names = self._names()
+            log.warn("node {name}: releasing the lease failed: {why}", why=error, **names)
+        else:
+            if observed.row is not None:
+                log.info("node {name}: released the lease", **self._names())
+        if self.machine.state is HaState.BACKUP:
+            self._acquire_call = self._reactor.callLater(self.settings.reap, self._try_acquire)
 
     def _try_acquire(self) -> None:
         self._acquire_call = None

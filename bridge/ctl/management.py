@@ -75,6 +75,8 @@ class NodeView:
     bridges: IBridges | None
     ha: Callable[[], HaStatus | None] = lambda: None
     """With ``[ha]``: the node's HA status now."""
+    failover: Callable[[], bool] | None = None
+    """With ``[ha]``: start a soft failover (False: the node is not LIVE)."""
 
     def uptime(self) -> float:
         return self.clock.seconds() - self.started
@@ -435,6 +437,12 @@ async def _reload(bridges: IBridges) -> Answer:
     return _json({"ok": not errors, "errors": errors})
 
 
+def _failover(failover: Callable[[], bool]) -> Answer:
+    if not failover():
+        return Answer.error(409, "this node is not LIVE: there is nothing to hand over")
+    return _json({"ok": True})
+
+
 class ManagementResource(Resource):
     """``/status`` and ``/metrics`` (GET or HEAD), and with bridges ``/reload`` and
     ``/bridges/NAME/ACTION`` (POST), behind the security store."""
@@ -445,6 +453,7 @@ class ManagementResource(Resource):
         Resource.__init__(self)
         self._security = security
         self._bridges = view.bridges
+        self._failover = view.failover
         registry = CollectorRegistry(auto_describe=False)
         registry.register(BrokerCollector(view))
         self._reads: dict[bytes, Callable[[], Answer]] = {
@@ -458,6 +467,9 @@ class ManagementResource(Resource):
 
     def _action(self, path: bytes) -> Endpoint | None:
         """The POST endpoint at ``path``, if there is one."""
+        failover = self._failover
+        if path == b"/ha/failover" and failover is not None:
+            return _at_once(lambda: _failover(failover))
         bridges = self._bridges
         if bridges is None:
             return None
@@ -478,6 +490,8 @@ class ManagementResource(Resource):
 
     def _known(self) -> str:
         known = [path.decode() for path in self._reads]
+        if self._failover is not None:
+            known.append("/ha/failover")
         if self._bridges is not None:
             known += ["/reload", "/bridges/NAME/" + "|".join(BRIDGE_ACTIONS)]
         return ", ".join(known)
@@ -571,6 +585,7 @@ def management_site(
     producers_blocked: Callable[[], int] = lambda: 0,
     bridges: IBridges | None = None,
     ha: Callable[[], HaStatus | None] = lambda: None,
+    failover: Callable[[], bool] | None = None,
 ) -> Site:
     """The management API of a node, for the node service to listen with.
 
@@ -579,7 +594,15 @@ def management_site(
     many producers wait for credits; ``bridges``, the node's bridges, to show and operate
     (without them, ``/status`` shows none and there are no POST endpoints)."""
     view = NodeView(
-        broker, node_id, reactor, reactor.seconds(), connections, producers_blocked, bridges, ha
+        broker,
+        node_id,
+        reactor,
+        reactor.seconds(),
+        connections,
+        producers_blocked,
+        bridges,
+        ha,
+        failover,
     )
     site = Site(ManagementResource(view, security))
     site.displayTracebacks = False

@@ -188,6 +188,7 @@ class NodeService(Service):
                 producers_blocked=lambda: head.producers_blocked + stomp.producers_blocked,
                 bridges=bridges,
                 ha=self.ha.status if self.ha is not None else lambda: None,
+                failover=self.ha.failover if self.ha is not None else None,
             )
             where = config.management
             endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)

@@ -360,6 +360,13 @@ def _ha_status(client: ManagementClient, args: argparse.Namespace) -> str:
     return format_ha(ha)
 
 
+def _ha_failover(client: ManagementClient, _: argparse.Namespace) -> str:
+    answer = client.post_json("/ha/failover")
+    if answer != {"ok": True}:
+        raise ManagementError(f"unexpected answer {answer!r}")
+    return "failover started: the node stops serving and leaves the lease to a backup"
+
+
 def _bridges_named(client: ManagementClient, name: str | None) -> tuple[BridgeStatus, ...]:
     bridges = fetch_status(client).bridges
     if name is not None:
@@ -506,6 +513,11 @@ def register(subparsers: Any) -> None:
     )
     ha_status.add_argument("--json", action="store_true", help="print the JSON instead")
     ha_status.set_defaults(ctl_action_handler=_ha_status, ctl_label="ha status")
+    ha_failover = ha_actions.add_parser(
+        "failover",
+        help="the live node stops serving, releases the lease and waits as a backup",
+    )
+    ha_failover.set_defaults(ctl_action_handler=_ha_failover, ctl_label="ha failover")
 
     reload = actions.add_parser(
         "reload", help="read the bridge files again; print the errors of bad ones"

@@ -6,7 +6,7 @@ glue performs and answers with further inputs. Nothing here waits or sleeps.
 STARTING → BACKUP (nothing open, trying to acquire) → ACTIVATING (lease held: load the
 store, open the acceptors, start the bridges) → LIVE (only once fully started) → FENCED
 (stopping to serve: acceptors closed, bridges paused, in-flight sends failed) → BACKUP
-again; STOPPING → STOPPED from anywhere.
+again; a soft failover takes LIVE the same way; STOPPING → STOPPED from anywhere.
 
 Fail closed: a renewal that is refused (the lease is another's, or the epoch moved on)
 fences at once; one that fails (an error, a timeout) does not extend the deadline, so
@@ -63,6 +63,7 @@ class _Inputs(Protocol):
     def deadline_passed(self) -> None: ...
     def started(self) -> None: ...
     def deactivated(self) -> None: ...
+    def failover(self) -> None: ...
     def stop(self) -> None: ...
     def stopped(self) -> None: ...
 
@@ -147,6 +148,18 @@ def _lost(inputs: _Inputs, core: _Core) -> None:
 @_live.upon(_Inputs.deadline_passed).to(_fenced)
 def _deadline(inputs: _Inputs, core: _Core) -> None:
     _fence(core, "no renewal of the lease before the deadline")
+
+
+@_live.upon(_Inputs.failover).to(_fenced)
+def _failover(inputs: _Inputs, core: _Core) -> None:
+    _fence(core, "failover asked: another node is to be live")
+
+
+for _state in (_starting, _backup, _activating, _fenced, _stopping, _stopped):
+
+    @_state.upon(_Inputs.failover).loop()
+    def _no_failover(inputs: _Inputs, core: _Core) -> None:
+        """Only a LIVE node hands over."""
 
 
 @_fenced.upon(_Inputs.deactivated).to(_backup)

@@ -144,6 +144,15 @@ class ActivationMachine(RuleBasedStateMachine):
         self.machine.inputs.deactivated()
 
     @rule()
+    def failover(self) -> None:
+        was = self.machine.state
+        self.machine.inputs.failover()
+        if was is HaState.LIVE:
+            assert self.machine.state is HaState.FENCED and not self.machine.serving
+        else:
+            assert self.machine.state is was
+
+    @rule()
     def stop(self) -> None:
         self.machine.inputs.stop()
         assert self.machine.state in (HaState.STOPPING, HaState.STOPPED)

@@ -143,3 +143,54 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
         await service.stopService()
         await listening.stopListening()
         proxy.cut()
+
+
+def _ha_service(tmp_path: Path, name: str, url: str, policy: str) -> NodeService:
+    document = {
+        "node": {"name": name, "data-dir": f"data-{name}"},
+        "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
+        "management": {"url": "http://127.0.0.1:0"},
+        "store": {"type": "postgresql", "url": url},
+        "ha": {
+            "policy": policy,
+            "lease-ping-time": "300ms",
+            "lease-reap-time": "1500ms",
+            "lease-query-timeout": "200ms",
+        },
+    }
+    config = parse_node_config(document, tmp_path / f"{name}.toml")
+    return NodeService(config, reactor, exit_on_failure=False)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_soft_failover_hands_the_lease_to_the_backup(
+    tmp_path: Path, pg_schema: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = schema_url(pg_schema)
+    a = _ha_service(tmp_path, "a", url, "shared-store-primary")
+    b = _ha_service(tmp_path, "b", url, "shared-store-backup")
+    a.startService()
+    await a.started
+    try:
+        assert a.ha is not None
+        if a.ha.state is not HaState.LIVE:
+            await _within(a.ha.reached(HaState.LIVE))
+        b.startService()
+        await b.started
+        assert b.ha is not None and b.ha.state is HaState.BACKUP and b.ports == {}
+        b_live = _within(b.ha.reached(HaState.LIVE))
+        a_backup = _within(a.ha.reached(HaState.BACKUP))
+        management = f"http://127.0.0.1:{a.ports['management'].getHost().port}"
+        assert await deferToThread(main, ["ctl", "--url", management, "ha", "failover"]) == 0
+        assert capsys.readouterr().out.startswith("failover started")
+        await a_backup
+        await b_live
+        assert (b.ha.epoch, a.ha.state, a.ports) == (2, HaState.BACKUP, {})
+        assert a.ha.machine.reason == "failover asked: another node is to be live"
+
+        again = f"http://127.0.0.1:{b.ports['management'].getHost().port}"
+        assert await deferToThread(main, ["ctl", "--url", again, "ha", "status"]) == 0
+        assert capsys.readouterr().out.splitlines()[1].startswith("live: b, epoch 2")
+    finally:
+        await b.stopService()
+        await a.stopService()
