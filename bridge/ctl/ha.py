@@ -67,6 +67,8 @@ class HaNode:
         """The lease as last seen, by any statement."""
         self.skew = 0
         """The node's clock minus the database's, in ms, at the last statement."""
+        self.backups: tuple[str, ...] = ()
+        """The backups waiting for the lease (``node/run``), as last seen."""
         self._acquire_call: IDelayedCall | None = None
         self._renew_call: IDelayedCall | None = None
         self._handing_over = False
@@ -118,6 +120,7 @@ class HaNode:
             clock_skew_ms=self.skew,
             max_clock_skew_ms=round(self.settings.max_clock_skew * 1000),
             reason=self.machine.reason,
+            backups=tuple(holder.rpartition("/")[0] for holder in self.backups),
         )
 
     @property
@@ -195,8 +198,17 @@ class HaNode:
         self.machine.inputs.not_acquired()
 
     def _read_live(self) -> None:
-        """Who is live, for the log and status, when this node did not acquire."""
+        """Who is live, for the log and status, when this node did not acquire; and say
+        that this node waits."""
         self.client.read().addCallbacks(self._observe, lambda _: None)
+        self._list_backups(self.holder)
+
+    def _list_backups(self, me: Holder | None) -> None:
+        listed = self.client.waiting(me, self.settings.reap)
+        listed.addCallbacks(self._backups_seen, lambda _: None)
+
+    def _backups_seen(self, backups: tuple[str, ...]) -> None:
+        self.backups = backups
 
     def activate(self) -> None:
         activating = Deferred.fromCoroutine(self._activate())
@@ -276,6 +288,7 @@ class HaNode:
         self.machine.inputs.renewed(started)
         self._arm_deadline()
         self._schedule_renew(started)
+        self._list_backups(None)
 
     def _renew_failed(self, failure: Failure, started: float) -> None:
         if not self._serving_states():

@@ -238,6 +238,9 @@ def _ha_metrics(ha: HaStatus) -> Iterator[Metric]:
         ha.lease_left_ms / 1000,
     )
     yield GaugeMetricFamily(
+        "txbridge_ha_backups", "Nodes waiting for the lease, as last seen.", len(ha.backups)
+    )
+    yield GaugeMetricFamily(
         "txbridge_ha_clock_skew_seconds",
         "The node's clock minus the database's.",
         ha.clock_skew_ms / 1000,

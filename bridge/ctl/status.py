@@ -117,6 +117,8 @@ class HaStatus:
     max_clock_skew_ms: int
     reason: str
     """Why the node last stopped serving ("" if it never did)."""
+    backups: tuple[str, ...] = ()
+    """The nodes waiting for the lease, as last seen."""
 
 
 @attrs.frozen
@@ -345,6 +347,7 @@ def format_ha(ha: HaStatus) -> str:
         f"{ha.state} ({ha.policy})",
         f"live: {ha.live or 'nobody'}, epoch {ha.epoch}, lease left {ha.lease_left_ms} ms",
         skew,
+        f"backups waiting: {', '.join(ha.backups) or 'none'}",
     ]
     if ha.reason:
         lines.append(f"last stopped serving: {ha.reason}")

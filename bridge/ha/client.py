@@ -88,6 +88,9 @@ class LeaseClient:
     def renew(self, me: Holder, epoch: int, reap: float) -> Deferred[Observed]:
         return self._observed(lambda: self.table.renew(me, epoch, reap))
 
+    def waiting(self, me: Holder | None, window: float) -> Deferred[tuple[str, ...]]:
+        return self._run(lambda: self.table.waiting(me, window))
+
     def read(self) -> Deferred[Observed]:
         return self._observed(self.table.read)
 

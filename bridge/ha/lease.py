@@ -39,6 +39,24 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     epoch bigint NOT NULL DEFAULT 0,
     expires bigint NOT NULL DEFAULT 0
 )"""
+WAITING = "txbridge_lease_waiting"
+TABLES = (TABLE, WAITING)
+"""The tables of the lease, beside the store's in a shared schema."""
+_CREATE_WAITING = f"""
+CREATE TABLE IF NOT EXISTS {WAITING} (
+    holder text PRIMARY KEY,
+    seen bigint NOT NULL
+)"""
+_SEEN = f"""
+INSERT INTO {WAITING} (holder, seen) VALUES (%(me)s, {_NOW_MS})
+ON CONFLICT (holder) DO UPDATE SET seen = excluded.seen"""
+_FORGET = f"DELETE FROM {WAITING} WHERE seen < {_NOW_MS} - %(window)s * 10"
+_WAITING = f"""
+SELECT w.holder FROM {WAITING} AS w
+WHERE w.seen >= {_NOW_MS} - %(window)s
+    AND w.holder <> (SELECT holder FROM {TABLE} WHERE name = %(lease)s)
+ORDER BY w.holder"""
+
 _SEED = f"INSERT INTO {TABLE} (name) VALUES (%(lease)s) ON CONFLICT (name) DO NOTHING"
 
 _ACQUIRE = f"""
@@ -152,8 +170,9 @@ class LeaseTable:
             # after the URL's own options (a search path), which a keyword would replace
             options=f"{given} -c statement_timeout={ms} -c lock_timeout={ms}",
         )
-        with suppress(psycopg.errors.UniqueViolation):  # another node made it at once
-            connection.execute(_CREATE)
+        for create in (_CREATE, _CREATE_WAITING):
+            with suppress(psycopg.errors.UniqueViolation):  # another node made it at once
+                connection.execute(create)
         connection.execute(_SEED, {"lease": self.lease})
         self._connection = connection
         return connection
@@ -193,6 +212,23 @@ class LeaseTable:
         """Give the lease up at once, if it is still this holder's at this epoch: the row
         as released (its ``now`` is when), or None."""
         return self._one(_RELEASE, {"me": str(me), "epoch": epoch})
+
+    def waiting(self, me: Holder | None, window: float) -> tuple[str, ...]:
+        """The backups waiting for the lease: those that said so (``me``, if given, says so
+        now) within ``window`` seconds of the database's clock, the holder left out, as
+        ``node/run``. Entries ten windows old are forgotten."""
+        values: dict[str, object] = {"lease": self.lease, "window": _ms(window)}
+        try:
+            connection = self._connect()
+            with connection.transaction():
+                if me is not None:
+                    connection.execute(_SEEN, {**values, "me": str(me)})
+                connection.execute(_FORGET, values)
+                rows = connection.execute(_WAITING, values).fetchall()
+        except BaseException:
+            self.close()
+            raise
+        return tuple(str(holder) for (holder,) in rows)
 
     def read(self) -> LeaseRow:
         """The lease as it stands, with the database's time."""

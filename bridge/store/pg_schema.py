@@ -15,7 +15,7 @@ import re
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from bridge.ha.lease import TABLE as LEASE_TABLE
+from bridge.ha.lease import TABLES as LEASE_TABLES
 from bridge.store.errors import SchemaTooNew, StoreError
 
 SCHEMA_VERSION = 1
@@ -114,10 +114,10 @@ def _prepare(connection: psycopg.Connection[tuple[object, ...]], where: str) -> 
 
 
 def _create(connection: psycopg.Connection[tuple[object, ...]], where: str, schema: str) -> None:
-    # The HA lease (bridge.ha.lease) may be there first: the nodes share the schema.
+    # The HA lease's tables (bridge.ha.lease) may be there first: the nodes share the schema.
     others = connection.execute(
-        "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename <> %s",
-        (schema, LEASE_TABLE),
+        "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename <> ALL(%s)",
+        (schema, list(LEASE_TABLES)),
     ).fetchone()
     if others is not None and others[0]:
         raise StoreError(

@@ -294,11 +294,13 @@ def test_a_person_reads_the_ha_part_and_the_skew_above_its_limit():
         clock_skew_ms=-1500,
         max_clock_skew_ms=1000,
         reason="no renewal of the lease before the deadline",
+        backups=("b", "c"),
     )
     assert format_ha(ha).splitlines() == [
         "LIVE (shared-store-primary)",
         "live: a, epoch 3, lease left 4200 ms",
         "clock skew -1500 ms (above max-clock-skew 1000 ms)",
+        "backups waiting: b, c",
         "last stopped serving: no renewal of the lease before the deadline",
     ]
     with_ha = Status(SAMPLE.node, (), (), 0, -1, 0, 0, ha=ha)

@@ -187,3 +187,17 @@ def test_the_table_is_made_in_the_urls_schema(tables: Tables, pg_schema: str) ->
         (TABLE,),
     )
     assert rows == [(pg_schema,)]
+
+
+def test_the_backups_waiting_are_listed_without_the_holder_until_they_fall_silent(
+    tables: Tables,
+) -> None:
+    a, b, c = tables(), tables(), tables()
+    me, second, third = Holder("a"), Holder("b"), Holder("c")
+    assert a.waiting(me, REAP) == (str(me),)  # nobody holds the lease yet
+    assert a.acquire(me, REAP) is not None
+    assert b.acquire(second, REAP) is None
+    assert b.waiting(second, REAP) == (str(second),)  # the holder a is left out
+    assert c.waiting(third, 0.2) == tuple(sorted((str(second), str(third))))
+    _within(10, lambda: a.waiting(None, 0.2) == ())  # both fell silent for a window
+    assert a.waiting(None, REAP) == tuple(sorted((str(second), str(third))))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +19,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.protocol import Protocol
+from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.protocols.portforward import ProxyFactory, ProxyServer
 
@@ -70,6 +72,14 @@ async def _connects(port: int) -> bool:
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as answer:
         return str(answer.read().decode())
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` on the reactor until it holds, failing after TIMEOUT."""
+    deadline = reactor.seconds() + TIMEOUT
+    while not condition():
+        assert reactor.seconds() < deadline, "the condition did not hold in time"
+        await deferLater(reactor, 0.05)
 
 
 def _within(deferred: Deferred[None]) -> Deferred[None]:
@@ -178,9 +188,12 @@ async def test_a_soft_failover_hands_the_lease_to_the_backup(
         b.startService()
         await b.started
         assert b.ha is not None and b.ha.state is HaState.BACKUP and b.ports == {}
+        await _until(lambda: a.ha is not None and a.ha.status().backups == ("b",))
+        management = f"http://127.0.0.1:{a.ports['management'].getHost().port}"
+        assert await deferToThread(main, ["ctl", "--url", management, "ha", "status"]) == 0
+        assert "backups waiting: b" in capsys.readouterr().out.splitlines()
         b_live = _within(b.ha.reached(HaState.LIVE))
         a_backup = _within(a.ha.reached(HaState.BACKUP))
-        management = f"http://127.0.0.1:{a.ports['management'].getHost().port}"
         assert await deferToThread(main, ["ctl", "--url", management, "ha", "failover"]) == 0
         assert capsys.readouterr().out.startswith("failover started")
         await a_backup
