@@ -63,16 +63,25 @@ log = Logger()
 
 
 @attrs.frozen
-class NodeView:
-    """What both endpoints read: the broker and the node's own facts, at request time."""
+class Serving:
+    """What a serving node has: its broker, its connection counts and its bridges."""
 
     broker: Broker
+    connections: Callable[[], int] = lambda: 0
+    producers_blocked: Callable[[], int] = lambda: 0
+    bridges: IBridges | None = None
+
+
+@attrs.frozen
+class NodeView:
+    """What both endpoints read, at request time: the node's own facts, and what it
+    serves (None: a node with ``[ha]`` that waits for the lease serves nothing)."""
+
+    name: str
     node_id: str
     clock: IReactorTime
     started: float
-    connections: Callable[[], int]
-    producers_blocked: Callable[[], int]
-    bridges: IBridges | None
+    serving: Callable[[], Serving | None]
     ha: Callable[[], HaStatus | None] = lambda: None
     """With ``[ha]``: the node's HA status now."""
     failover: Callable[[], bool] | None = None
@@ -81,22 +90,31 @@ class NodeView:
     def uptime(self) -> float:
         return self.clock.seconds() - self.started
 
+    def bridges(self) -> IBridges | None:
+        serving = self.serving()
+        return serving.bridges if serving is not None else None
+
     def bridge_snapshots(self) -> list[BridgeSnapshot]:
         """Every bridge now, by name (none without bridges)."""
-        if self.bridges is None:
+        bridges = self.bridges()
+        if bridges is None:
             return []
-        return sorted(self.bridges.snapshots(), key=lambda snapshot: snapshot.name)
+        return sorted(bridges.snapshots(), key=lambda snapshot: snapshot.name)
 
     def status(self) -> Status:
         """The node now."""
-        broker = self.broker
+        serving = self.serving()
+        if serving is None:
+            node = NodeStatus(self.name, self.node_id, round(self.uptime(), 3), 0)
+            return Status(node, (), (), 0, 0, 0, 0, ha=self.ha())
+        broker = serving.broker
         queues = broker.queues
         return Status(
             node=NodeStatus(
-                name=broker.config.name,
+                name=self.name,
                 id=self.node_id,
                 uptime_seconds=round(self.uptime(), 3),
-                connections=self.connections(),
+                connections=serving.connections(),
             ),
             addresses=tuple(
                 AddressStatus(
@@ -133,7 +151,7 @@ class NodeView:
             memory_bytes=broker.memory.size,
             global_max_size=broker.memory.max_size,
             paged_bytes=sum(a.memory.paged_bytes for a in broker.addresses.values()),
-            producers_blocked=self.producers_blocked(),
+            producers_blocked=serving.producers_blocked(),
             bridges=tuple(
                 BridgeStatus(
                     **attrs.asdict(snapshot, recurse=False) | {"state": snapshot.state.value}
@@ -155,19 +173,26 @@ class BrokerCollector(Collector):
         yield InfoMetricFamily(
             "txbridge_node",
             "The node's name and id.",
-            value={"name": view.broker.config.name, "id": view.node_id},
+            value={"name": view.name, "id": view.node_id},
         )
         yield GaugeMetricFamily(
             "txbridge_node_uptime_seconds", "Seconds since the node started.", view.uptime()
         )
+        ha = view.ha()
+        if ha is not None:
+            yield from _ha_metrics(ha)
+        serving = view.serving()
+        if serving is None:
+            return  # a backup: nothing served
+        broker = serving.broker
         yield GaugeMetricFamily(
-            "txbridge_connections", "Client connections open now.", view.connections()
+            "txbridge_connections", "Client connections open now.", serving.connections()
         )
-        addresses = view.broker.addresses
+        addresses = broker.addresses
         yield GaugeMetricFamily(
             "txbridge_memory_bytes",
             "Bytes of messages the node holds in memory.",
-            view.broker.memory.size,
+            broker.memory.size,
         )
         yield GaugeMetricFamily(
             "txbridge_paged_bytes",
@@ -177,9 +202,9 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "txbridge_producers_blocked",
             "Producers waiting for credits from an address full under BLOCK.",
-            view.producers_blocked(),
+            serving.producers_blocked(),
         )
-        yield from _address_metrics(view.broker)
+        yield from _address_metrics(broker)
         labels = ["queue", "address"]
         gauges = {
             "depth": GaugeMetricFamily(
@@ -209,7 +234,7 @@ class BrokerCollector(Collector):
                 labels=labels,
             ),
         }
-        for name, queue in sorted(view.broker.queues.items()):
+        for name, queue in sorted(broker.queues.items()):
             values = [name, queue.address]
             gauges["depth"].add_metric(values, queue.depth)
             gauges["in_flight"].add_metric(values, queue.in_flight)
@@ -220,9 +245,6 @@ class BrokerCollector(Collector):
         yield from gauges.values()
         yield from counters.values()
         yield from _bridge_metrics(view.bridge_snapshots())
-        ha = view.ha()
-        if ha is not None:
-            yield from _ha_metrics(ha)
 
 
 def _ha_metrics(ha: HaStatus) -> Iterator[Metric]:
@@ -455,7 +477,7 @@ class ManagementResource(Resource):
     def __init__(self, view: NodeView, security: SecurityStore) -> None:
         Resource.__init__(self)
         self._security = security
-        self._bridges = view.bridges
+        self._view = view
         self._failover = view.failover
         registry = CollectorRegistry(auto_describe=False)
         registry.register(BrokerCollector(view))
@@ -473,7 +495,7 @@ class ManagementResource(Resource):
         failover = self._failover
         if path == b"/ha/failover" and failover is not None:
             return _at_once(lambda: _failover(failover))
-        bridges = self._bridges
+        bridges = self._view.bridges()
         if bridges is None:
             return None
         if path == b"/reload":
@@ -495,7 +517,7 @@ class ManagementResource(Resource):
         known = [path.decode() for path in self._reads]
         if self._failover is not None:
             known.append("/ha/failover")
-        if self._bridges is not None:
+        if self._view.bridges() is not None:
             known += ["/reload", "/bridges/NAME/" + "|".join(BRIDGE_ACTIONS)]
         return ", ".join(known)
 
@@ -587,8 +609,6 @@ def management_site(
     connections: Callable[[], int] = lambda: 0,
     producers_blocked: Callable[[], int] = lambda: 0,
     bridges: IBridges | None = None,
-    ha: Callable[[], HaStatus | None] = lambda: None,
-    failover: Callable[[], bool] | None = None,
 ) -> Site:
     """The management API of a node, for the node service to listen with.
 
@@ -596,17 +616,14 @@ def management_site(
     says how many client connections the node has open now, ``producers_blocked`` how
     many producers wait for credits; ``bridges``, the node's bridges, to show and operate
     (without them, ``/status`` shows none and there are no POST endpoints)."""
-    view = NodeView(
-        broker,
-        node_id,
-        reactor,
-        reactor.seconds(),
-        connections,
-        producers_blocked,
-        bridges,
-        ha,
-        failover,
-    )
+    serving = Serving(broker, connections, producers_blocked, bridges)
+    view = NodeView(broker.config.name, node_id, reactor, reactor.seconds(), lambda: serving)
+    return view_site(view, security)
+
+
+def view_site(view: NodeView, security: SecurityStore) -> Site:
+    """The management API over ``view`` (a node with ``[ha]`` opens it at start, before
+    it serves anything, so that a backup answers too)."""
     site = Site(ManagementResource(view, security))
     site.displayTracebacks = False
     return site

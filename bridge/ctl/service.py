@@ -26,10 +26,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.server import Site
 
 from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges
 from bridge.ctl.ha import HaNode
-from bridge.ctl.management import management_site
+from bridge.ctl.management import NodeView, Serving, management_site, view_site
 from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
@@ -133,7 +134,46 @@ class NodeService(Service):
             deactivate=self._deactivate,
             failed=self._activation_failed,
         )
+        config = self.config
+        if config.management is not None:
+            # Open from the start, so that a backup answers /status too.
+            security = SecurityStore(config.security, self.reactor.seconds)
+            view = NodeView(
+                config.name,
+                node_id(config.data_dir),
+                self.reactor,
+                self.reactor.seconds(),
+                self._serving,
+                ha=self.ha.status,
+                failover=self.ha.failover,
+            )
+            await self._listen_management(view_site(view, security))
+            log.info(
+                "node {name}: management on {where}",
+                name=config.name,
+                where=_where(self.ports["management"]),
+            )
         self.ha.start()
+
+    async def _listen_management(self, site: Site) -> None:
+        where = self.config.management
+        assert where is not None
+        endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
+        self.ports["management"] = await _listening(
+            f"management at http://{where.host}:{where.port}", endpoint.listen(site)
+        )
+
+    def _serving(self) -> Serving | None:
+        """What the node serves now, for the management API of a node with [ha]."""
+        broker, head, stomp = self.broker, self.head, self.stomp
+        if broker is None or head is None or stomp is None:
+            return None
+        return Serving(
+            broker,
+            lambda: head.connections + stomp.connections,
+            lambda: head.producers_blocked + stomp.producers_blocked,
+            self.bridges,
+        )
 
     async def _activate(self) -> None:
         """Load the store, listen, start the bridges: the node serves."""
@@ -178,7 +218,7 @@ class NodeService(Service):
             client_connector(self.reactor, config.name),
             lambda: all_bridges(config),
         )
-        if config.management is not None:
+        if config.management is not None and self.ha is None:
             site = management_site(
                 broker,
                 security,
@@ -187,14 +227,8 @@ class NodeService(Service):
                 connections=lambda: head.connections + stomp.connections,
                 producers_blocked=lambda: head.producers_blocked + stomp.producers_blocked,
                 bridges=bridges,
-                ha=self.ha.status if self.ha is not None else lambda: None,
-                failover=self.ha.failover if self.ha is not None else None,
             )
-            where = config.management
-            endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
-            self.ports["management"] = await _listening(
-                f"management at http://{where.host}:{where.port}", endpoint.listen(site)
-            )
+            await self._listen_management(site)
         bridges.start_all()
         log.info(
             "node {name} ({id}) started: {ports}",
@@ -245,6 +279,9 @@ class NodeService(Service):
                 await self.started
         if self.ha is not None:
             await self.ha.stop()  # deactivates, then releases the lease
+            management = self.ports.pop("management", None)
+            if management is not None:
+                await _stopped(management)
         else:
             await self._deactivate()
 
@@ -254,11 +291,11 @@ class NodeService(Service):
         if self.bridges is not None:
             bridges, self.bridges = self.bridges, None
             await bridges.stop_all()
-        ports, self.ports = self.ports, {}
+        kept = "management" if self.ha is not None else None  # a backup answers too
+        ports = {name: port for name, port in self.ports.items() if name != kept}
+        self.ports = {name: port for name, port in self.ports.items() if name == kept}
         for port in ports.values():
-            stopped: Deferred[None] | None = port.stopListening()
-            if stopped is not None:
-                await stopped
+            await _stopped(port)
         if self.head is not None:
             await self.head.close_connections("the node is shutting down")
             self.head = None
@@ -289,6 +326,12 @@ def _store(config: NodeConfig, reactor: Any, ha: HaNode | None) -> MessageStore:
             )
         return PostgreSQLMessageStore(config.store.url, config.data_dir, reactor)
     return SQLiteMessageStore(config.data_dir, reactor)
+
+
+async def _stopped(port: IListeningPort) -> None:
+    stopped: Deferred[None] | None = port.stopListening()
+    if stopped is not None:
+        await stopped
 
 
 def _where(port: IListeningPort) -> str:

@@ -139,8 +139,12 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
         proxy.cut()
         await fenced
         await backup
-        assert service.ports == {} and service.broker is None
+        assert set(service.ports) == {"management"} and service.broker is None
         assert not await _connects(port)  # the acceptor is closed
+        assert await deferToThread(main, ["ctl", "--url", management, "ha", "status"]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        assert shown[0] == "BACKUP (shared-store-primary)"
+        assert shown[-1].startswith("last stopped serving: ")
 
         live = _within(ha.reached(HaState.LIVE))
         listening = await TCP4ServerEndpoint(
@@ -187,7 +191,8 @@ async def test_a_soft_failover_hands_the_lease_to_the_backup(
             await _within(a.ha.reached(HaState.LIVE))
         b.startService()
         await b.started
-        assert b.ha is not None and b.ha.state is HaState.BACKUP and b.ports == {}
+        assert b.ha is not None and b.ha.state is HaState.BACKUP
+        assert set(b.ports) == {"management"}  # no acceptor while a backup
         await _until(lambda: a.ha is not None and a.ha.status().backups == ("b",))
         management = f"http://127.0.0.1:{a.ports['management'].getHost().port}"
         assert await deferToThread(main, ["ctl", "--url", management, "ha", "status"]) == 0
@@ -198,7 +203,13 @@ async def test_a_soft_failover_hands_the_lease_to_the_backup(
         assert capsys.readouterr().out.startswith("failover started")
         await a_backup
         await b_live
-        assert (b.ha.epoch, a.ha.state, a.ports) == (2, HaState.BACKUP, {})
+        assert (b.ha.epoch, a.ha.state, set(a.ports)) == (2, HaState.BACKUP, {"management"})
+        # a sees b live at its next try, a reap after the hand-over
+        await _until(lambda: a.ha is not None and a.ha.status().live == "b")
+        assert await deferToThread(main, ["ctl", "--url", management, "ha", "status"]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        assert shown[0] == "BACKUP (shared-store-primary)"
+        assert shown[1].startswith("live: b, epoch 2")
         assert a.ha.machine.reason == "failover asked: another node is to be live"
 
         again = f"http://127.0.0.1:{b.ports['management'].getHost().port}"

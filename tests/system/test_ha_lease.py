@@ -5,13 +5,16 @@ at its next try."""
 
 from __future__ import annotations
 
+import json
 import signal
 from typing import Any
 
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.threads import deferToThread
 
 from bridge.client.api import connect
+from bridge.ctl.main import main
 from tests.postgresql import schema_url
 from tests.system.nodes import node_document
 
@@ -35,21 +38,28 @@ def ha_node(name: str, url: str, policy: str) -> dict[str, Any]:
     )
 
 
-async def live_and_backup(nodes: Any, url: str) -> tuple[Any, Any]:
+async def live_and_backup(nodes: Any, url: str, capsys: Any) -> tuple[Any, Any]:
     """Node a live (it started first), node b waiting for the lease."""
     primary = nodes(ha_node("a", url, "shared-store-primary"))
     await primary.wait_for(r"node a: LIVE, epoch 1", SLACK)
     await primary.wait_started(1)
     backup = nodes(ha_node("b", url, "shared-store-backup"))
+    management = backup.wait_for(r"node b: management on 127\.0\.0\.1:(\d+)", SLACK)
     await backup.wait_for(r"node b: live is a, epoch 1", SLACK)
-    assert not backup.started.called  # nothing open while a backup
+    assert not backup.started.called  # no acceptor, no store while a backup
+    # the backup's own status says so, and who is live
+    port = (await management).group(1)
+    argv = ["ctl", "--url", f"http://127.0.0.1:{port}", "ha", "status", "--json"]
+    assert await deferToThread(main, argv) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["state"], shown["live"], shown["epoch"]) == ("BACKUP", "a", 1)
     return primary, backup
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_killed_live_nodes_backup_is_live_once_the_lease_expires(nodes, pg_schema):
+async def test_a_killed_live_nodes_backup_is_live_once_the_lease_expires(nodes, pg_schema, capsys):
     url = schema_url(pg_schema)
-    primary, backup = await live_and_backup(nodes, url)
+    primary, backup = await live_and_backup(nodes, url, capsys)
     client = await connect(reactor, primary.core_url)
     await client.send("orders", b"before the kill")  # confirmed: committed to PostgreSQL
     await client.close()
@@ -69,9 +79,9 @@ async def test_a_killed_live_nodes_backup_is_live_once_the_lease_expires(nodes, 
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_stopped_live_node_releases_the_lease_to_its_backup(nodes, pg_schema):
+async def test_a_stopped_live_node_releases_the_lease_to_its_backup(nodes, pg_schema, capsys):
     url = schema_url(pg_schema)
-    primary, backup = await live_and_backup(nodes, url)
+    primary, backup = await live_and_backup(nodes, url, capsys)
     live = backup.wait_for(r"node b: LIVE, epoch 2", PING + SLACK)
     await primary.stop(signal.SIGTERM)
     assert primary.signal == signal.SIGTERM, primary.output  # a clean shutdown
