@@ -72,6 +72,7 @@ class HaNode:
         self._acquire_call: IDelayedCall | None = None
         self._renew_call: IDelayedCall | None = None
         self._handing_over = False
+        self._tried = False
         self._watchdog = Watchdog(self.machine.fence, reactor, self._deadline_check)
         self._activating: Deferred[None] | None = None
         self._deactivating: Deferred[None] | None = None
@@ -150,7 +151,8 @@ class HaNode:
             self._handing_over = False
             Deferred.fromCoroutine(self._hand_over())
             return
-        delay = 0.0 if self.epoch == 0 and self.lease is None else self.settings.ping
+        delay = self.settings.ping if self._tried else 0.0  # the first try at once
+        self._tried = True
         self._acquire_call = self._reactor.callLater(delay, self._try_acquire)
 
     async def _hand_over(self) -> None:
