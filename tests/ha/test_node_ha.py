@@ -159,7 +159,9 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
         proxy.cut()
 
 
-def _ha_service(tmp_path: Path, name: str, url: str, policy: str) -> NodeService:
+def _ha_service(
+    tmp_path: Path, name: str, url: str, policy: str, reap: str = "1500ms"
+) -> NodeService:
     document = {
         "node": {"name": name, "data-dir": f"data-{name}"},
         "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
@@ -168,7 +170,7 @@ def _ha_service(tmp_path: Path, name: str, url: str, policy: str) -> NodeService
         "ha": {
             "policy": policy,
             "lease-ping-time": "300ms",
-            "lease-reap-time": "1500ms",
+            "lease-reap-time": reap,
             "lease-query-timeout": "200ms",
         },
     }
@@ -218,3 +220,50 @@ async def test_a_soft_failover_hands_the_lease_to_the_backup(
     finally:
         await b.stopService()
         await a.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_cut_off_from_the_database_finds_another_live_when_it_is_back(
+    tmp_path: Path, pg_schema: str
+) -> None:
+    """a loses the database; b (which still reaches it) takes the lease once a's expired,
+    never before a stopped serving; when a is back it stays a backup of b."""
+    proxy = Cuttable()
+    listening: IListeningPort = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
+        proxy
+    )
+    direct = schema_url(pg_schema)
+    # a reap of 3 s leaves a margin of 1.25 s for a loaded box to stop serving in
+    a_url = _via(direct, listening.getHost().port)
+    a = _ha_service(tmp_path, "a", a_url, "shared-store-primary", reap="3s")
+    b = _ha_service(tmp_path, "b", direct, "shared-store-backup", reap="3s")
+    a.startService()
+    await a.started
+    try:
+        assert a.ha is not None
+        if a.ha.state is not HaState.LIVE:
+            await _within(a.ha.reached(HaState.LIVE))
+        b.startService()
+        await b.started
+        assert b.ha is not None
+
+        def b_goes_live() -> None:
+            assert a.ha is not None and a.ha.state is not HaState.LIVE
+            assert "core" not in a.ports  # a stopped serving before b serves
+
+        b_live = _within(b.ha.reached(HaState.ACTIVATING)).addCallback(lambda _: b_goes_live())
+        a_backup = _within(a.ha.reached(HaState.BACKUP))
+        port = listening.getHost().port
+        await listening.stopListening()
+        proxy.cut()
+        await a_backup
+        await b_live
+        listening = await TCP4ServerEndpoint(reactor, port, interface="127.0.0.1").listen(proxy)
+        await _until(lambda: a.ha is not None and a.ha.status().live == "b")
+        assert a.ha.state is HaState.BACKUP and "core" not in a.ports
+        assert b.ha.epoch == 2
+    finally:
+        await b.stopService()
+        await a.stopService()
+        await listening.stopListening()
+        proxy.cut()
