@@ -241,7 +241,7 @@ class Lane:
         size = sent.size
         if sent.large is not None:
             try:
-                file = open(sent.large.path, "rb")  # noqa: SIM115 (closed once settled)
+                file = bridge.broker.open_body(sent.large)  # closed once settled
             except OSError as error:
                 bridge.lane_fatal(f"large message {message.id} cannot be read: {error}")
                 return

@@ -10,8 +10,8 @@ Memory is bounded by each address's ``max-size-bytes`` and the node's ``global-m
 (``bridge.node.memory``): a full address pages (the message is written to the store and
 its queues keep only its place, reading it back in order when consumers catch up),
 blocks (the heads withhold producer credits), fails the send, or drops it. A large
-message's body is a file from the store's folder (``large_body_path``); the file goes
-when the last queue holding the message lets it go.
+message's body is written and read through the store (``new_body``, ``open_body``); it
+goes when the last queue holding the message lets it go.
 
 Duplicate detection keeps two caches per address (``bridge.node.address``): producers'
 ids, and core bridges' ids (the ``BRIDGE_DUPLICATE_ID`` header), stored under the keys
@@ -22,6 +22,7 @@ no client creates one.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import IO
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredList, FirstError, succeed
@@ -29,13 +30,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
-from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, LargeBody, Message
 from bridge.node.address import BRIDGE_KEY_PREFIX, Address, Binding, Detection
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.queue import STORED, TRANSIENT, UNLIMITED, Entry, Filter, Queue, Sink
 from bridge.selector import compile_selector
 from bridge.store.errors import TransactionRolledBack
-from bridge.store.interfaces import IMessageStore
+from bridge.store.interfaces import IBodyWriter, IMessageStore
 from bridge.store.records import QueueRecord, Recovered, TxId
 
 log = Logger()
@@ -383,6 +384,15 @@ class Broker:
         published."""
         self._next_id += 1
         return self._next_id - 1
+
+    def new_body(self, message_id: int) -> IBodyWriter:
+        """A large message's body, written chunk by chunk before it is published."""
+        return self.store.new_body(message_id)
+
+    def open_body(self, body: LargeBody) -> IO[bytes]:
+        """A large message's stored body, to read chunk by chunk (``OSError`` if it
+        cannot be read)."""
+        return self.store.open_body(body)
 
     def large_body_path(self, message_id: int) -> str:
         """Where a large message's body file goes (the store's folder)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from threading import Thread
-from typing import Any
+from typing import IO, Any
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
-from bridge.message import Message, MessageFormatError, encode_message
+from bridge.message import LargeBody, Message, MessageFormatError, encode_message
 from bridge.store.batch import GroupCommit, Outcomes, Then
 from bridge.store.errors import (
     InvalidOperation,
@@ -33,7 +33,7 @@ from bridge.store.errors import (
     TransactionRolledBack,
     UnknownTransaction,
 )
-from bridge.store.interfaces import IMessageStore, IStoreWriter
+from bridge.store.interfaces import IBodyWriter, IMessageStore, IStoreWriter
 from bridge.store.operations import (
     Acknowledge,
     AcknowledgeMany,
@@ -190,6 +190,12 @@ class MessageStore:
         if large is None:
             return AddMessage(message.id, tuple(queues), data, duplicate=stored_id)
         return AddMessage(message.id, tuple(queues), data, large.size, large.path, stored_id)
+
+    def new_body(self, message_id: int) -> IBodyWriter:
+        return self._writer.new_body(message_id)
+
+    def open_body(self, body: LargeBody) -> IO[bytes]:
+        return self._writer.open_body(body)
 
     def large_body_path(self, message_id: int) -> str:
         return self._writer.large_body_path(message_id)

@@ -10,7 +10,7 @@ transaction is rolled back, and nothing of it is written before ``commit(tx)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from zope.interface import Attribute, Interface
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
     from twisted.python.failure import Failure
 
-    from bridge.message import Message
+    from bridge.message import LargeBody, Message
     from bridge.store.operations import Operation, Outcome
     from bridge.store.records import QueueRecord, Recovered, TxId
 
@@ -51,9 +51,17 @@ class IMessageStore(Interface):
         (address, id, keep) is stored with the message, in the same operation, as
         ``store_duplicate_id`` would store it: both or neither."""
 
+    def new_body(message_id: int) -> IBodyWriter:
+        """Start a large message's body, written in chunks before ``add``; a body no
+        stored message owns is deleted when the store next opens."""
+
+    def open_body(body: LargeBody) -> IO[bytes]:
+        """A stored large message's body, to read in chunks and close; ``OSError`` if it
+        cannot be read."""
+
     def large_body_path(message_id: int) -> str:
-        """Where the node writes a large message's body before ``add``: the store's folder
-        for them, whose files no stored message owns it deletes when it opens."""
+        """Where a large message's body file goes: the store's folder for them. Kept for
+        callers not yet on ``new_body`` / ``open_body``, which are the way in."""
 
     def discard_body(path: str) -> Deferred[None]:
         """Delete a large body file no message needs any more, off the reactor thread
@@ -117,6 +125,19 @@ class IMessageStore(Interface):
         the store; fires once everything is written and closed."""
 
 
+class IBodyWriter(Interface):
+    """A large message's body being written, chunk by chunk, never whole in memory."""
+
+    def write(data: bytes) -> None:
+        """Append a chunk."""
+
+    def finish() -> LargeBody:
+        """The body is complete: what a message's ``large`` holds, for ``add``."""
+
+    def abort() -> None:
+        """The send was cut off or refused: the partial body goes."""
+
+
 class IStoreWriter(Interface):
     """A store's backend: the database a ``MessageStore`` writes through.
 
@@ -138,6 +159,12 @@ class IStoreWriter(Interface):
 
     def read(message_ids: Sequence[int], paged_ids: Sequence[int]) -> dict[int, Message]:
         """Stored and paged messages by id; ``StoreError`` if one is missing."""
+
+    def new_body(message_id: int) -> IBodyWriter:
+        """``IMessageStore.new_body`` (the reactor thread)."""
+
+    def open_body(body: LargeBody) -> IO[bytes]:
+        """``IMessageStore.open_body`` (the reactor thread)."""
 
     def large_body_path(message_id: int) -> str:
         """Where a large message's body file goes (any thread)."""

@@ -1,7 +1,9 @@
 """Large message bodies as files in a folder beside the store, one file per message.
 
-The node writes a large message's body to ``path_for(id)`` before adding the message; the
-add syncs the file (``sync_body``) before the message's row is committed. Files no stored
+The node writes a large message's body chunk by chunk through a ``BodyFile``
+(``IMessageStore.new_body``) before adding the message, and reads it back through
+``open_body``; the add syncs the file (``sync_body``) before the message's row is
+committed. Files no stored
 message owns (bodies of non-durable messages, of sends cut off mid-message) are removed
 when the store opens, so a half-written body is never delivered.
 """
@@ -11,12 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
 import attrs
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from bridge.message import LargeBody, Message
 from bridge.store.errors import InvalidOperation, StoreError
+from bridge.store.interfaces import IBodyWriter
 
 LARGE_MESSAGES = "large-messages"
 """The folder beside the store holding large messages' bodies."""
@@ -80,3 +85,39 @@ class BodyFiles:
         for file in folder.iterdir():
             if file.name not in owned:
                 file.unlink(missing_ok=True)
+
+
+@implementer(IBodyWriter)
+class BodyFile:
+    """A large body being written to its file, chunk by chunk (unbuffered: a chunk is
+    already large)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._file: IO[bytes] | None = open(path, "wb", buffering=0)  # noqa: SIM115
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        assert self._file is not None, "the body was finished or aborted"
+        self._file.write(data)
+        self.size += len(data)
+
+    def finish(self) -> LargeBody:
+        self._close()
+        return LargeBody(str(self._path), self.size)
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._close()
+            self._path.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def open_body(body: LargeBody) -> IO[bytes]:
+    """A stored large body, to read in chunks; ``OSError`` if it cannot be opened."""
+    return open(body.path, "rb")

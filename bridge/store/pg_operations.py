@@ -3,7 +3,10 @@
 Each round trip to the server costs more than the statement, so runs take as few as they
 can: a run of adds is one ``INSERT ... SELECT FROM unnest(arrays)`` per table, whatever its
 length (statement text fixed, so the server keeps it prepared); a run of acknowledgements
-one ``DELETE ... RETURNING`` and one statement for the messages they release. A failing
+one ``DELETE ... RETURNING`` and one statement for the messages they release. Arrays go in
+binary (``%b``): as text, a run's bodies were hex-escaped and parsed again, four times the
+cost of the insert itself. The writer sends a batch in pipeline mode, so only statements
+whose result is read (``RETURNING``) wait for the server; the rest travel with them. A failing
 statement would abort the whole transaction, so nothing is left to fail: a repeated id is
 ``ON CONFLICT DO NOTHING`` and the rows ``RETURNING`` names tell which operations took
 effect; the others are refused, each alone.
@@ -72,7 +75,7 @@ def _add_run(cursor: PgCursor, state: WriterState, adds: Sequence[AddMessage]) -
         return outcomes
     inserted = cursor.execute(
         "INSERT INTO messages (id, refs, data, large)"
-        " SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::bytea[], %s::bigint[])"
+        " SELECT * FROM unnest(%b::bigint[], %b::integer[], %b::bytea[], %b::bigint[])"
         " ON CONFLICT (id) DO NOTHING RETURNING id",
         (
             [adds[i].message_id for i in valid],
@@ -93,7 +96,7 @@ def _add_run(cursor: PgCursor, state: WriterState, adds: Sequence[AddMessage]) -
     refs = [(queue, add.message_id) for add in stored for queue in add.queues]
     cursor.execute(
         "INSERT INTO message_refs (queue, message_id, delivery_count)"
-        " SELECT q, m, 0 FROM unnest(%s::text[], %s::bigint[]) AS t(q, m)",
+        " SELECT q, m, 0 FROM unnest(%b::text[], %b::bigint[]) AS t(q, m)",
         ([queue for queue, _ in refs], [message_id for _, message_id in refs]),
     )
     duplicates = [add.duplicate for add in stored if add.duplicate is not None]
@@ -115,7 +118,7 @@ def _store_duplicates(
         latest[key] = None
     cursor.execute(
         "INSERT INTO duplicate_ids (address, duplicate_id)"
-        " SELECT a, d FROM unnest(%s::text[], %s::bytea[]) WITH ORDINALITY AS t(a, d, n)"
+        " SELECT a, d FROM unnest(%b::text[], %b::bytea[]) WITH ORDINALITY AS t(a, d, n)"
         " ORDER BY n"
         " ON CONFLICT (address, duplicate_id) DO UPDATE"
         " SET seq = nextval(pg_get_serial_sequence('duplicate_ids', 'seq'))",
@@ -138,12 +141,12 @@ def _store_duplicate_id(cursor: PgCursor, state: WriterState, op: StoreDuplicate
 
 
 def _page(cursor: PgCursor, state: WriterState, op: PageMessage) -> None:
-    cursor.execute(
+    inserted = cursor.execute(
         "INSERT INTO paged_messages (id, refs, data) VALUES (%s, %s, %s)"
-        " ON CONFLICT (id) DO NOTHING",
+        " ON CONFLICT (id) DO NOTHING RETURNING id",
         (op.message_id, op.refs, op.data),
-    )
-    if cursor.rowcount == 0:
+    ).fetchone()
+    if inserted is None:
         raise op.already_paged()
 
 
@@ -151,7 +154,7 @@ def _drop_references(cursor: PgCursor, table: str, released: Counter[int]) -> No
     """Each of ``released``'s messages in ``table`` loses as many references as counted;
     those left with none go. One statement: the delete and the update touch disjoint rows."""
     cursor.execute(
-        f"WITH c(id, n) AS (SELECT * FROM unnest(%s::bigint[], %s::integer[])),"
+        f"WITH c(id, n) AS (SELECT * FROM unnest(%b::bigint[], %b::integer[])),"
         f" gone AS (DELETE FROM {table} AS m USING c WHERE m.id = c.id AND m.refs <= c.n)"
         f" UPDATE {table} AS m SET refs = m.refs - c.n FROM c"
         " WHERE m.id = c.id AND m.refs > c.n",
@@ -166,7 +169,7 @@ def _release_pages(cursor: PgCursor, state: WriterState, op: ReleasePages) -> No
 def _ack_run(cursor: PgCursor, state: WriterState, acks: Sequence[Acknowledge]) -> list[Outcome]:
     keys = [(ack.queue, ack.message_id) for ack in acks]
     deleted = cursor.execute(
-        "DELETE FROM message_refs AS r USING unnest(%s::text[], %s::bigint[]) AS a(q, m)"
+        "DELETE FROM message_refs AS r USING unnest(%b::text[], %b::bigint[]) AS a(q, m)"
         " WHERE r.queue = a.q AND r.message_id = a.m RETURNING r.queue, r.message_id",
         ([queue for queue, _ in keys], [message_id for _, message_id in keys]),
     ).fetchall()
@@ -182,9 +185,9 @@ def _acknowledge_many(cursor: PgCursor, state: WriterState, op: AcknowledgeMany)
     ids = list(op.message_ids)
     deleted = cursor.execute(
         "WITH held AS (SELECT count(*) AS n FROM message_refs"
-        " WHERE queue = %s AND message_id = ANY(%s::bigint[]))"
+        " WHERE queue = %s AND message_id = ANY(%b::bigint[]))"
         " DELETE FROM message_refs AS r USING held"
-        " WHERE held.n = %s AND r.queue = %s AND r.message_id = ANY(%s::bigint[])"
+        " WHERE held.n = %s AND r.queue = %s AND r.message_id = ANY(%b::bigint[])"
         " RETURNING r.message_id",
         (op.queue, ids, len(ids), op.queue, ids),
     ).fetchall()
@@ -194,11 +197,12 @@ def _acknowledge_many(cursor: PgCursor, state: WriterState, op: AcknowledgeMany)
 
 
 def _update_delivery_count(cursor: PgCursor, state: WriterState, op: UpdateDeliveryCount) -> None:
-    cursor.execute(
-        "UPDATE message_refs SET delivery_count = %s WHERE queue = %s AND message_id = %s",
+    updated = cursor.execute(
+        "UPDATE message_refs SET delivery_count = %s WHERE queue = %s AND message_id = %s"
+        " RETURNING message_id",
         (op.count, op.queue, op.message_id),
-    )
-    if cursor.rowcount == 0:
+    ).fetchone()
+    if updated is None:
         raise op.not_held()
 
 

@@ -86,6 +86,9 @@ def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
         raise StoreError(f"{where}: cannot connect: {one_line(error)}") from None
     try:
         connection.execute("SET synchronous_commit = on")
+        # Plan each statement for its arrays: a generic plan, made while the tables were
+        # small, would scan them whole (every batch slower as they grow).
+        connection.execute("SET plan_cache_mode = force_custom_plan")
         _prepare(connection, where)
     except psycopg.Error as error:
         connection.close()

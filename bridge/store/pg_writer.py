@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import psycopg
 from zope.interface import implementer
 
 from bridge.ha.lease import CHECK_TOKEN, LeaseToken
-from bridge.message import Message
+from bridge.message import LargeBody, Message
 from bridge.store.errors import CommitFailed, Fenced, StoreError
-from bridge.store.interfaces import IStoreWriter
-from bridge.store.large import BodyFiles, delete_body
+from bridge.store.interfaces import IBodyWriter, IStoreWriter
+from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.pg_operations import PgCursor, apply_all, load_state, save_state
 from bridge.store.pg_schema import connect, describe, one_line
@@ -84,12 +85,13 @@ class PostgreSQLWriter:
         highest = state.highest_message_id
         try:
             connection = self._connected()
-            cursor: PgCursor = connection.cursor()
-            self._check_token(cursor)
-            outcomes = apply_all(cursor, state, operations)
-            if state.highest_message_id != highest:
-                save_state(cursor, state)
-            connection.commit()
+            with connection.pipeline():
+                cursor: PgCursor = connection.cursor()
+                self._check_token(cursor)
+                outcomes = apply_all(cursor, state, operations)
+                if state.highest_message_id != highest:
+                    save_state(cursor, state)
+                connection.commit()
         except Fenced:
             self._undo()
             raise
@@ -111,6 +113,12 @@ class PostgreSQLWriter:
         finally:
             connection.rollback()  # ends the read's transaction; writes none
         return found
+
+    def new_body(self, message_id: int) -> IBodyWriter:
+        return BodyFile(self._bodies.path_for(message_id))
+
+    def open_body(self, body: LargeBody) -> IO[bytes]:
+        return open_body(body)
 
     def large_body_path(self, message_id: int) -> str:
         return str(self._bodies.path_for(message_id))

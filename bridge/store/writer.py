@@ -19,13 +19,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from zope.interface import implementer
 
-from bridge.message import Message
+from bridge.message import LargeBody, Message
 from bridge.store.errors import CommitFailed
-from bridge.store.interfaces import IStoreWriter
-from bridge.store.large import BodyFiles, delete_body
+from bridge.store.interfaces import IBodyWriter, IStoreWriter
+from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.records import QueueRecord, Recovered
 from bridge.store.recovery import assemble, missing, stored_message
@@ -94,6 +95,12 @@ class Writer:
         missing one is a ``StoreError``."""
         assert self._cursor is not None, "the writer is not open"
         return self._read(self._cursor, message_ids, transient)
+
+    def new_body(self, message_id: int) -> IBodyWriter:
+        return BodyFile(self._bodies.path_for(message_id))
+
+    def open_body(self, body: LargeBody) -> IO[bytes]:
+        return open_body(body)
 
     def large_body_path(self, message_id: int) -> str:
         return str(self._bodies.path_for(message_id))

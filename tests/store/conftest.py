@@ -104,3 +104,9 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
 def sqlite_stores(tmp_path: Path) -> Iterator[Stores]:
     """For what only SQLite has."""
     yield from _stores(tmp_path / "data", None)
+
+
+@pytest.fixture
+def postgresql_stores(tmp_path: Path, pg_schema: str) -> Iterator[Stores]:
+    """For what only PostgreSQL has."""
+    yield from _stores(tmp_path / "data", pg_schema)

@@ -1,6 +1,7 @@
 """The child process of the crash test: writes to a store until it is killed.
 
-``python -m tests.store.crash_writer DATA_DIR MILESTONE`` opens a store, creates queue
+``python -m tests.store.crash_writer DATA_DIR MILESTONE [URL]`` opens a store (SQLite in
+DATA_DIR, or PostgreSQL at URL), creates queue
 ``q``, then keeps ``WINDOW`` adds in flight and acknowledges two of every three messages
 once their add is confirmed. It prints one JSON line per confirmation, after the Deferred
 fired: ``{"event": "add", "id": N}`` and ``{"event": "ack", "id": M}``; so every such line
@@ -21,7 +22,7 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import react
 
 from bridge.message import Message
-from bridge.store import QueueRecord, SQLiteMessageStore
+from bridge.store import MessageStore, PostgreSQLMessageStore, QueueRecord, SQLiteMessageStore
 
 WINDOW = 64
 
@@ -36,7 +37,7 @@ def emit(event: str, **fields: object) -> None:
 
 
 class Writer:
-    def __init__(self, store: SQLiteMessageStore, milestone: int) -> None:
+    def __init__(self, store: MessageStore, milestone: int) -> None:
         self.store = store
         self.milestone = milestone
         self.confirmed = 0
@@ -78,8 +79,12 @@ class Writer:
         emit("ack", id=message_id)
 
 
-async def run(data_dir: str, milestone: int) -> None:
-    store = SQLiteMessageStore(data_dir, reactor)  # type: ignore[arg-type]
+async def run(data_dir: str, milestone: int, url: str | None) -> None:
+    store: MessageStore
+    if url is None:
+        store = SQLiteMessageStore(data_dir, reactor)  # type: ignore[arg-type]
+    else:
+        store = PostgreSQLMessageStore(url, data_dir, reactor)  # type: ignore[arg-type]
     await store.open()
     await store.create_queue(QueueRecord("q", "q", "anycast"))
     emit("ready")
@@ -88,4 +93,5 @@ async def run(data_dir: str, milestone: int) -> None:
 
 
 if __name__ == "__main__":
-    react(lambda _: Deferred.fromCoroutine(run(sys.argv[1], int(sys.argv[2]))))
+    url = sys.argv[3] if len(sys.argv) > 3 else None
+    react(lambda _: Deferred.fromCoroutine(run(sys.argv[1], int(sys.argv[2]), url)))

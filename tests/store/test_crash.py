@@ -1,8 +1,9 @@
 """Kill -9 while writing: nothing confirmed is lost, nothing acknowledged comes back.
 
-A real child process (tests/store/crash_writer.py) writes to a store on a real file and
-prints each confirmation; the test kills it with SIGKILL at three different points while
-it writes, then opens the file itself and checks every promise the child made.
+A real child process (tests/store/crash_writer.py) writes to a store (a real SQLite file,
+or a schema on the PostgreSQL server) and prints each confirmation; the test kills it with
+SIGKILL at three different points while it writes, then opens the store itself and checks
+every promise the child made.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 
+from tests.postgresql import schema_url
 from tests.store.crash_writer import body
 
 
 @pytest_twisted.ensureDeferred
 @pytest.mark.parametrize("kill_after", [200, 450, 800])
-async def test_confirmed_operations_survive_a_kill_at_any_point(spawn, sqlite_stores, kill_after):
+async def test_confirmed_operations_survive_a_kill_at_any_point(spawn, stores, kill_after):
+    url = [] if stores.pg_schema is None else [schema_url(stores.pg_schema)]
     child = spawn(
-        "-m",
-        "tests.store.crash_writer",
-        str(sqlite_stores.data_dir),
-        str(kill_after),
-        name="writer",
+        "-m", "tests.store.crash_writer", str(stores.data_dir), str(kill_after), *url, name="writer"
     )
     await child.next_event("milestone")
     child.kill()
@@ -34,7 +33,7 @@ async def test_confirmed_operations_survive_a_kill_at_any_point(spawn, sqlite_st
     acking = {event["id"] for event in child.named("acking")}
     assert len(added) >= kill_after
     assert acked
-    _, recovered = await sqlite_stores.open()
+    _, recovered = await stores.open()
 
     stored = recovered.messages.get("q", [])
     stored_ids = [entry.message.id for entry in stored]

@@ -1,6 +1,7 @@
-"""Paging and large messages in the SQLite store: pages are read back and released and do
-not outlive the store; large bodies are files synced with their message, and files no
-message owns are gone when the store opens; a version 1 store is migrated."""
+"""Paging and large messages in the store: pages are read back and released and do not
+outlive the store; large bodies are written and read in chunks through the store, synced
+with their message, and bodies no message owns are gone when the store opens; a version 1
+SQLite store is migrated."""
 
 from __future__ import annotations
 
@@ -58,6 +59,45 @@ def large_message(message_id: int, body: bytes, path: str) -> Message:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_bytes(body)
     return message(message_id, body=b"", large=LargeBody(path, len(body)))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_is_written_and_read_in_chunks_through_the_store(stores: Stores) -> None:
+    store, _ = await stores.open()
+    await store.create_queue(anycast("orders"))
+    chunks = [bytes([n]) * 100_000 for n in range(5)]
+    writing = store.new_body(1)
+    for chunk in chunks:
+        writing.write(chunk)
+    body = writing.finish()
+    assert body.size == 500_000
+    await store.add(message(1, body=b"", large=body), ["orders"])
+    cut_off = store.new_body(2)
+    cut_off.write(b"half a body")
+    cut_off.abort()
+    never_added = store.new_body(3)
+    never_added.write(b"a send whose node stopped before it was added")
+    never_added.finish()
+
+    store, recovered = await stores.reopen(store)
+    (stored,) = recovered.messages["orders"]
+    large = stored.message.large
+    assert large is not None and large.size == 500_000
+    reading = store.open_body(large)
+    try:
+        assert [reading.read(100_000) for _ in chunks] == chunks
+        assert reading.read(1) == b""
+    finally:
+        reading.close()
+    await store.acknowledge("orders", 1)
+    await store.discard_body(large.path)
+    for gone in (
+        large,
+        LargeBody(store.large_body_path(2), 11),
+        LargeBody(store.large_body_path(3), 1),
+    ):
+        with pytest.raises(OSError):
+            store.open_body(gone)
 
 
 @pytest_twisted.ensureDeferred

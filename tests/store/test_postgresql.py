@@ -7,6 +7,7 @@ import re
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
 
 from bridge.store import CommitFailed, InvalidOperation, PostgreSQLMessageStore, StoreError
 from tests.postgresql import execute, schema_url
@@ -86,3 +87,22 @@ async def test_a_broken_connection_fails_its_batch_and_the_next_one_reconnects(t
     recovered = await reopened.open()
     await reopened.close()
     assert [m.message.id for m in recovered.messages["orders"]] == [1, 3]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_server_error_fails_the_whole_batch_and_the_store_goes_on(postgresql_stores):
+    store, _ = await postgresql_stores.open()
+    await gatherResults([store.create_queue(anycast(name)) for name in ("orders", "blocked")])
+    postgresql_stores.execute(
+        "ALTER TABLE message_refs ADD CONSTRAINT refuse CHECK (queue <> 'blocked')"
+    )
+    batch = [store.add(message(1), ["orders"]), store.add(message(2), ["blocked"])]
+    batch.append(store.update_delivery_count("orders", 1, 2))
+    for deferred in batch:
+        with pytest.raises(CommitFailed, match=r"a batch of 3 operations .* violates check"):
+            await deferred
+    await store.add(message(3), ["orders"])
+    await store.add(message(1), ["orders"])  # nothing of the failed batch was written
+    _, recovered = await postgresql_stores.reopen(store)
+    assert [m.message.id for m in recovered.messages["orders"]] == [1, 3]
+    assert recovered.highest_message_id == 3

@@ -29,7 +29,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from enum import Enum, auto
 from functools import partial
-from pathlib import Path
 from typing import IO, Any
 
 import attrs
@@ -54,6 +53,7 @@ from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, Entry, Queue, QueueError
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
+from bridge.store.interfaces import IBodyWriter
 from security import SecurityStore
 from security.errors import AuthenticationFailed, PermissionDenied
 from security.permissions import Permission
@@ -134,14 +134,13 @@ class _Stream:
 @attrs.define(eq=False)
 class _LargeSend:
     """A large send between its SEND_LARGE_BEGIN and its last chunk: its body goes to
-    ``file`` (None once refused: the chunks are counted, not kept)."""
+    ``body`` (None once refused: the chunks are counted, not kept)."""
 
     sequence: int
     tx_id: int | None
     message: Message
     total_size: int
-    path: str
-    file: IO[bytes] | None
+    body: IBodyWriter | None
     refused: Refused | None = None
     received: int = 0
 
@@ -670,20 +669,16 @@ class CoreSession:
         if self._producer_window != p.UNLIMITED:
             self._grant(header.address, header.size)
         message_id = self._broker.allocate_id()
-        path = self._broker.large_body_path(message_id)
         message = header.with_id(message_id)
         try:
             self._check_send(packet.tx_id, header.address)
         except Refused as refused:
             self._large = _LargeSend(
-                packet.sequence, packet.tx_id, message, packet.total_size, path, None, refused
+                packet.sequence, packet.tx_id, message, packet.total_size, None, refused
             )
             return
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        file = open(path, "wb", buffering=0)  # noqa: SIM115 - open until the last chunk
-        self._large = _LargeSend(
-            packet.sequence, packet.tx_id, message, packet.total_size, path, file
-        )
+        body = self._broker.new_body(message_id)  # open until the last chunk
+        self._large = _LargeSend(packet.sequence, packet.tx_id, message, packet.total_size, body)
 
     def _send_large_chunk(self, packet: p.SendLargeChunk) -> None:
         large = self._large
@@ -693,8 +688,8 @@ class CoreSession:
         large.received += len(data)
         if self._producer_window != p.UNLIMITED:
             self._grant(large.message.address, len(data))
-        if large.file is not None and large.received <= large.total_size:
-            large.file.write(data)
+        if large.body is not None and large.received <= large.total_size:
+            large.body.write(data)
         if not packet.last:
             return
         self._large = None
@@ -710,17 +705,15 @@ class CoreSession:
                 f"but its chunks held {large.received}",
             )
             return
-        assert large.file is not None
-        large.file.close()
-        body = LargeBody(large.path, large.total_size)
+        assert large.body is not None
+        body = large.body.finish()
         self._route(large.sequence, large.tx_id, attrs.evolve(large.message, large=body))
 
     @staticmethod
     def _drop_large(large: _LargeSend) -> None:
-        """A large send that will not be published: its partial file goes."""
-        if large.file is not None:
-            large.file.close()
-            Path(large.path).unlink(missing_ok=True)
+        """A large send that will not be published: its partial body goes."""
+        if large.body is not None:
+            large.body.abort()
 
     def _transaction(self, tx_id: int | None) -> Transaction | None:
         if tx_id is None:
@@ -851,7 +844,7 @@ class CoreSession:
     def _start_stream(
         self, consumer: _Consumer, delivery_id: int, count: int, message: Message, body: LargeBody
     ) -> None:
-        file = open(body.path, "rb")  # noqa: SIM115 - open until the last chunk
+        file = self._broker.open_body(body)  # open until the last chunk
         consumer.stream = _Stream(delivery_id, file, body.size)
         header = attrs.evolve(message, large=None)
         self._emit(p.DeliverLargeBegin(consumer.client_id, delivery_id, count, header, body.size))
