@@ -240,8 +240,11 @@ class HaNode:
             await _after(self._activating)
         try:
             await self._deactivate()
-        except Exception:
-            log.failure("node {name}: stopping to serve failed", name=self.holder.node)
+        except Exception as error:
+            # the database gone, the store cannot record its clean stop: it was stopped all
+            # the same (the next open recovers as after a crash)
+            why = str(error).splitlines()[0] if str(error) else repr(error)
+            log.warn("node {name}: stopped serving, not cleanly: {why}", why=why, **self._names())
         self.machine.inputs.deactivated()
 
     def release(self) -> None:
