@@ -32,6 +32,7 @@ from bridge.config.checks import (
     read_document,
     required,
 )
+from bridge.config.ha import HaSettings, parse_ha
 from security import SecuritySettings, load_security
 from security.errors import ConfigError
 from security.matcher import InvalidPattern, MatchTable, parse_pattern
@@ -205,6 +206,8 @@ class NodeConfig:
     bridges_dir: Path | None = None
     """``[node] bridges-dir``: a folder of ``*.toml`` files of ``[[bridge]]`` tables."""
     store: StoreSettings = StoreSettings()
+    ha: HaSettings | None = None
+    """``[ha]``: the node takes part in shared-store high availability (docs/ha.md)."""
     _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
     _declared: Mapping[str, Address] = attrs.field(init=False, eq=False, repr=False)
 
@@ -248,6 +251,7 @@ _TOP = (
     "management",
     "security",
     "store",
+    "ha",
 )
 _NODE = ("name", "data-dir", "global-max-size", "bridges-dir", "partial-frame-budget")
 _ACCEPTOR = (
@@ -540,6 +544,11 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         if "store" in document
         else StoreSettings()
     )
+    ha = (
+        parse_ha(expect_table(document["ha"], source, "ha"), source, store.url)
+        if "ha" in document
+        else None
+    )
     global_max = (
         expect_size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
         if "global-max-size" in node
@@ -565,6 +574,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         bridges=bridges,
         bridges_dir=bridges_dir,
         store=store,
+        ha=ha,
     )
 
 

@@ -29,7 +29,14 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
-from bridge.ctl.status import AddressStatus, BridgeStatus, NodeStatus, QueueStatus, Status
+from bridge.ctl.status import (
+    AddressStatus,
+    BridgeStatus,
+    HaStatus,
+    NodeStatus,
+    QueueStatus,
+    Status,
+)
 from bridge.forward.interfaces import IBridges, UnknownBridge
 from bridge.forward.status import BridgeSnapshot, BridgeState
 from bridge.logins import Logins
@@ -57,36 +64,58 @@ log = Logger()
 
 
 @attrs.frozen
-class NodeView:
-    """What both endpoints read: the broker and the node's own facts, at request time."""
+class Serving:
+    """What a serving node has: its broker, its connection counts and its bridges."""
 
     broker: Broker
+    connections: Callable[[], int] = lambda: 0
+    producers_blocked: Callable[[], int] = lambda: 0
+    bridges: IBridges | None = None
+
+
+@attrs.frozen
+class NodeView:
+    """What both endpoints read, at request time: the node's own facts, and what it
+    serves (None: a node with ``[ha]`` that waits for the lease serves nothing)."""
+
+    name: str
     node_id: str
     clock: IReactorTime
     started: float
-    connections: Callable[[], int]
-    producers_blocked: Callable[[], int]
-    bridges: IBridges | None
+    serving: Callable[[], Serving | None]
+    ha: Callable[[], HaStatus | None] = lambda: None
+    """With ``[ha]``: the node's HA status now."""
+    failover: Callable[[], bool] | None = None
+    """With ``[ha]``: start a soft failover (False: the node is not LIVE)."""
 
     def uptime(self) -> float:
         return self.clock.seconds() - self.started
 
+    def bridges(self) -> IBridges | None:
+        serving = self.serving()
+        return serving.bridges if serving is not None else None
+
     def bridge_snapshots(self) -> list[BridgeSnapshot]:
         """Every bridge now, by name (none without bridges)."""
-        if self.bridges is None:
+        bridges = self.bridges()
+        if bridges is None:
             return []
-        return sorted(self.bridges.snapshots(), key=lambda snapshot: snapshot.name)
+        return sorted(bridges.snapshots(), key=lambda snapshot: snapshot.name)
 
     def status(self) -> Status:
         """The node now."""
-        broker = self.broker
+        serving = self.serving()
+        if serving is None:
+            node = NodeStatus(self.name, self.node_id, round(self.uptime(), 3), 0)
+            return Status(node, (), (), 0, 0, 0, 0, ha=self.ha())
+        broker = serving.broker
         queues = broker.queues
         return Status(
             node=NodeStatus(
-                name=broker.config.name,
+                name=self.name,
                 id=self.node_id,
                 uptime_seconds=round(self.uptime(), 3),
-                connections=self.connections(),
+                connections=serving.connections(),
             ),
             addresses=tuple(
                 AddressStatus(
@@ -123,13 +152,14 @@ class NodeView:
             memory_bytes=broker.memory.size,
             global_max_size=broker.memory.max_size,
             paged_bytes=sum(a.memory.paged_bytes for a in broker.addresses.values()),
-            producers_blocked=self.producers_blocked(),
+            producers_blocked=serving.producers_blocked(),
             bridges=tuple(
                 BridgeStatus(
                     **attrs.asdict(snapshot, recurse=False) | {"state": snapshot.state.value}
                 )
                 for snapshot in self.bridge_snapshots()
             ),
+            ha=self.ha(),
         )
 
 
@@ -144,19 +174,26 @@ class BrokerCollector(Collector):
         yield InfoMetricFamily(
             "txbridge_node",
             "The node's name and id.",
-            value={"name": view.broker.config.name, "id": view.node_id},
+            value={"name": view.name, "id": view.node_id},
         )
         yield GaugeMetricFamily(
             "txbridge_node_uptime_seconds", "Seconds since the node started.", view.uptime()
         )
+        ha = view.ha()
+        if ha is not None:
+            yield from _ha_metrics(ha)
+        serving = view.serving()
+        if serving is None:
+            return  # a backup: nothing served
+        broker = serving.broker
         yield GaugeMetricFamily(
-            "txbridge_connections", "Client connections open now.", view.connections()
+            "txbridge_connections", "Client connections open now.", serving.connections()
         )
-        addresses = view.broker.addresses
+        addresses = broker.addresses
         yield GaugeMetricFamily(
             "txbridge_memory_bytes",
             "Bytes of messages the node holds in memory.",
-            view.broker.memory.size,
+            broker.memory.size,
         )
         yield GaugeMetricFamily(
             "txbridge_paged_bytes",
@@ -166,9 +203,9 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "txbridge_producers_blocked",
             "Producers waiting for credits from an address full under BLOCK.",
-            view.producers_blocked(),
+            serving.producers_blocked(),
         )
-        yield from _address_metrics(view.broker)
+        yield from _address_metrics(broker)
         labels = ["queue", "address"]
         gauges = {
             "depth": GaugeMetricFamily(
@@ -198,7 +235,7 @@ class BrokerCollector(Collector):
                 labels=labels,
             ),
         }
-        for name, queue in sorted(view.broker.queues.items()):
+        for name, queue in sorted(broker.queues.items()):
             values = [name, queue.address]
             gauges["depth"].add_metric(values, queue.depth)
             gauges["in_flight"].add_metric(values, queue.in_flight)
@@ -209,6 +246,28 @@ class BrokerCollector(Collector):
         yield from gauges.values()
         yield from counters.values()
         yield from _bridge_metrics(view.bridge_snapshots())
+
+
+def _ha_metrics(ha: HaStatus) -> Iterator[Metric]:
+    yield InfoMetricFamily(
+        "txbridge_ha",
+        "The node's HA part and state.",
+        value={"state": ha.state, "policy": ha.policy, "live": ha.live},
+    )
+    yield GaugeMetricFamily("txbridge_ha_epoch", "The lease's epoch.", ha.epoch)
+    yield GaugeMetricFamily(
+        "txbridge_ha_lease_left_seconds",
+        "How long the lease had to run when last read, by the database's clock.",
+        ha.lease_left_ms / 1000,
+    )
+    yield GaugeMetricFamily(
+        "txbridge_ha_backups", "Nodes waiting for the lease, as last seen.", len(ha.backups)
+    )
+    yield GaugeMetricFamily(
+        "txbridge_ha_clock_skew_seconds",
+        "The node's clock minus the database's.",
+        ha.clock_skew_ms / 1000,
+    )
 
 
 _Figures = list[tuple[str, str, str]]
@@ -404,6 +463,12 @@ async def _reload(bridges: IBridges) -> Answer:
     return _json({"ok": not errors, "errors": errors})
 
 
+def _failover(failover: Callable[[], bool]) -> Answer:
+    if not failover():
+        return Answer.error(409, "this node is not LIVE: there is nothing to hand over")
+    return _json({"ok": True})
+
+
 class ManagementResource(Resource):
     """``/status`` and ``/metrics`` (GET or HEAD), and with bridges ``/reload`` and
     ``/bridges/NAME/ACTION`` (POST), behind the security store."""
@@ -416,7 +481,8 @@ class ManagementResource(Resource):
         Resource.__init__(self)
         self._security = security
         self._logins = logins
-        self._bridges = view.bridges
+        self._view = view
+        self._failover = view.failover
         registry = CollectorRegistry(auto_describe=False)
         registry.register(BrokerCollector(view))
         self._reads: dict[bytes, Callable[[], Answer]] = {
@@ -430,7 +496,10 @@ class ManagementResource(Resource):
 
     def _action(self, path: bytes) -> Endpoint | None:
         """The POST endpoint at ``path``, if there is one."""
-        bridges = self._bridges
+        failover = self._failover
+        if path == b"/ha/failover" and failover is not None:
+            return _at_once(lambda: _failover(failover))
+        bridges = self._view.bridges()
         if bridges is None:
             return None
         if path == b"/reload":
@@ -450,7 +519,9 @@ class ManagementResource(Resource):
 
     def _known(self) -> str:
         known = [path.decode() for path in self._reads]
-        if self._bridges is not None:
+        if self._failover is not None:
+            known.append("/ha/failover")
+        if self._view.bridges() is not None:
             known += ["/reload", "/bridges/NAME/" + "|".join(BRIDGE_ACTIONS)]
         return ", ".join(known)
 
@@ -555,9 +626,14 @@ def management_site(
     many producers wait for credits; ``bridges``, the node's bridges, to show and operate
     (without them, ``/status`` shows none and there are no POST endpoints); ``logins``,
     the node's bounded logins (without them, each login hashes in the reactor's pool)."""
-    view = NodeView(
-        broker, node_id, reactor, reactor.seconds(), connections, producers_blocked, bridges
-    )
+    serving = Serving(broker, connections, producers_blocked, bridges)
+    view = NodeView(broker.config.name, node_id, reactor, reactor.seconds(), lambda: serving)
+    return view_site(view, security, logins)
+
+
+def view_site(view: NodeView, security: SecurityStore, logins: Logins | None = None) -> Site:
+    """The management API over ``view`` (a node with ``[ha]`` opens it at start, before
+    it serves anything, so that a backup answers too)."""
     site = Site(ManagementResource(view, security, logins))
     site.displayTracebacks = False
     return site

@@ -36,10 +36,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.server import Site
 
 from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges, load_node_config
 from bridge.ctl.auditlog import route_audit_log
-from bridge.ctl.management import management_site
+from bridge.ctl.ha import HaNode
+from bridge.ctl.management import NodeView, Serving, management_site, view_site
 from bridge.ctl.preflight import check_startable
 from bridge.forward.manager import Bridges, client_connector
 from bridge.heads.core import CoreHead
@@ -47,7 +49,7 @@ from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
 from bridge.logins import Logins
 from bridge.node.broker import Broker
-from bridge.store import MessageStore, PostgreSQLMessageStore, SQLiteMessageStore
+from bridge.store import Fenced, MessageStore, PostgreSQLMessageStore, SQLiteMessageStore
 from security import SecurityStore
 from security.errors import ConfigError
 from transport.allocator import tune_allocator
@@ -149,6 +151,8 @@ class NodeService(Service):
         self.head: CoreHead | None = None
         self.stomp: StompHead | None = None
         self.bridges: Bridges | None = None
+        self.ha: HaNode | None = None
+        """With ``[ha]``: the node's activation on the lease."""
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -168,14 +172,71 @@ class NodeService(Service):
         self._starting.addCallbacks(self.started.callback, self._failed)
 
     async def _start(self) -> None:
+        check_startable(self.config)
+        if self.config.ha is None:
+            await self._activate()
+            return
+        # A node with [ha] opens nothing until it holds the lease (docs/ha.md).
+        self.ha = HaNode(
+            self.config.name,
+            self.config.ha,
+            self.reactor,
+            activate=self._activate,
+            deactivate=self._deactivate,
+            failed=self._activation_failed,
+        )
         config = self.config
-        check_startable(config)
+        if config.management is not None:
+            # Open from the start, so that a backup answers /status too.
+            security = SecurityStore(config.security, self.reactor.seconds)
+            view = NodeView(
+                config.name,
+                node_id(config.data_dir),
+                self.reactor,
+                self.reactor.seconds(),
+                self._serving,
+                ha=self.ha.status,
+                failover=self.ha.failover,
+            )
+            await self._listen_management(view_site(view, security))
+            log.info(
+                "node {name}: management on {where}",
+                name=config.name,
+                where=_where(self.ports["management"]),
+            )
+        self.ha.start()
+
+    async def _listen_management(self, site: Site) -> None:
+        where = self.config.management
+        assert where is not None
+        endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
+        self.ports["management"] = await _listening(
+            f"management at http://{where.host}:{where.port}", endpoint.listen(site)
+        )
+
+    def _serving(self) -> Serving | None:
+        """What the node serves now, for the management API of a node with [ha]."""
+        broker, head, stomp = self.broker, self.head, self.stomp
+        if broker is None or head is None or stomp is None:
+            return None
+        return Serving(
+            broker,
+            lambda: head.connections + stomp.connections,
+            lambda: head.producers_blocked + stomp.producers_blocked,
+            self.bridges,
+        )
+
+    async def _activate(self) -> None:
+        """Load the store, listen, start the bridges: the node serves."""
+        config = self.config
         self.security = security = SecurityStore(config.security, self.reactor.seconds)
         identity = node_id(config.data_dir)
-        store = _store(config, self.reactor)
+        store = _store(config, self.reactor, self.ha)
         broker = Broker(config, store)
         try:
             await broker.open()
+        except Fenced:
+            raise  # the lease moved on while loading: the HA glue fences
         except Exception as error:
             if config.store.type is StoreType.POSTGRESQL:
                 raise StartupError(f"store.url: {error}") from error
@@ -219,7 +280,7 @@ class NodeService(Service):
             client_connector(self.reactor, config.name),
             lambda: all_bridges(self._bridges_from),
         )
-        if config.management is not None:
+        if config.management is not None and self.ha is None:
             site = management_site(
                 broker,
                 security,
@@ -230,11 +291,7 @@ class NodeService(Service):
                 bridges=bridges,
                 logins=logins,
             )
-            where = config.management
-            endpoint = endpoints.TCP4ServerEndpoint(self.reactor, where.port, interface=where.host)
-            self.ports["management"] = await _listening(
-                f"management at http://{where.host}:{where.port}", endpoint.listen(site)
-            )
+            await self._listen_management(site)
         bridges.start_all()
         log.info(
             "node {name} ({id}) started: {ports}",
@@ -304,6 +361,16 @@ class NodeService(Service):
             stopping.addBoth(lambda _: self._exit())
         self.started.errback(failure)
 
+    def _activation_failed(self, failure: Failure) -> None:
+        """Activating on the lease failed (a port in use): as a failed start, the node
+        stops (releasing the lease) and ends with status 1."""
+        log.critical(
+            "node {name} could not activate: {why}", name=self.config.name, why=failure.value
+        )
+        stopping = self._stop_once()
+        if self.exit_on_failure:
+            stopping.addBoth(lambda _: self._exit())
+
     def _exit(self) -> None:
         # A start that fails at once fails before twistd runs the reactor: stopping it
         # then would be lost, so the stop waits until it runs.
@@ -328,15 +395,29 @@ class NodeService(Service):
             # Stopping while starting: let the start finish (or fail) first.
             with suppress(Exception):
                 await self.started
+        if self.ha is not None:
+            await self.ha.stop()  # deactivates, then releases the lease
+            management = self.ports.pop("management", None)
+            if management is not None:
+                await _stopped(management)
+        else:
+            await self._deactivate()
         self.security = None
+        if self._unroute_audit is not None:
+            unroute, self._unroute_audit = self._unroute_audit, None
+            unroute()
+
+    async def _deactivate(self) -> None:
+        """Stop serving: the bridges, the ports, every connection (their in-flight sends
+        fail back to their producers), then the store."""
         if self.bridges is not None:
             bridges, self.bridges = self.bridges, None
             await bridges.stop_all()
-        ports, self.ports = self.ports, {}
+        kept = "management" if self.ha is not None else None  # a backup answers too
+        ports = {name: port for name, port in self.ports.items() if name != kept}
+        self.ports = {name: port for name, port in self.ports.items() if name == kept}
         for port in ports.values():
-            stopped: Deferred[None] | None = port.stopListening()
-            if stopped is not None:
-                await stopped
+            await _stopped(port)
         if self.head is not None:
             await self.head.close_connections("the node is shutting down")
             self.head = None
@@ -347,9 +428,6 @@ class NodeService(Service):
             broker, self.broker = self.broker, None
             await broker.close()
             log.info("node {name} stopped", name=self.config.name)
-        if self._unroute_audit is not None:
-            unroute, self._unroute_audit = self._unroute_audit, None
-            unroute()
 
 
 async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeningPort:
@@ -359,12 +437,23 @@ async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeni
         raise StartupError(f"{what}: {error}") from error
 
 
-def _store(config: NodeConfig, reactor: Any) -> MessageStore:
-    """The store ``[store]`` names: SQLite in the data directory, or PostgreSQL."""
+def _store(config: NodeConfig, reactor: Any, ha: HaNode | None) -> MessageStore:
+    """The store ``[store]`` names: SQLite in the data directory, or PostgreSQL (with HA,
+    writing under the lease's fencing token)."""
     if config.store.type is StoreType.POSTGRESQL:
         assert config.store.url is not None
+        if ha is not None:
+            return PostgreSQLMessageStore(
+                config.store.url, config.data_dir, reactor, token=ha.token, fenced=ha.fenced
+            )
         return PostgreSQLMessageStore(config.store.url, config.data_dir, reactor)
     return SQLiteMessageStore(config.data_dir, reactor)
+
+
+async def _stopped(port: IListeningPort) -> None:
+    stopped: Deferred[None] | None = port.stopListening()
+    if stopped is not None:
+        await stopped
 
 
 def _where(port: IListeningPort) -> str:

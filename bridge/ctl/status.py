@@ -99,6 +99,29 @@ class BridgeStatus:
 
 
 @attrs.frozen
+class HaStatus:
+    """A node with ``[ha]``: its part and the lease as it last saw it (docs/ha.md)."""
+
+    state: str
+    policy: str
+    live: str
+    """The node holding the lease ("" when nobody does)."""
+    epoch: int
+    """The lease's epoch."""
+    lease_expires_ms: int
+    """When the lease ends unless renewed: epoch ms of the database's clock."""
+    lease_left_ms: int
+    """How long the lease had to run when last read (by the database's clock)."""
+    clock_skew_ms: int
+    """This node's clock minus the database's."""
+    max_clock_skew_ms: int
+    reason: str
+    """Why the node last stopped serving ("" if it never did)."""
+    backups: tuple[str, ...] = ()
+    """The nodes waiting for the lease, as last seen."""
+
+
+@attrs.frozen
 class Status:
     """What ``GET /status`` answers (docs/management.md describes each field)."""
 
@@ -111,6 +134,8 @@ class Status:
     producers_blocked: int
     bridges: tuple[BridgeStatus, ...] = ()
     """Empty from a node that has none, or that is older than bridges."""
+    ha: HaStatus | None = None
+    """None from a node without ``[ha]``."""
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON types (arrays as lists)."""
@@ -127,7 +152,7 @@ def _lists(_: object, __: object, value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-for _kind in (NodeStatus, AddressStatus, QueueStatus, BridgeStatus, Status):
+for _kind in (NodeStatus, AddressStatus, QueueStatus, BridgeStatus, HaStatus, Status):
     attrs.resolve_types(_kind)
 
 
@@ -158,12 +183,12 @@ def _read(kind: type[_T], data: object, where: str) -> _T:
 
 
 def _value(kind: Any, value: object, where: str) -> object:
-    if attrs.has(kind):
-        return _read(kind, value, where)
     if get_origin(kind) is UnionType:
         if value is None and type(None) in get_args(kind):
             return None
         (kind,) = (each for each in get_args(kind) if each is not type(None))
+    if attrs.has(kind):
+        return _read(kind, value, where)
     if get_origin(kind) is tuple:
         if not isinstance(value, list):
             raise StatusFormatError(f"{where}: expected an array, got {_describe(value)}")
@@ -311,6 +336,38 @@ def format_bridges(bridges: tuple[BridgeStatus, ...]) -> str:
         for b in bridges
     ]
     return "\n".join(_table(header, rows, {3, 4}))
+
+
+def format_ha(ha: HaStatus) -> str:
+    """For a person: the node's part, who is live, the lease and the clock skew."""
+    skew = f"clock skew {ha.clock_skew_ms} ms"
+    if abs(ha.clock_skew_ms) > ha.max_clock_skew_ms:
+        skew += f" (above max-clock-skew {ha.max_clock_skew_ms} ms)"
+    lines = [
+        f"{ha.state} ({ha.policy})",
+        f"live: {ha.live or 'nobody'}, epoch {ha.epoch}, lease left {ha.lease_left_ms} ms",
+        skew,
+        f"backups waiting: {', '.join(ha.backups) or 'none'}",
+    ]
+    if ha.reason:
+        lines.append(f"last stopped serving: {ha.reason}")
+    return "\n".join(lines)
+
+
+def _ha_status(client: ManagementClient, args: argparse.Namespace) -> str:
+    ha = fetch_status(client).ha
+    if ha is None:
+        raise ManagementError("the node has no [ha]")
+    if args.json:
+        return json.dumps(attrs.asdict(ha), indent=2)
+    return format_ha(ha)
+
+
+def _ha_failover(client: ManagementClient, _: argparse.Namespace) -> str:
+    answer = client.post_json("/ha/failover")
+    if answer != {"ok": True}:
+        raise ManagementError(f"unexpected answer {answer!r}")
+    return "failover started: the node stops serving and leaves the lease to a backup"
 
 
 def _bridges_named(client: ManagementClient, name: str | None) -> tuple[BridgeStatus, ...]:
@@ -489,6 +546,29 @@ def register(subparsers: Any) -> None:
         )
         operate.add_argument("name", metavar="NAME", help="the bridge")
         operate.set_defaults(ctl_action_handler=_operate_bridge, ctl_label=f"bridge {name}")
+
+    ha = _action(
+        actions,
+        "ha",
+        "high availability: the lease and who is live",
+        "txbridge ctl --url http://127.0.0.1:8161 ha status",
+    )
+    ha_actions = ha.add_subparsers(dest="ha_action", required=True, metavar="ACTION")
+    ha_status = _action(
+        ha_actions,
+        "status",
+        "this node's part, who is live, the epoch, the lease, the clock skew",
+        "txbridge ctl --url http://127.0.0.1:8161 ha status --json",
+    )
+    ha_status.add_argument("--json", action="store_true", help="print the JSON instead")
+    ha_status.set_defaults(ctl_action_handler=_ha_status, ctl_label="ha status")
+    ha_failover = _action(
+        ha_actions,
+        "failover",
+        "the live node stops serving, releases the lease and waits as a backup",
+        "txbridge ctl --url http://127.0.0.1:8161 --user root ha failover",
+    )
+    ha_failover.set_defaults(ctl_action_handler=_ha_failover, ctl_label="ha failover")
 
     reload = _action(
         actions,

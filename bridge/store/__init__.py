@@ -7,6 +7,7 @@ default, ``PostgreSQLMessageStore`` keeps the data on a PostgreSQL server.
 
 from bridge.store.errors import (
     CommitFailed,
+    Fenced,
     InvalidOperation,
     SchemaTooNew,
     StoreError,
@@ -22,6 +23,7 @@ from bridge.store.sqlite import SQLiteMessageStore
 
 __all__ = [
     "CommitFailed",
+    "Fenced",
     "IMessageStore",
     "IStoreWriter",
     "InvalidOperation",

@@ -19,6 +19,11 @@ class CommitFailed(StoreError):
     """A batch could not be committed: none of its operations were written."""
 
 
+class Fenced(CommitFailed):
+    """A batch refused because the HA lease no longer carries the node's epoch (another
+    node is live): none of its operations were written, and the node must stop serving."""
+
+
 class InvalidOperation(StoreError):
     """An operation was refused before anything was written (its arguments are wrong, or
     it names a queue or message the store does not hold). The rest of its batch is not

@@ -15,6 +15,7 @@ import re
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from bridge.ha.lease import TABLES as LEASE_TABLES
 from bridge.store.errors import SchemaTooNew, StoreError
 
 SCHEMA_VERSION = 1
@@ -116,8 +117,10 @@ def _prepare(connection: psycopg.Connection[tuple[object, ...]], where: str) -> 
 
 
 def _create(connection: psycopg.Connection[tuple[object, ...]], where: str, schema: str) -> None:
+    # The HA lease's tables (bridge.ha.lease) may be there first: the nodes share the schema.
     others = connection.execute(
-        "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+        "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename <> ALL(%s)",
+        (schema, list(LEASE_TABLES)),
     ).fetchone()
     if others is not None and others[0]:
         raise StoreError(

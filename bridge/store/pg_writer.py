@@ -16,8 +16,9 @@ from typing import IO
 import psycopg
 from zope.interface import implementer
 
+from bridge.ha.lease import CHECK_TOKEN, LeaseToken
 from bridge.message import LargeBody, Message
-from bridge.store.errors import CommitFailed, StoreError
+from bridge.store.errors import CommitFailed, Fenced, StoreError
 from bridge.store.interfaces import IBodyWriter, IStoreWriter
 from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
 from bridge.store.operations import Operation, Outcome, WriterState
@@ -41,8 +42,10 @@ class PostgreSQLWriter:
     one fails ``open()`` (not the constructor: a node reports it as it reports a server
     that cannot be reached)."""
 
-    def __init__(self, url: str, data_dir: Path) -> None:
+    def __init__(self, url: str, data_dir: Path, token: LeaseToken | None = None) -> None:
         self.url = url
+        self.token = token
+        """With HA: the fencing token every transaction checks first (docs/ha.md)."""
         try:
             self.name = describe(url)
         except StoreError:
@@ -55,6 +58,7 @@ class PostgreSQLWriter:
         connection = connect(self.url)
         try:
             cursor: PgCursor = connection.cursor()
+            self._check_token(cursor)
             self._state = load_state(cursor)
             cursor.execute("DELETE FROM paged_messages")
             after_crash = self._mark_running(cursor)
@@ -65,6 +69,9 @@ class PostgreSQLWriter:
         except psycopg.Error as error:
             connection.close()
             raise StoreError(f"{self.name}: cannot load the store: {one_line(error)}") from None
+        except Fenced:
+            connection.close()
+            raise
         except BaseException:
             connection.close()
             raise
@@ -80,10 +87,14 @@ class PostgreSQLWriter:
             connection = self._connected()
             with connection.pipeline():
                 cursor: PgCursor = connection.cursor()
+                self._check_token(cursor)
                 outcomes = apply_all(cursor, state, operations)
                 if state.highest_message_id != highest:
                     save_state(cursor, state)
                 connection.commit()
+        except Fenced:
+            self._undo()
+            raise
         except (psycopg.Error, StoreError) as error:
             self._undo()
             raise CommitFailed(
@@ -124,6 +135,15 @@ class PostgreSQLWriter:
                 connection.commit()
             finally:
                 connection.close()
+
+    def _check_token(self, cursor: PgCursor) -> None:
+        """First in each transaction: the lease must still carry this node's epoch."""
+        token = self.token
+        if token is not None and cursor.execute(CHECK_TOKEN, token.params()).fetchone() is None:
+            raise Fenced(
+                f"{self.name}: the lease no longer carries epoch {token.epoch} of "
+                f"{token.holder}: another node is live; nothing of this batch was written"
+            )
 
     def _connected(self) -> Connection:
         """The connection, made again if it broke (the state read again with it)."""

@@ -19,11 +19,13 @@ from twisted.web.server import Request, Site
 from bridge.ctl.main import main
 from bridge.ctl.status import (
     AddressStatus,
+    HaStatus,
     NodeStatus,
     QueueStatus,
     Status,
     StatusFormatError,
     format_duration,
+    format_ha,
     format_status,
 )
 from tests.ctl.test_management import NODE_ID, Served, fill
@@ -279,3 +281,36 @@ async def test_the_command_as_a_process(broker, served: Served):
     out, err, code = await txbridge("ctl", "--url", url, "status")
     assert (code, out) == (2, b"")
     assert err.decode() == f"txbridge ctl status: {url}: cannot connect: Connection refused\n"
+
+
+def test_a_person_reads_the_ha_part_and_the_skew_above_its_limit():
+    ha = HaStatus(
+        state="LIVE",
+        policy="shared-store-primary",
+        live="a",
+        epoch=3,
+        lease_expires_ms=1_795_000_005_000,
+        lease_left_ms=4200,
+        clock_skew_ms=-1500,
+        max_clock_skew_ms=1000,
+        reason="no renewal of the lease before the deadline",
+        backups=("b", "c"),
+    )
+    assert format_ha(ha).splitlines() == [
+        "LIVE (shared-store-primary)",
+        "live: a, epoch 3, lease left 4200 ms",
+        "clock skew -1500 ms (above max-clock-skew 1000 ms)",
+        "backups waiting: b, c",
+        "last stopped serving: no renewal of the lease before the deadline",
+    ]
+    with_ha = Status(SAMPLE.node, (), (), 0, -1, 0, 0, ha=ha)
+    assert Status.from_json(json.loads(json.dumps(with_ha.to_json()))) == with_ha
+    assert Status.from_json(SAMPLE.to_json()).ha is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_ha_status_of_a_node_without_ha_says_so(broker, served, capsys):
+    assert await ctl("--url", served.url, "ha", "status") == 2
+    assert capsys.readouterr().err == (
+        f"txbridge ctl ha status: {served.url}: the node has no [ha]\n"
+    )

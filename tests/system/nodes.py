@@ -60,7 +60,28 @@ class NodeProcess(ProcessProtocol):
         """The signal that ended the process: twistd, once shut down cleanly on SIGTERM,
         ends itself with that signal, as its parent expects."""
         self.pid: int | None = None
-        self._awaited: list[tuple[str, int, Deferred[None]]] = []
+        self._waiting: list[tuple[re.Pattern[str], int, Deferred[re.Match[str]]]] = []
+
+    def wait_for(
+        self, pattern: str, timeout: float = 60.0, since: int | None = None
+    ) -> Deferred[re.Match[str]]:
+        """Fires with the first match of ``pattern`` in the output from character
+        ``since`` on (by default from now on); fails after ``timeout`` seconds, or at once
+        when the node ends first."""
+        compiled = re.compile(pattern)
+        offset = len(self.output) if since is None else since
+        waiter: Deferred[re.Match[str]] = Deferred()
+        found = compiled.search(self.output, offset)
+        if found is not None:
+            waiter.callback(found)
+        elif self.ended.called:
+            waiter.errback(
+                RuntimeError(f"the node ended before saying {pattern!r}:\n{self.output}")
+            )
+        else:
+            self._waiting.append((compiled, offset, waiter))
+            waiter.addTimeout(timeout, reactor)
+        return waiter
 
     def start(self) -> NodeProcess:
         where = self.bin_dir or BIN
@@ -79,14 +100,14 @@ class NodeProcess(ProcessProtocol):
 
     def outReceived(self, data: bytes) -> None:
         self.output += data.decode(errors="replace")
-        awaited, self._awaited = self._awaited, []
-        for text, since, waiter in awaited:
+        for entry in list(self._waiting):
+            pattern, offset, waiter = entry
+            found = pattern.search(self.output, offset)
             if waiter.called:  # timed out
-                continue
-            if text in self.output[since:]:
-                waiter.callback(None)
-            else:
-                self._awaited.append((text, since, waiter))
+                self._waiting.remove(entry)
+            elif found is not None:
+                self._waiting.remove(entry)
+                waiter.callback(found)
         if not self.started.called:
             found = STARTED.search(self.output)
             if found:
@@ -100,11 +121,13 @@ class NodeProcess(ProcessProtocol):
     def processEnded(self, reason: Failure) -> None:
         self.exit_code = getattr(reason.value, "exitCode", None)
         self.signal = getattr(reason.value, "signal", None)
-        awaited, self._awaited = self._awaited, []
-        for text, _, waiter in awaited:
+        waiting, self._waiting = self._waiting, []
+        for pattern, _, waiter in waiting:
             if not waiter.called:
                 waiter.errback(
-                    RuntimeError(f"the node ended before saying {text!r}:\n{self.output}")
+                    RuntimeError(
+                        f"the node ended before saying {pattern.pattern!r}:\n{self.output}"
+                    )
                 )
         # Ended first: whoever awaits the start may go on to stop the node at once.
         self.ended.callback(self.exit_code)
@@ -123,15 +146,8 @@ class NodeProcess(ProcessProtocol):
         """Wait until the node's output from character ``since`` on (``len(output)``
         before the step that should make it say so) holds ``text``; fail after
         ``timeout`` seconds or when the node ends first."""
-        if text in self.output[since:]:
-            return
-        waiter: Deferred[None] = Deferred()
-        if self.ended.called:
-            raise RuntimeError(f"the node ended before saying {text!r}:\n{self.output}")
-        self._awaited.append((text, since, waiter))
-        waiter.addTimeout(timeout, reactor)
         try:
-            await waiter
+            await self.wait_for(re.escape(text), timeout, since=since)
         except defer.TimeoutError:
             raise AssertionError(f"the node did not say {text!r}:\n{self.output}") from None
 

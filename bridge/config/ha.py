@@ -1,0 +1,106 @@
+"""``[ha]``: shared-store high availability, under ActiveMQ's names (docs/ha.md).
+
+The lease lives in the database of ``[store]`` (``type = "postgresql"``), so ``[ha]``
+without a PostgreSQL store is refused: two nodes on SQLite files cannot share a store.
+
+The timings are refused unless they can fence in time: a renewal must fit twice in the
+lease's life (``lease-ping-time < lease-reap-time / 2``: one renewal may fail and the next
+still land before expiry), and a statement must give up before the next renewal is due
+(``lease-query-timeout < lease-ping-time``), so that no write can land after the lease
+could have passed to another node. ActiveMQ's own defaults renew every 30 s a lease that
+lasts 10 s, and only warn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+import attrs
+
+from security.errors import ConfigError
+from security.validate import check_keys, expect_duration, expect_str
+
+DEFAULT_PING = 1.0
+DEFAULT_REAP = 5.0
+DEFAULT_QUERY_TIMEOUT = 0.5
+DEFAULT_MAX_CLOCK_SKEW = 1.0
+
+_KEYS = ("policy", "lease-ping-time", "lease-reap-time", "lease-query-timeout", "max-clock-skew")
+
+
+class HaPolicy(StrEnum):
+    """A node's part: the primary and the backups run the same way (whoever holds the
+    lease is live); the names say which node an operator means to be live."""
+
+    PRIMARY = "shared-store-primary"
+    BACKUP = "shared-store-backup"
+
+
+@attrs.frozen
+class HaSettings:
+    """``[ha]``, checked; durations in seconds."""
+
+    policy: HaPolicy
+    url: str
+    """The PostgreSQL URL of ``[store]``: the lease lives beside the messages."""
+    ping: float = DEFAULT_PING
+    """``lease-ping-time``: how often the live node renews the lease."""
+    reap: float = DEFAULT_REAP
+    """``lease-reap-time``: how long an unrenewed lease lasts."""
+    query_timeout: float = DEFAULT_QUERY_TIMEOUT
+    """``lease-query-timeout``: the longest any lease statement may take."""
+    max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW
+    """``max-clock-skew``: a node clock further than this from the database's is logged
+    and shown in status (the lease never depends on it)."""
+
+
+def _positive(table: Mapping[str, Any], key: str, default: float, source: str) -> float:
+    value = expect_duration(table.get(key, _seconds(default)), source, f"ha.{key}")
+    if value <= 0:
+        raise ConfigError(source, f"ha.{key}", "expected a duration above zero")
+    return value
+
+
+def _seconds(value: float) -> str:
+    return f"{round(value * 1000)}ms"
+
+
+def parse_ha(table: Mapping[str, Any], source: str, store_url: str | None) -> HaSettings:
+    """Check ``[ha]``; ``store_url`` is ``[store] url`` (None: the store is not PostgreSQL)."""
+    check_keys(table, _KEYS, source, "ha")
+    if "policy" not in table:
+        raise ConfigError(source, "ha.policy", "is required")
+    text = expect_str(table["policy"], source, "ha.policy")
+    try:
+        policy = HaPolicy(text)
+    except ValueError:
+        choices = ", ".join(member.value for member in HaPolicy)
+        raise ConfigError(source, "ha.policy", f"expected one of {choices}, got {text!r}") from None
+    if store_url is None:
+        raise ConfigError(
+            source,
+            "ha",
+            'needs [store] type = "postgresql": the lease and the messages live in one '
+            "shared database (nodes on SQLite files share nothing)",
+        )
+    ping = _positive(table, "lease-ping-time", DEFAULT_PING, source)
+    reap = _positive(table, "lease-reap-time", DEFAULT_REAP, source)
+    query_timeout = _positive(table, "lease-query-timeout", DEFAULT_QUERY_TIMEOUT, source)
+    skew = _positive(table, "max-clock-skew", DEFAULT_MAX_CLOCK_SKEW, source)
+    if not ping < reap / 2:
+        raise ConfigError(
+            source,
+            "ha.lease-ping-time",
+            f"must be below half of ha.lease-reap-time ({_seconds(reap)}), got "
+            f"{_seconds(ping)}: the lease must survive one failed renewal",
+        )
+    if not query_timeout < ping:
+        raise ConfigError(
+            source,
+            "ha.lease-query-timeout",
+            f"must be below ha.lease-ping-time ({_seconds(ping)}), got "
+            f"{_seconds(query_timeout)}: a statement must give up before the next renewal",
+        )
+    return HaSettings(policy, store_url, ping, reap, query_timeout, skew)

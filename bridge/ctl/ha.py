@@ -1,0 +1,357 @@
+"""The node's side of high availability: runs the activation machine (bridge.ha) against
+the lease in PostgreSQL and the node service's activate / deactivate steps.
+
+A backup tries to acquire every ``lease-ping-time``; once it holds the lease it renews
+every ``lease-ping-time`` (counted from each renewal's start), and a watchdog thread
+(bridge.ha.watchdog, on the monotonic clock) tells the machine when no renewal landed
+before the fence's deadline. Every answer also updates the
+clock skew, which is logged when above ``max-clock-skew``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from bridge.config.ha import HaSettings
+from bridge.ctl.status import HaStatus
+from bridge.ha.activation import Activation, HaState, IActivationActions
+from bridge.ha.client import LeaseClient, Observed
+from bridge.ha.fence import Fence, margin
+from bridge.ha.lease import Holder, LeaseRow, LeaseTable, LeaseToken
+from bridge.ha.watchdog import Watchdog
+from bridge.store import Fenced
+
+log = Logger()
+
+Step = Callable[[], Coroutine[Any, Any, None]]
+
+
+@implementer(IActivationActions)
+class HaNode:
+    """One node's activation, driven by the lease. ``activate`` and ``deactivate`` are the
+    node service's steps; ``failed`` ends the node when an activation fails."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: HaSettings,
+        reactor: Any,
+        *,
+        activate: Step,
+        deactivate: Step,
+        failed: Callable[[Failure], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.holder = Holder(name)
+        self._reactor = reactor
+        self._activate = activate
+        self._deactivate = deactivate
+        self._failed = failed
+        self._monotonic = monotonic
+        self.client = LeaseClient(LeaseTable(settings.url, settings.query_timeout), reactor)
+        gap = margin(settings.reap, settings.ping, settings.query_timeout)
+        self.machine = Activation(self, Fence(settings.reap, gap, monotonic), self._entered)
+        self._watchers: list[tuple[HaState, Deferred[None]]] = []
+        self.epoch = 0
+        """The epoch this node last acquired (0: never)."""
+        self.lease: LeaseRow | None = None
+        """The lease as last seen, by any statement."""
+        self.skew = 0
+        """The node's clock minus the database's, in ms, at the last statement."""
+        self.backups: tuple[str, ...] = ()
+        """The backups waiting for the lease (``node/run``), as last seen."""
+        self._acquire_call: IDelayedCall | None = None
+        self._renew_call: IDelayedCall | None = None
+        self._handing_over = False
+        self._tried = False
+        self._watchdog = Watchdog(self.machine.fence, reactor, self._deadline_check)
+        self._activating: Deferred[None] | None = None
+        self._deactivating: Deferred[None] | None = None
+        self._stopped: Deferred[None] = Deferred()
+
+    # -- what the node service calls ---------------------------------------------------
+    def start(self) -> None:
+        log.info("node {name}: HA {policy}, waiting for the lease", **self._names())
+        self._watchdog.start()
+        self.machine.inputs.start()
+
+    def stop(self) -> Deferred[None]:
+        """Deactivate, release the lease if held, close the lease's connection: fires when
+        all is done."""
+        self.machine.inputs.stop()
+        done: Deferred[None] = Deferred()
+        self._stopped.addBoth(lambda _: done.callback(None))
+        return done
+
+    @property
+    def state(self) -> HaState:
+        return self.machine.state
+
+    def reached(self, state: HaState) -> Deferred[None]:
+        """Fires when the machine next enters ``state``."""
+        waiter: Deferred[None] = Deferred()
+        self._watchers.append((state, waiter))
+        return waiter
+
+    def _entered(self, state: HaState) -> None:
+        waiting = [entry for entry in self._watchers if entry[0] is state]
+        self._watchers = [entry for entry in self._watchers if entry[0] is not state]
+        for _, waiter in waiting:  # after the transition, not inside it
+            self._reactor.callLater(0, waiter.callback, None)
+
+    def status(self) -> HaStatus:
+        """For ``/status``, ``/metrics`` and ``txbridge ctl ha status``."""
+        lease = self.lease
+        return HaStatus(
+            state=self.machine.state.value,
+            policy=self.settings.policy.value,
+            live=lease.node if lease is not None and lease.held else "",
+            epoch=lease.epoch if lease is not None else 0,
+            lease_expires_ms=lease.expires if lease is not None else 0,
+            lease_left_ms=max(0, lease.expires - lease.now) if lease is not None else 0,
+            clock_skew_ms=self.skew,
+            max_clock_skew_ms=round(self.settings.max_clock_skew * 1000),
+            reason=self.machine.reason,
+            backups=tuple(holder.rpartition("/")[0] for holder in self.backups),
+        )
+
+    @property
+    def token(self) -> LeaseToken:
+        """The fencing token of the epoch this node holds, for its store to write under."""
+        return LeaseToken(str(self.holder), self.epoch)
+
+    def fenced(self) -> None:
+        """The store refused a write: the lease no longer carries this node's epoch."""
+        if self._serving_states():
+            log.warn("node {name}: a store write found a newer epoch", **self._names())
+            self.machine.inputs.lease_lost()
+
+    # -- IActivationActions ------------------------------------------------------------
+    def failover(self) -> bool:
+        """Soft failover: stop serving, release the lease, and leave it to the backups for
+        ``lease-reap-time`` before trying again. False unless LIVE."""
+        if self.machine.state is not HaState.LIVE:
+            return False
+        log.info("node {name}: failover asked, handing the lease over", **self._names())
+        self._handing_over = True
+        self.machine.inputs.failover()
+        return True
+
+    def acquire(self) -> None:
+        if self._handing_over:
+            self._handing_over = False
+            Deferred.fromCoroutine(self._hand_over())
+            return
+        delay = self.settings.ping if self._tried else 0.0  # the first try at once
+        self._tried = True
+        self._acquire_call = self._reactor.callLater(delay, self._try_acquire)
+
+    async def _hand_over(self) -> None:
+        """Back in BACKUP after a failover: release, then wait out a reap before trying."""
+        try:
+            observed = await self.client.release(self.holder, self.epoch)
+        except Exception as error:
+            names = self._names()
+            log.warn("node {name}: releasing the lease failed: {why}", why=error, **names)
+        else:
+            if observed.row is not None:
+                log.info("node {name}: released the lease", **self._names())
+        if self.machine.state is HaState.BACKUP:
+            self._acquire_call = self._reactor.callLater(self.settings.reap, self._try_acquire)
+
+    def _try_acquire(self) -> None:
+        self._acquire_call = None
+        started = self._monotonic()
+        asked = self.client.acquire(self.holder, self.settings.reap)
+        asked.addCallbacks(self._acquire_answered, self._acquire_failed, (started,))
+
+    def _acquire_answered(self, observed: Observed, started: float) -> None:
+        self._observe(observed)
+        row = observed.row
+        if self.machine.state is not HaState.BACKUP:
+            return  # stopping: a lease taken now expires unrenewed
+        if row is None:
+            self.machine.inputs.not_acquired()
+            self._read_live()
+            return
+        self.epoch = row.epoch
+        log.info(
+            "node {name}: acquired the lease, epoch {epoch}, activating",
+            epoch=row.epoch,
+            **self._names(),
+        )
+        self.machine.inputs.acquired(started)
+        self._arm_deadline()
+        self._schedule_renew(started)
+
+    def _acquire_failed(self, failure: Failure) -> None:
+        log.warn(
+            "node {name}: acquiring the lease failed: {why}", why=failure.value, **self._names()
+        )
+        self.machine.inputs.not_acquired()
+
+    def _read_live(self) -> None:
+        """Who is live, for the log and status, when this node did not acquire; and say
+        that this node waits."""
+        self.client.read().addCallbacks(self._observe, lambda _: None)
+        self._list_backups(self.holder)
+
+    def _list_backups(self, me: Holder | None) -> None:
+        listed = self.client.waiting(me, self.settings.reap)
+        listed.addCallbacks(self._backups_seen, lambda _: None)
+
+    def _backups_seen(self, backups: tuple[str, ...]) -> None:
+        self.backups = backups
+
+    def activate(self) -> None:
+        activating = Deferred.fromCoroutine(self._activate())
+        activating.addCallbacks(self._activated, self._activation_failed)
+        self._activating = activating
+
+    def _activation_failed(self, failure: Failure) -> None:
+        if failure.check(Fenced):
+            self.fenced()  # the epoch moved on while loading the store: back to BACKUP
+        elif self.machine.state is HaState.ACTIVATING:
+            self._failed(failure)
+
+    def _activated(self, _: object) -> None:
+        self.machine.inputs.started()
+        if self.machine.state is HaState.LIVE:
+            log.info("node {name}: LIVE, epoch {epoch}", epoch=self.epoch, **self._names())
+
+    def deactivate(self, reason: str) -> None:
+        self._cancel()
+        log.warn("node {name}: stops serving: {reason}", reason=reason, **self._names())
+        self._deactivating = Deferred.fromCoroutine(self._stop_serving())
+
+    async def _stop_serving(self) -> None:
+        """Once an activation in progress has finished (so nothing it opens stays open),
+        close everything, then tell the machine."""
+        if self._activating is not None:
+            await _after(self._activating)
+        try:
+            await self._deactivate()
+        except Exception as error:
+            # the database gone, the store cannot record its clean stop: it was stopped all
+            # the same (the next open recovers as after a crash)
+            why = str(error).splitlines()[0] if str(error) else repr(error)
+            log.warn("node {name}: stopped serving, not cleanly: {why}", why=why, **self._names())
+        self.machine.inputs.deactivated()
+
+    def release(self) -> None:
+        Deferred.fromCoroutine(self._release())
+
+    async def _release(self) -> None:
+        """After the deactivation: give the lease up, close the lease's connection."""
+        if self._deactivating is not None:
+            await _after(self._deactivating)
+        if self.epoch:
+            try:
+                observed = await self.client.release(self.holder, self.epoch)
+            except Exception as error:
+                log.warn(
+                    "node {name}: releasing the lease failed: {why}", why=error, **self._names()
+                )
+            else:
+                if observed.row is not None:
+                    log.info("node {name}: released the lease", **self._names())
+        await self.client.close()
+        self._watchdog.stop()
+        self.machine.inputs.stopped()
+        self._stopped.callback(None)
+
+    # -- renewals and the deadline -----------------------------------------------------
+    def _schedule_renew(self, last_start: float) -> None:
+        delay = max(0.0, last_start + self.settings.ping - self._monotonic())
+        self._renew_call = self._reactor.callLater(delay, self._renew)
+
+    def _renew(self) -> None:
+        self._renew_call = None
+        started = self._monotonic()
+        asked = self.client.renew(self.holder, self.epoch, self.settings.reap)
+        asked.addCallbacks(self._renew_answered, self._renew_failed, (started,), {}, (started,))
+
+    def _serving_states(self) -> bool:
+        return self.machine.state in (HaState.ACTIVATING, HaState.LIVE)
+
+    def _renew_answered(self, observed: Observed, started: float) -> None:
+        self._observe(observed)
+        if not self._serving_states():
+            return
+        if observed.row is None:
+            self.machine.inputs.lease_lost()
+            return
+        self.machine.inputs.renewed(started)
+        self._arm_deadline()
+        self._schedule_renew(started)
+        self._list_backups(None)
+
+    def _renew_failed(self, failure: Failure, started: float) -> None:
+        if not self._serving_states():
+            return
+        log.warn(
+            "node {name}: renewing the lease failed: {why}", why=failure.value, **self._names()
+        )
+        self.machine.inputs.renew_failed()
+        self._schedule_renew(started)
+
+    def _arm_deadline(self) -> None:
+        self._watchdog.rearm()
+
+    def _deadline_check(self) -> None:
+        """From the watchdog: a deadline passed (a renewal may have moved it since)."""
+        if not self.machine.fence.valid:
+            self.machine.inputs.deadline_passed()
+
+    def _cancel(self) -> None:
+        for call in (self._acquire_call, self._renew_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._acquire_call = self._renew_call = None
+
+    # -- what was seen -----------------------------------------------------------------
+    def _observe(self, observed: Observed) -> None:
+        if observed.row is not None:
+            if self.lease is None or observed.row.holder != self.lease.holder:
+                who = observed.row.node or "nobody"
+                log.info(
+                    "node {name}: live is {who}, epoch {epoch}",
+                    who=who,
+                    epoch=observed.row.epoch,
+                    **self._names(),
+                )
+            self.lease = observed.row
+        limit = round(self.settings.max_clock_skew * 1000)
+        if abs(observed.skew) > limit >= abs(self.skew):
+            log.warn(
+                "node {name}: clock {skew} ms off the database's (max-clock-skew {limit} ms)",
+                skew=observed.skew,
+                limit=limit,
+                **self._names(),
+            )
+        self.skew = observed.skew
+
+    def _names(self) -> dict[str, object]:
+        return {"name": self.holder.node, "policy": self.settings.policy.value}
+
+
+def _after(step: Deferred[None]) -> Deferred[None]:
+    """A Deferred that fires (with None) once ``step`` has, leaving ``step``'s result to
+    its own callbacks."""
+    done: Deferred[None] = Deferred()
+
+    def passed(result: object) -> object:
+        done.callback(None)
+        return result
+
+    step.addBoth(passed)
+    return done

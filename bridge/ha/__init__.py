@@ -1,0 +1,2 @@
+"""High availability: the live lease in the shared database, and the activation of a node
+that holds it (docs/ha.md)."""

@@ -1,0 +1,247 @@
+"""The live lease in PostgreSQL: one row naming who holds it, its epoch and its expiry.
+
+Every statement judges time by the database's clock, read once inside the statement with
+``clock_timestamp()`` (``now()`` would be the start of the transaction), so no node's clock
+ever decides who holds the lease: a node whose clock is skewed or jumps can neither keep a
+lease past its expiry nor take one early. Times are epoch milliseconds of the database's
+clock, as integers.
+
+- acquire: take the lease if it has expired, or if this holder has it already (taking it
+  again after a loss of the database); the epoch goes up by one either way.
+- renew: push the expiry on, only while the holder and the epoch are still this node's and
+  the lease has not expired.
+- release: give the lease up (expiry 0), keeping the epoch, so the next holder's is higher.
+
+The statements are blocking (psycopg 3); :mod:`bridge.ha.client` runs them on a thread.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from contextlib import suppress
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+TABLE = "txbridge_lease"
+LEASE = "live"
+"""The one lease's name (its row's key): the right to serve as the live node."""
+
+_NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+_CREATE = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    name text PRIMARY KEY,
+    holder text NOT NULL DEFAULT '',
+    epoch bigint NOT NULL DEFAULT 0,
+    expires bigint NOT NULL DEFAULT 0
+)"""
+WAITING = "txbridge_lease_waiting"
+TABLES = (TABLE, WAITING)
+"""The tables of the lease, beside the store's in a shared schema."""
+_CREATE_WAITING = f"""
+CREATE TABLE IF NOT EXISTS {WAITING} (
+    holder text PRIMARY KEY,
+    seen bigint NOT NULL
+)"""
+_SEEN = f"""
+INSERT INTO {WAITING} (holder, seen) VALUES (%(me)s, {_NOW_MS})
+ON CONFLICT (holder) DO UPDATE SET seen = excluded.seen"""
+_FORGET = f"DELETE FROM {WAITING} WHERE seen < {_NOW_MS} - %(window)s * 10"
+_WAITING = f"""
+SELECT w.holder FROM {WAITING} AS w
+WHERE w.seen >= {_NOW_MS} - %(window)s
+    AND w.holder <> (SELECT holder FROM {TABLE} WHERE name = %(lease)s)
+ORDER BY w.holder"""
+
+_SEED = f"INSERT INTO {TABLE} (name) VALUES (%(lease)s) ON CONFLICT (name) DO NOTHING"
+
+_ACQUIRE = f"""
+UPDATE {TABLE} AS l
+SET holder = %(me)s, epoch = l.epoch + 1, expires = t.now + %(reap)s
+FROM (SELECT {_NOW_MS} AS now) AS t
+WHERE l.name = %(lease)s AND (l.expires < t.now OR l.holder = %(me)s)
+RETURNING l.holder, l.epoch, l.expires, t.now"""
+
+_RENEW = f"""
+UPDATE {TABLE} AS l
+SET expires = t.now + %(reap)s
+FROM (SELECT {_NOW_MS} AS now) AS t
+WHERE l.name = %(lease)s AND l.holder = %(me)s AND l.epoch = %(epoch)s
+    AND l.expires >= t.now
+RETURNING l.holder, l.epoch, l.expires, t.now"""
+
+_RELEASE = f"""
+UPDATE {TABLE} AS l
+SET holder = '', expires = 0
+FROM (SELECT {_NOW_MS} AS now) AS t
+WHERE l.name = %(lease)s AND l.holder = %(me)s AND l.epoch = %(epoch)s
+RETURNING %(me)s, l.epoch, l.expires, t.now"""
+
+CHECK_TOKEN = (
+    f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s AND holder = %(holder)s"
+    " AND epoch = %(epoch)s FOR SHARE"
+)
+"""The fencing token's check, for the store to run first in each of its transactions: a
+row only while the lease still carries this holder and epoch. ``FOR SHARE`` holds off
+any acquisition until the transaction ends, so a new holder reads the store only after
+every write checked under the old epoch has committed or rolled back."""
+
+_LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
+_READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"
+
+
+@attrs.frozen
+class Holder:
+    """Who holds (or wants) the lease: the node's name and a random id drawn at each process
+    start, so a restarted node is a new holder and never renews its former self's lease."""
+
+    node: str
+    run: str = attrs.field(factory=lambda: secrets.token_hex(8))
+
+    def __str__(self) -> str:
+        return f"{self.node}/{self.run}"
+
+
+@attrs.frozen
+class LeaseToken:
+    """The fencing token a live node's store writes under: the holder and the epoch it
+    acquired (docs/ha.md)."""
+
+    holder: str
+    epoch: int
+    lease: str = LEASE
+
+    def params(self) -> dict[str, object]:
+        """The parameters of :data:`CHECK_TOKEN`."""
+        return {"lease": self.lease, "holder": self.holder, "epoch": self.epoch}
+
+
+@attrs.frozen
+class LeaseRow:
+    """The lease as one statement left it, with the database's time of that statement."""
+
+    holder: str
+    """``node/run`` of the holder; "" when released or never taken."""
+    epoch: int
+    expires: int
+    """Epoch milliseconds of the database's clock."""
+    now: int
+    """The database's clock when the statement ran, in epoch milliseconds."""
+
+    @property
+    def held(self) -> bool:
+        return bool(self.holder) and self.expires >= self.now
+
+    @property
+    def node(self) -> str:
+        """The holder's node name ("" when nobody holds the lease)."""
+        return self.holder.rpartition("/")[0]
+
+
+class LeaseTable:
+    """The lease row's statements over one connection, each bounded by ``query_timeout``
+    on the server (``statement_timeout``, ``lock_timeout``) and when connecting.
+
+    Blocking: call from one thread only. A failed statement closes the connection; the next
+    call opens a new one. The table is created, if missing, in the schema the URL's
+    connection uses first (its search path)."""
+
+    def __init__(self, url: str, query_timeout: float, lease: str = LEASE) -> None:
+        self.url = url
+        self.query_timeout = query_timeout
+        self.lease = lease
+        self._connection: psycopg.Connection[tuple[Any, ...]] | None = None
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        ms = max(1, round(self.query_timeout * 1000))
+        given = conninfo_to_dict(self.url).get("options") or ""
+        connection = psycopg.connect(
+            self.url,
+            autocommit=True,
+            # libpq takes whole seconds and treats 1 as 2: the client-side timeout of
+            # bridge.ha.client is what bounds a connect to query-timeout.
+            connect_timeout=max(2, math.ceil(self.query_timeout)),
+            # after the URL's own options (a search path), which a keyword would replace
+            options=f"{given} -c statement_timeout={ms} -c lock_timeout={ms}",
+        )
+        for create in (_CREATE, _CREATE_WAITING):
+            with suppress(psycopg.errors.UniqueViolation):  # another node made it at once
+                connection.execute(create)
+        connection.execute(_SEED, {"lease": self.lease})
+        self._connection = connection
+        return connection
+
+    def _one(
+        self, statement: str, params: dict[str, object], *, lock: bool = True
+    ) -> LeaseRow | None:
+        """Run ``statement`` in a transaction that first locks the row, so that the
+        statement reads the database's clock once the row is this connection's: a statement
+        that waited for another's commit judges time after it, never before."""
+        values = {"lease": self.lease, **params}
+        try:
+            connection = self._connect()
+            with connection.transaction():
+                if lock:
+                    connection.execute(_LOCK, values)
+                row = connection.execute(statement, values).fetchone()
+        except BaseException:
+            self.close()
+            raise
+        if row is None:
+            return None
+        holder, epoch, expires, now = row
+        return LeaseRow(str(holder), int(epoch), int(expires), int(now))
+
+    def acquire(self, me: Holder, reap: float) -> LeaseRow | None:
+        """Take the lease for ``reap`` seconds of the database's clock: the row as taken, or
+        None when another holder's lease has not expired."""
+        return self._one(_ACQUIRE, {"me": str(me), "reap": _ms(reap)})
+
+    def renew(self, me: Holder, epoch: int, reap: float) -> LeaseRow | None:
+        """Extend the lease by ``reap`` from the database's now: None when it is no longer
+        this holder's at this epoch, or has expired."""
+        return self._one(_RENEW, {"me": str(me), "epoch": epoch, "reap": _ms(reap)})
+
+    def release(self, me: Holder, epoch: int) -> LeaseRow | None:
+        """Give the lease up at once, if it is still this holder's at this epoch: the row
+        as released (its ``now`` is when), or None."""
+        return self._one(_RELEASE, {"me": str(me), "epoch": epoch})
+
+    def waiting(self, me: Holder | None, window: float) -> tuple[str, ...]:
+        """The backups waiting for the lease: those that said so (``me``, if given, says so
+        now) within ``window`` seconds of the database's clock, the holder left out, as
+        ``node/run``. Entries ten windows old are forgotten."""
+        values: dict[str, object] = {"lease": self.lease, "window": _ms(window)}
+        try:
+            connection = self._connect()
+            with connection.transaction():
+                if me is not None:
+                    connection.execute(_SEEN, {**values, "me": str(me)})
+                connection.execute(_FORGET, values)
+                rows = connection.execute(_WAITING, values).fetchall()
+        except BaseException:
+            self.close()
+            raise
+        return tuple(str(holder) for (holder,) in rows)
+
+    def read(self) -> LeaseRow:
+        """The lease as it stands, with the database's time."""
+        row = self._one(_READ, {}, lock=False)
+        if row is None:
+            raise LookupError(f"the lease row {self.lease!r} is missing from {TABLE}")
+        return row
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
