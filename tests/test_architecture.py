@@ -5,6 +5,7 @@ points at it, inside the repository."""
 
 from __future__ import annotations
 
+import ast
 import configparser
 import importlib
 import re
@@ -124,6 +125,31 @@ def test_no_sibling_packages_import_each_other():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 kept, 0 broken" in result.stdout
+
+
+def _reaches_into_the_broker(path: Path) -> list[str]:
+    """Where ``path`` reads an underscored attribute off something named like a broker."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        owner = node.value
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+        if "broker" in name.lower() and not node.attr.startswith("__"):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}.{node.attr}")
+    return found
+
+
+def test_nothing_outside_the_node_reaches_into_the_broker():
+    """Heads, bridges and the command line call the broker's public methods only (and
+    import none of its parts: the ``node-is-called-through-the-broker`` contract)."""
+    outside = [
+        path
+        for path in sorted((ROOT / "bridge").rglob("*.py"))
+        if not path.is_relative_to(ROOT / "bridge" / "node")
+    ]
+    assert outside
+    assert [hit for path in outside for hit in _reaches_into_the_broker(path)] == []
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,26 @@ class Detection(NamedTuple):
     duplicate_id: bytes
 
 
+def free(detection: Detection | None) -> None:
+    """A send that did not happen (its write failed, its transaction rolled back) leaves
+    its duplicate id free, so that its resend gets through."""
+    if detection is not None:
+        detection.cache.discard(detection.duplicate_id)
+
+
+def hold(detection: Detection | None) -> None:
+    """A send's write is pending: a repeat of it waits for the outcome."""
+    if detection is not None:
+        detection.cache.hold(detection.duplicate_id)
+
+
+def settle(detection: Detection | None, *, committed: bool) -> None:
+    """A send's write committed or failed: tell the repeats waiting on it (a failed one
+    leaves its duplicate id free, so that its resend gets through)."""
+    if detection is not None:
+        detection.cache.settle(detection.duplicate_id, committed)
+
+
 @attrs.frozen
 class Binding:
     """A queue bound to an address, with the filter messages must match to reach it."""

@@ -1,0 +1,521 @@
+"""Routing and addresses: the node's addresses and queues, and where each send goes.
+
+``Router`` keeps the addresses (created from the configuration, a queue record or a first
+use) and the queues bound to them, assigns message ids, and routes a send: duplicate
+detection, the address-full policy, the store write of a durable send, and adding it to
+its queues once it is safe. A send in a transaction is only recorded on it (its commit,
+``bridge.node.transactions``, adds it to its queues); a paged send goes through
+``bridge.node.paging``. The per-message path (``publish_then``) lives here alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+from twisted.internet.defer import Deferred, succeed
+from twisted.python.failure import Failure
+
+from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
+from bridge.message import HeaderValue, Message
+from bridge.node.address import (
+    BRIDGE_KEY_PREFIX,
+    Address,
+    AddressError,
+    Binding,
+    Detection,
+    hold,
+    routing_names,
+    settle,
+)
+from bridge.node.errors import AddressFull, AddressNotFound, NodeError, QueueNotFound
+from bridge.node.large import LargeMessages
+from bridge.node.memory import AddressMemory, NodeMemory
+from bridge.node.paging import Paging
+from bridge.node.queue import TRANSIENT, Entry, Filter, Queue
+from bridge.node.writes import join, log, log_failure, store_detection
+from bridge.selector import compile_selector
+from bridge.store.interfaces import IMessageStore
+from bridge.store.records import QueueRecord
+
+if TYPE_CHECKING:
+    from bridge.node.transactions import Transaction
+
+Then = Callable[[Failure | None], object]
+"""Told that a send waiting for its store write is safe to confirm (None), or why not."""
+
+DeadLetter = Callable[[Queue, list[Entry]], None]
+"""Told of entries a queue let go of, delivered max-delivery-attempts times."""
+
+
+def compile_filter(text: str | None) -> Filter | None:
+    """A queue's or a consumer's filter, compiled (None: everything matches)."""
+    return compile_selector(text).matches if text else None
+
+
+_ANYCAST = Routing.ANYCAST
+"""Read on every send: a module constant costs a quarter of reading it off its class."""
+
+
+@attrs.frozen
+class Routed:
+    """Where a send went: the queues it reached, or that it was a duplicate, or dropped by
+    a full address's DROP policy."""
+
+    queues: tuple[str, ...]
+    duplicate: bool = False
+    dropped: bool = False
+
+
+class Router:
+    """The addresses and queues of one node, and the routing of sends to them."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        store: IMessageStore,
+        memory: NodeMemory,
+        large: LargeMessages,
+        dead_letter: DeadLetter,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.memory = memory
+        self._large = large
+        self._dead_letter = dead_letter
+        self._addresses: dict[str, Address] = {}
+        self._queues: dict[str, Queue] = {}
+        self._durable: set[str] = set()
+        self.paging = Paging(store, self._durable)
+        self.next_id = 1
+        self.recovered_ids: dict[str, Sequence[bytes]] = {}
+        """Stored duplicate ids, by store key, of addresses not created yet since the start."""
+        self._to_one: dict[str, Routed] = {}
+        """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
+        self._creating: dict[str, list[Deferred[None]]] = {}
+        """Queues being created (stored first), and the calls waiting for each."""
+
+    # -- addresses and queues -------------------------------------------------------------
+
+    @property
+    def addresses(self) -> Mapping[str, Address]:
+        return self._addresses
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        return self._queues
+
+    @property
+    def durable(self) -> set[str]:
+        """The names of the stored queues."""
+        return self._durable
+
+    def new_address(self, name: str, routing_types: Iterable[Routing]) -> Address:
+        """Create an address, its duplicate-id caches refilled from what the store kept for
+        it (whether it comes back from a queue record, the configuration or a first use)."""
+        address = Address(
+            name,
+            routing_types,
+            self.config.settings_for(name),
+            recovered_ids=self.recovered_ids.pop(name, ()),
+            recovered_bridge_ids=self.recovered_ids.pop(BRIDGE_KEY_PREFIX + name, ()),
+            node_memory=self.memory,
+        )
+        self._addresses[name] = address
+        return address
+
+    def new_queue(self, name: str, address: Address) -> Queue:
+        return Queue(
+            name,
+            address.name,
+            memory=address.memory,
+            pager=self.paging.page_in,
+            max_deliveries=address.settings.max_delivery_attempts,
+            dead_letter=self._dead_letter,
+        )
+
+    def address(self, name: str, *, create: bool, routing: Routing | None = None) -> Address:
+        """The address ``name``; created if missing and ``create`` is set or settings allow
+        (with ``routing``, or the configured routing types), else AddressNotFound."""
+        address = self._addresses.get(name)
+        if address is not None:
+            return address
+        if not create and not self.may_create_address(name):
+            raise self.not_creatable(name)
+        types = self.config.routing_types_for(name) if routing is None else {routing}
+        return self.new_address(name, types)
+
+    def create_address(self, name: str, routing: Routing) -> Address:
+        """The address ``name`` with ``routing``: created (without queues) if missing, as
+        a head creates one on first use once it checked the client may; an existing one
+        gets ``routing`` too if it lacks it (see ``add_routing``). AddressNotFound for a
+        name reserved to the node."""
+        address = self._addresses.get(name)
+        if address is None:
+            if name.startswith("$"):
+                raise self.not_creatable(name)
+            return self.new_address(name, {routing})
+        self.add_routing(address, routing)
+        return address
+
+    def add_routing(self, address: Address, routing: Routing) -> None:
+        """Give ``address`` the routing type ``routing`` if it lacks it, as Artemis does
+        for a client that uses it where addresses may be created on first use; NodeError
+        where they may not."""
+        if routing in address.routing_types:
+            return
+        if not self.may_create_address(address.name):
+            raise NodeError(
+                f"address {address.name!r} is {routing_names(address.routing_types)}, not "
+                f"{routing.value}, and auto-create-addresses is off for it"
+            )
+        address.add_routing(routing)
+
+    def _auto_queue(self, address: Address) -> None:
+        """An anycast address created on first use gets its queue of the same name, as
+        Artemis's auto-create-queues does; it is stored in the same group commit as the
+        send that created it, ahead of it."""
+        if Routing.ANYCAST not in address.routing_types or address.name in self._queues:
+            return
+        queue = self.new_queue(address.name, address)
+        address.bind(queue, None, durable=True, routing=Routing.ANYCAST)
+        self._queues[address.name] = queue
+        self._durable.add(address.name)
+        self.store.create_queue(
+            QueueRecord(address.name, address.name, Routing.ANYCAST.value, None)
+        ).addErrback(self._auto_queue_failed, address.name)
+
+    def _auto_queue_failed(self, failure: Failure, name: str) -> None:
+        log.failure("auto-created queue {name!r} could not be stored", failure, name=name)
+
+    def auto_create(self, address_name: str) -> Address:
+        """The address, created on first use if settings allow (an anycast one with its
+        queue); AddressNotFound if they do not."""
+        address = self.address(address_name, create=False)
+        self._auto_queue(address)
+        return address
+
+    def has_address(self, name: str) -> bool:
+        return name in self._addresses
+
+    def may_create_address(self, name: str) -> bool:
+        """Whether a missing address of this name is created on first use (never one whose
+        name starts with ``$``: those are the node's own, as its duplicate-id keys)."""
+        return not name.startswith("$") and self.config.settings_for(name).auto_create_addresses
+
+    @staticmethod
+    def not_creatable(name: str) -> AddressNotFound:
+        """The error for a missing address that ``may_create_address`` refuses, saying why."""
+        why = (
+            "names starting with '$' are reserved for the node"
+            if name.startswith("$")
+            else "auto-create-addresses is off for it"
+        )
+        return AddressNotFound(f"address {name!r} does not exist and {why}")
+
+    def is_durable(self, queue_name: str) -> bool:
+        return queue_name in self._durable
+
+    def queue(self, name: str) -> Queue:
+        try:
+            return self._queues[name]
+        except KeyError:
+            raise QueueNotFound(f"no queue {name!r}") from None
+
+    def recovered_queue(
+        self, name: str, address: Address, filter: str | None, routing: Routing
+    ) -> Queue:
+        """A stored queue back from the store, bound to its address as it was."""
+        queue = self.new_queue(name, address)
+        address.bind(queue, compile_filter(filter), durable=True, routing=routing)
+        self._queues[name] = queue
+        self._durable.add(name)
+        return queue
+
+    async def create_queue(
+        self,
+        name: str,
+        address_name: str,
+        *,
+        durable: bool,
+        filter: str | None = None,
+        routing: Routing | None = None,
+    ) -> Queue:
+        """Create a queue bound to an address (created too if settings allow, with
+        ``routing`` or the configured default); durable queues are stored before they
+        exist. The queue's routing type is ``routing``, else the address's ``routing``; an
+        existing address lacking it gets it where ``add_routing`` allows.
+
+        A call for a queue another call is still creating waits for it, and gets that
+        queue if it is on the same address with the same durability."""
+        while name in self._creating:
+            waiter: Deferred[None] = Deferred()
+            self._creating[name].append(waiter)
+            await waiter
+            queue = self._queues.get(name)
+            same = queue is not None and queue.address == address_name
+            if same and queue is not None and self.is_durable(name) is durable:
+                return queue
+        if name in self._queues:
+            raise NodeError(f"queue {name!r} already exists")
+        waiters = self._creating[name] = []
+        try:
+            return await self._create_queue(
+                name, address_name, durable=durable, filter=filter, routing=routing
+            )
+        finally:
+            del self._creating[name]
+            for waiting in waiters:
+                waiting.callback(None)
+
+    async def _create_queue(
+        self,
+        name: str,
+        address_name: str,
+        *,
+        durable: bool,
+        filter: str | None,
+        routing: Routing | None,
+    ) -> Queue:
+        compiled = compile_filter(filter)
+        address = self.address(address_name, create=False, routing=routing)
+        if routing is None:
+            routing = address.routing
+        self.add_routing(address, routing)
+        if durable:
+            await self.store.create_queue(QueueRecord(name, address_name, routing.value, filter))
+            self._durable.add(name)
+        queue = self.new_queue(name, address)
+        address.bind(queue, compiled, durable, routing)
+        self._queues[name] = queue
+        return queue
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete a queue and its messages; refused while it has consumers.
+
+        It is gone at once (nothing more is routed to it, a second delete finds nothing);
+        the Deferred fires when the store has dropped it too."""
+        queue = self.queue(name)
+        if queue.consumer_ids:
+            raise NodeError(f"queue {name!r} has {len(queue.consumer_ids)} consumer(s)")
+        self._addresses[queue.address].unbind(name)
+        del self._queues[name]
+        entries = queue.clear()
+        transient = [entry.message.id for entry in entries if entry.paged == TRANSIENT]
+        if transient:
+            self.store.unpage(transient).addErrback(log_failure, "releasing pages")
+        if name in self._durable:
+            self._durable.discard(name)
+            await self.store.delete_queue(name)
+        await self._large.release(entries)
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send(
+        self,
+        address_name: str,
+        body: bytes,
+        headers: Mapping[str, HeaderValue] | None = None,
+        *,
+        durable: bool,
+        duplicate_id: bytes | None = None,
+        timestamp_ns: int = 0,
+        tx: Transaction | None = None,
+    ) -> Deferred[Routed]:
+        """Route a message given by its parts; the Deferred fires once it is safe to confirm
+        to the producer (``publish`` without building the message first)."""
+        message = Message(
+            0, address_name, durable, dict(headers or {}), body, duplicate_id, timestamp_ns
+        )
+        routed = self.publish(message, tx=tx)
+        return succeed(routed) if isinstance(routed, Routed) else routed
+
+    def allocate_id(self) -> int:
+        """A message id, for a large message whose body file is named by it before it is
+        published."""
+        self.next_id += 1
+        return self.next_id - 1
+
+    def publish(
+        self, message: Message, *, tx: Transaction | None = None
+    ) -> Routed | Deferred[Routed]:
+        """Route ``message`` (its id is replaced by the node's next one, except a large
+        message's, from ``allocate_id``); the result, or a Deferred of it, says it is safe
+        to confirm to the producer. ``AddressFull`` if the address is full under FAIL.
+
+        What needs no store write (non-durable, a duplicate, no durable queue, or a send in
+        a transaction, which takes effect at commit) is done at once and returns the plain
+        ``Routed``: the hot path of a non-durable send creates no Deferred. A large
+        message's file is the node's from here: deleted if the message goes nowhere."""
+        routed = self.route(message, tx, None)
+        assert routed is not None
+        return routed
+
+    def publish_then(self, message: Message, then: Then) -> Routed | None:
+        """``publish`` outside a transaction without a Deferred, for the heads' hot path.
+
+        What is done at once returns its ``Routed``, and ``then`` is not called. A send
+        that waits for its store write returns None, and ``then`` is told once it is safe
+        to confirm (None) or why it failed (the failure; at once, should the store refuse
+        it at once)."""
+        routed = self.route(message, None, then)
+        if routed is None or isinstance(routed, Routed):  # (cheaper than of Deferred, an ABC)
+            return routed
+        routed.addCallbacks(lambda _: then(None), then)  # paged, or stored with its id
+        return None
+
+    def route(
+        self, message: Message, tx: Transaction | None, then: Then | None
+    ) -> Routed | Deferred[Routed] | None:
+        """``publish``; with ``then`` (and no transaction), a send that needs nothing but
+        its add returns None and tells ``then``, as ``publish_then`` says."""
+        # auto_create's work, skipped for an address that exists and needs no queue
+        address = self._addresses.get(message.address)
+        if address is None or (
+            _ANYCAST in address.routing_types and address.name not in self._queues
+        ):
+            address = self.auto_create(message.address)
+        if message.large is None:
+            message = message.with_id(self.next_id)
+            self.next_id += 1
+        detection = address.detection(message)
+        if detection is not None and detection.duplicate_id in detection.cache:
+            # A repeat waits while its first send is being written (that write may fail);
+            # one in a transaction waits at the transaction's commit.
+            settling = detection.cache.when_settled(detection.duplicate_id)
+            if settling is None:
+                self._large.discard(message)
+                return Routed((), duplicate=True)
+            if tx is None:
+                return settling.addCallback(self._repeat_settled, message)
+            tx.repeats.append((message, settling))
+            return Routed(())
+        try:
+            bindings = address.route(message)
+        except AddressError as error:
+            self._large.discard(message)
+            raise NodeError(str(error)) from None
+        memory = address.memory
+        paged = False
+        if bindings and (memory.paged_messages or memory.full):
+            policy = memory.policy
+            # (Not full, an address may still have messages the last start left paged.)
+            if policy is AddressFullPolicy.PAGE:
+                paged = message.large is None
+            elif memory.full and policy is AddressFullPolicy.DROP:
+                memory.dropped_total += 1
+                self._large.discard(message)
+                return Routed((), dropped=True)
+            elif memory.full and policy is AddressFullPolicy.FAIL:
+                memory.refused_total += 1
+                self._large.discard(message)
+                raise AddressFull(
+                    f"address {address.name!r} is full ({memory.size} bytes in memory, "
+                    f"max-size-bytes {memory.max_size}, global-max-size "
+                    f"{memory.node.max_size}) and its address-full-policy is FAIL"
+                )
+        if detection is not None:
+            detection.cache.add(detection.duplicate_id)
+        routed = self._routed(bindings)
+        if message.large is not None:
+            if bindings:
+                self._large.refs[message.id] = len(bindings)
+            else:
+                self._large.discard(message)
+        if paged:
+            return self.paging.page(message, address, bindings, routed, tx, detection=detection)
+        stored = (
+            [name for name in routed.queues if name in self._durable] if message.durable else []
+        )
+        if not stored:
+            if tx is None:
+                enqueue(message, bindings)
+            else:
+                tx.sends.append((message, bindings, None))
+            return routed
+        if then is not None:
+            self._add_then(message, bindings, stored, memory, then, detection=detection)
+            return None
+        store_tx = tx.store_tx if tx is not None else None
+        writes = [self.store.add(message, stored, tx=store_tx)]
+        store_detection(self.store, detection, writes, store_tx)
+        if tx is not None:
+            tx.sends.append((message, bindings, None))
+            tx.writes.extend(writes)
+            return routed
+        # Held in memory while the store writes it: counted now, so that the address's
+        # policy (and its producers' credits under BLOCK) sees it before it is queued.
+        held = message.size * len(bindings)
+        memory.add(held)
+        hold(detection)
+
+        def written(_: None) -> Routed:
+            enqueue(message, bindings)
+            memory.release(held)  # counted by the queues that hold it now
+            settle(detection, committed=True)
+            return routed
+
+        def not_stored(failure: Failure) -> Failure:
+            memory.release(held)
+            settle(detection, committed=False)
+            return failure
+
+        return join(writes).addCallbacks(written, not_stored)
+
+    def _repeat_settled(self, committed: bool, message: Message) -> Routed | Deferred[Routed]:
+        """A repeat that waited on its first send's write: a duplicate if that committed;
+        if it failed, the repeat is the send that counts."""
+        if committed:
+            self._large.discard(message)
+            return Routed((), duplicate=True)
+        return self.publish(message)
+
+    def _add_then(
+        self,
+        message: Message,
+        bindings: list[Binding],
+        stored: list[str],
+        memory: AddressMemory,
+        then: Then,
+        *,
+        detection: Detection | None,
+    ) -> None:
+        """Store a send and queue it once it is durable, then tell ``then``: one store
+        operation (its duplicate id, if any, goes with it) and no Deferred. Its memory is
+        counted meanwhile, as ``publish`` does, and a repeat waits for its outcome."""
+        held = message.size * len(bindings)
+        memory.add(held)
+
+        def written(failure: Failure | None) -> None:
+            if failure is None:
+                enqueue(message, bindings)
+            memory.release(held)  # if queued, counted by the queues that hold it now
+            settle(detection, committed=failure is None)
+            then(failure)
+
+        if detection is None:
+            self.store.add_then(message, stored, written)
+            return
+        hold(detection)  # before the add, which may tell of a refusal at once
+        cache = detection.cache
+        if not cache.size:  # a cache of size 0 keeps nothing, so nothing is stored
+            self.store.add_then(message, stored, written)
+            return
+        duplicate = (detection.key, detection.duplicate_id, cache.size)
+        self.store.add_then(message, stored, written, duplicate=duplicate)
+
+    def _routed(self, bindings: list[Binding]) -> Routed:
+        if len(bindings) != 1:
+            return Routed(tuple([binding.queue.name for binding in bindings]))
+        name = bindings[0].queue.name
+        routed = self._to_one.get(name)
+        if routed is None:
+            routed = self._to_one[name] = Routed((name,))
+        return routed
+
+
+def enqueue(message: Message, bindings: list[Binding]) -> None:
+    """A routed send, safe now, reaches its queues."""
+    for binding in bindings:
+        binding.queue.add(message)
