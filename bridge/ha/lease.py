@@ -85,10 +85,11 @@ CHECK_TOKEN = (
     f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s AND holder = %(holder)s"
     " AND epoch = %(epoch)s FOR SHARE"
 )
-"""The fencing token's check, for the store to run first in each of its transactions: a
-row only while the lease still carries this holder and epoch. ``FOR SHARE`` holds off
-any acquisition until the transaction ends, so a new holder reads the store only after
-every write checked under the old epoch has committed or rolled back."""
+"""The fencing token's check, for the store to run last in each of its transactions, just
+before the commit: a row only while the lease still carries this holder and epoch.
+``FOR SHARE`` holds off any acquisition until the transaction ends, so a new holder reads
+the store only after every write checked under the old epoch has committed or rolled
+back."""
 
 _LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
 _READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"

@@ -58,12 +58,12 @@ class PostgreSQLWriter:
         connection = connect(self.url)
         try:
             cursor: PgCursor = connection.cursor()
-            self._check_token(cursor)
             self._state = load_state(cursor)
             cursor.execute("DELETE FROM paged_messages")
             after_crash = self._mark_running(cursor)
             recovered = self._recover(cursor, load_limit, after_crash)
             owned = cursor.execute("SELECT id FROM messages WHERE large IS NOT NULL").fetchall()
+            self._check_token(cursor)
             connection.commit()
             self._bodies.remove_orphans(message_id for (message_id,) in owned)
         except psycopg.Error as error:
@@ -87,10 +87,10 @@ class PostgreSQLWriter:
             connection = self._connected()
             with connection.pipeline():
                 cursor: PgCursor = connection.cursor()
-                self._check_token(cursor)
                 outcomes = apply_all(cursor, state, operations)
                 if state.highest_message_id != highest:
                     save_state(cursor, state)
+                self._check_token(cursor)
                 connection.commit()
         except Fenced:
             self._undo()
@@ -137,7 +137,11 @@ class PostgreSQLWriter:
                 connection.close()
 
     def _check_token(self, cursor: PgCursor) -> None:
-        """First in each transaction: the lease must still carry this node's epoch."""
+        """Last in each transaction, just before its commit: the lease must still carry
+        this node's epoch. Last, not first, because the check's row lock holds off any
+        acquisition until the commit: taken first, a node paused in mid-batch (a stopped
+        process, a long pause) would hold every backup off until it resumed; taken last,
+        only for the commit's round trip."""
         token = self.token
         if token is not None and cursor.execute(CHECK_TOKEN, token.params()).fetchone() is None:
             raise Fenced(
