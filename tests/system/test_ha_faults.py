@@ -7,8 +7,11 @@ acquires; a write of a node that lost the lease never lands (checked in the data
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest_twisted
@@ -19,9 +22,10 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.internet.threads import deferToThread
 
 from bridge.client.api import Client, connect
-from tests.ha.test_node_ha import Cuttable, _connects, _via
+from tests.ha.test_node_ha import Cuttable, _connects, _get, _via
 from tests.postgresql import SERVER, execute, schema_url
-from tests.system.test_ha_lease import PING, REAP, SLACK, live_and_backup
+from tests.system.nodes import NodeProcess
+from tests.system.test_ha_lease import PING, REAP, SLACK, ha_node, live_and_backup
 
 
 def _terminate(ports: list[int]) -> int:
@@ -180,3 +184,99 @@ async def test_a_live_node_paused_past_reap_writes_nothing_once_resumed(nodes, p
     stored = list(when_b_took_over.values())
     assert all(any(body in data for data in stored) for body in confirmed)
     assert "node a: LIVE" not in primary.output[since:]
+
+
+HOUR_AHEAD = """
+import time
+
+_system_time = time.time
+time.time = lambda: _system_time() + 3600.0
+"""
+"""A node process's wall clock an hour ahead: ``time.time`` shifted before the node
+imports anything (the monotonic clock is left alone, as a stepped wall clock leaves it)."""
+
+
+async def _ha_state(process: NodeProcess) -> dict[str, Any]:
+    shown = await deferToThread(_get, process.management_url + "/status")
+    state = json.loads(shown)["ha"]
+    assert isinstance(state, dict)
+    return state
+
+
+def _seen(schema: str, node: str) -> int:
+    """When the backup ``node`` last tried to acquire, by the database's clock (ms)."""
+    rows = execute(
+        schema, "SELECT seen FROM txbridge_lease_waiting WHERE holder LIKE %s", (f"{node}/%",)
+    )
+    return max((int(seen) for (seen,) in rows), default=0)  # type: ignore[call-overload]
+
+
+def _holder(schema: str) -> str:
+    ((holder,),) = execute(schema, "SELECT holder FROM txbridge_lease WHERE name = 'live'")
+    return str(holder)
+
+
+async def _one_live(schema: str, live: NodeProcess, backup: NodeProcess, names: str) -> None:
+    """Sample both nodes' states and the lease row over the tries of ``backup`` to acquire
+    for more than a reap: ``live`` (the first of ``names``) is live and holds the lease,
+    ``backup`` (the second) is not live, every time."""
+    live_name, backup_name = names
+    first = await deferToThread(_seen, schema, backup_name)
+    deadline = reactor.seconds() + REAP + SLACK
+    while True:
+        states = [(await _ha_state(node))["state"] for node in (live, backup)]
+        assert states == ["LIVE", "BACKUP"], (states, backup.output)
+        assert (await deferToThread(_holder, schema)).startswith(f"{live_name}/")
+        if await deferToThread(_seen, schema, backup_name) > first + REAP * 1000:
+            return
+        assert reactor.seconds() < deadline, "the backup did not keep trying"
+
+
+def _node(
+    tmp_path: Path, nodes: Any, name: str, url: str, policy: str, *, clock: Path | None = None
+) -> NodeProcess:
+    directory = tmp_path / f"{name}-{len(nodes.started)}"
+    directory.mkdir()
+    process = NodeProcess(directory, ha_node(name, url, policy), path_first=clock).start()
+    nodes.started.append(process)
+    return process
+
+
+async def _management(process: NodeProcess, name: str) -> None:
+    """The management port, which a backup opens (and says) before it starts."""
+    said = await process.wait_for(rf"node {name}: management on 127\.0\.0\.1:(\d+)", SLACK, since=0)
+    process.ports["management"] = int(said.group(1))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_node_an_hour_ahead_never_makes_two_live_nodes(nodes, pg_schema, tmp_path):
+    """b's wall clock is an hour ahead: as a backup it never takes a's unexpired lease,
+    and it takes it once a is killed; as the live node it never keeps it past its expiry
+    by the database's clock: a takes it once b is killed. The skew is in b's status."""
+    url = schema_url(pg_schema)
+    clock = tmp_path / "clock"
+    clock.mkdir()
+    (clock / "sitecustomize.py").write_text(HOUR_AHEAD)
+    a = _node(tmp_path, nodes, "a", url, "shared-store-primary")
+    await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
+    await a.wait_started(1)
+    b = _node(tmp_path, nodes, "b", url, "shared-store-backup", clock=clock)
+    skew = b.wait_for(r"node b: clock (-?\d+) ms off the database's", SLACK)
+    await b.wait_for(r"node b: live is a, epoch 1", SLACK)
+    await _management(b, "b")
+    assert int((await skew).group(1)) > 3_590_000
+    shown = await _ha_state(b)
+    assert shown["clock_skew_ms"] > 3_590_000 and shown["state"] == "BACKUP", shown
+    await _one_live(pg_schema, a, b, "ab")
+
+    b_live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+    await a.stop(signal.SIGKILL)
+    await b_live
+    a = _node(tmp_path, nodes, "a", url, "shared-store-primary")
+    await a.wait_for(r"node a: live is b, epoch 2", SLACK)
+    await _management(a, "a")
+    await _one_live(pg_schema, b, a, "ba")
+
+    a_live = a.wait_for(r"node a: LIVE, epoch 3", REAP + PING + SLACK)
+    await b.stop(signal.SIGKILL)
+    await a_live
