@@ -43,11 +43,14 @@ class NodeProcess(ProcessProtocol):
         document: dict[str, Any],
         twistd: bool = False,
         bin_dir: Path | None = None,
+        path_first: Path | None = None,
     ) -> None:
         self.directory = directory
         self.bin_dir = bin_dir
         """Where ``txbridge`` and ``twistd`` are, for an install other than this checkout's
         (run then without the checkout on ``PYTHONPATH``)."""
+        self.path_first = path_first
+        """A directory put first on ``PYTHONPATH``: a test's ``sitecustomize``."""
         self.config = directory / "node.toml"
         self.config.write_text(tomli_w.dumps(document))
         self.twistd = twistd
@@ -92,6 +95,9 @@ class NodeProcess(ProcessProtocol):
         env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         if self.bin_dir is None:
             env["PYTHONPATH"] = str(ROOT)
+        if self.path_first is not None:
+            before = [str(self.path_first), env.get("PYTHONPATH", "")]
+            env["PYTHONPATH"] = os.pathsep.join(part for part in before if part)
         transport = reactor.spawnProcess(  # type: ignore[attr-defined]
             self, argv[0], argv, env=env, path=str(self.directory)
         )

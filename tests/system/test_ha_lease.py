@@ -38,9 +38,12 @@ def ha_node(name: str, url: str, policy: str) -> dict[str, Any]:
     )
 
 
-async def live_and_backup(nodes: Any, url: str, capsys: Any) -> tuple[Any, Any]:
-    """Node a live (it started first), node b waiting for the lease."""
-    primary = nodes(ha_node("a", url, "shared-store-primary"))
+async def live_and_backup(
+    nodes: Any, url: str, capsys: Any, primary_url: str | None = None
+) -> tuple[Any, Any]:
+    """Node a live (it started first), node b waiting for the lease; a reaches the
+    database at ``primary_url`` if given (through a proxy), else at ``url``."""
+    primary = nodes(ha_node("a", primary_url or url, "shared-store-primary"))
     await primary.wait_for(r"node a: LIVE, epoch 1", SLACK)
     await primary.wait_started(1)
     backup = nodes(ha_node("b", url, "shared-store-backup"))
