@@ -30,6 +30,9 @@ from bridge.ha.activation import HaState
 from tests.postgresql import SERVER, schema_url
 
 TIMEOUT = 60.0
+TIMINGS = {"ping": "1s", "reap": "5s", "query": "500ms"}
+"""The nodes here share the test's reactor and a loaded machine: timings with room, so that
+no renewal misses by luck and no node fences but where a test cuts its database."""
 
 
 class Cuttable(ProxyFactory):
@@ -104,9 +107,9 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
         "store": {"type": "postgresql", "url": url},
         "ha": {
             "policy": "shared-store-primary",
-            "lease-ping-time": "300ms",
-            "lease-reap-time": "1500ms",
-            "lease-query-timeout": "200ms",
+            "lease-ping-time": TIMINGS["ping"],
+            "lease-reap-time": TIMINGS["reap"],
+            "lease-query-timeout": TIMINGS["query"],
         },
     }
     config = parse_node_config(document, tmp_path / "node.toml")
@@ -160,7 +163,7 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
 
 
 def _ha_service(
-    tmp_path: Path, name: str, url: str, policy: str, reap: str = "1500ms"
+    tmp_path: Path, name: str, url: str, policy: str, reap: str = TIMINGS["reap"]
 ) -> NodeService:
     document = {
         "node": {"name": name, "data-dir": f"data-{name}"},
@@ -169,9 +172,9 @@ def _ha_service(
         "store": {"type": "postgresql", "url": url},
         "ha": {
             "policy": policy,
-            "lease-ping-time": "300ms",
+            "lease-ping-time": TIMINGS["ping"],
             "lease-reap-time": reap,
-            "lease-query-timeout": "200ms",
+            "lease-query-timeout": TIMINGS["query"],
         },
     }
     config = parse_node_config(document, tmp_path / f"{name}.toml")
