@@ -15,6 +15,7 @@ SCENARIOS = {
     "audit-scale": "benchmarks.audit_scale",
     "stomp": "benchmarks.stomp_throughput",
     "bridge": "benchmarks.bridge_throughput",
+    "peers-stomp": "benchmarks.peers_stomp",
 }
 
 

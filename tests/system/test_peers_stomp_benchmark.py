@@ -1,0 +1,117 @@
+"""The STOMP peers benchmark keeps working: ``python -m benchmarks peers-stomp`` at a tiny
+count, with real brokers and stomp.py producer and consumer processes. It checks that
+every case runs, every message is delivered once, in order and whole, ours / best peer is
+worked out when a peer ran, and no broker process is left running - not how fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from benchmarks import activemq, rabbitmq
+from tests.processes import ROOT
+
+COUNT = 200
+LARGE_COUNT = 2
+
+
+def run_benchmark(output: Path, *arguments: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "peers-stomp",
+            "--count",
+            str(COUNT),
+            "--repeat",
+            "1",
+            "--output",
+            str(output),
+            *arguments,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures: dict[str, Any] = json.loads(output.read_text())
+    return figures
+
+
+def assert_clean_run(run: dict[str, Any], count: int) -> None:
+    assert "error" not in run, run["error"]
+    assert run["sent"] == run["delivered"] == count
+    assert run["out_of_order"] == run["duplicates"] == run["redelivered"] == 0
+    assert run["wrong_size"] == 0
+    assert run["peak_rss"] > 0 and run["msgs_per_s"] > 0
+    for name, pid in run["pids"].items():
+        assert not psutil.pid_exists(pid) or (
+            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        ), f"{name} ({pid}) of the {run['broker']} {run['case']} run is still running"
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_every_case_runs_against_txbridge_alone(tmp_path: Path) -> None:
+    figures = run_benchmark(
+        tmp_path / "peers.json",
+        "--brokers",
+        "txbridge",
+        "--large-count",
+        str(LARGE_COUNT),
+        "--large-size",
+        "64KiB",
+    )
+    assert figures["skipped"] == {}
+    assert set(figures["cases"]) == {
+        "persistent",
+        "non-persistent",
+        "a-to-b-persistent",
+        "a-to-b-large",
+    }
+    for name, case in figures["cases"].items():
+        ours = case["brokers"]["txbridge"]
+        (run,) = ours["runs"]
+        assert run["case"] == name
+        assert_clean_run(run, LARGE_COUNT if name == "a-to-b-large" else COUNT)
+        assert case["best_peer"] is None and "ratio" not in case
+    assert len(figures["cases"]["a-to-b-persistent"]["brokers"]["txbridge"]["runs"][0]["pids"]) == 4
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("peer", ["rabbitmq", "activemq"])
+def test_a_peer_runs_beside_txbridge_and_gives_the_ratio(tmp_path: Path, peer: str) -> None:
+    missing = {"rabbitmq": rabbitmq.missing, "activemq": activemq.missing}[peer]()
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{peer} must be installed on CI: {missing}")
+        pytest.skip(missing)
+    figures = run_benchmark(
+        tmp_path / "peers.json",
+        "--brokers",
+        f"txbridge,{peer}",
+        "--cases",
+        "a-to-b-persistent",
+    )
+    assert figures["skipped"] == {}
+    assert set(figures["cases"]) == {"a-to-b-persistent"}
+    for case in figures["cases"].values():
+        for broker in ("txbridge", peer):
+            (run,) = case["brokers"][broker]["runs"]
+            assert_clean_run(run, COUNT)
+        assert case["best_peer"] == peer
+        peer_figures = case["brokers"][peer]
+        ours = case["brokers"]["txbridge"]
+        assert case["ratio"] == pytest.approx(ours["rate"] / peer_figures["rate"])
+        assert case["rss_ratio"] == pytest.approx(ours["peak_rss"] / peer_figures["peak_rss"])
