@@ -387,14 +387,10 @@ def cell(result: dict[str, Any]) -> str:
     )
 
 
-def first_line(text: str, limit: int = 160) -> str:
-    """The most telling line of a failure: the last non-empty one (a broker's last words),
-    else the first."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    line = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
-    return line[:limit]
+def first_line(text: str, limit: int = 200) -> str:
+    """The first line of a failure's reason (a broker's ERROR, say), cut to ``limit``."""
+    lines = [line.strip() for line in text.replace("\\n", "\n").splitlines() if line.strip()]
+    return lines[0][:limit] if lines else ""
 
 
 def run(
@@ -462,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped = {name: reason for name in wanted if (reason := MISSING[name]())}
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", flush=True)
-    brokers = [name for name in wanted if name not in skipped]
+    brokers = [name for name in BROKERS if name in wanted and name not in skipped]
     load_before = os.getloadavg()
     report = run(cases=cases, brokers=brokers, repeat=args.repeat, options=options)
     print_table(report, brokers)

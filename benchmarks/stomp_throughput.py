@@ -115,10 +115,19 @@ class _Receipts(stomp.ConnectionListener):  # type: ignore[misc]
                 lambda: receipt in self.receipts or self.error is not None, timeout
             )
         if self.error is not None:
-            raise BenchmarkError(f"the node answered ERROR: {self.error}")
+            raise BenchmarkError(f"the broker answered ERROR: {self.error}")
         if receipt not in self.receipts:
             raise BenchmarkError(f"no receipt {receipt!r} within {timeout}s")
         return self.receipts[receipt]
+
+    def why(self, failure: BaseException, timeout: float = 5.0) -> str:
+        """Why a write failed: the broker's ERROR frame if one comes within ``timeout``
+        (stomp.py reads it in another thread), else the write's own error."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.error is not None, timeout)
+        if self.error is not None:
+            return f"the broker answered ERROR: {self.error}"
+        return f"{type(failure).__name__}: {failure}"
 
 
 def producer(args: argparse.Namespace) -> int:
@@ -133,11 +142,14 @@ def producer(args: argparse.Namespace) -> int:
     first_send = time.monotonic()
     sent = 0
     send = conn.send
-    while sent < args.count - 1 and (sent % 1024 or time.monotonic() < deadline):
-        send(DESTINATION, payloads.make(sent), headers=headers)
+    try:
+        while sent < args.count - 1 and (sent % 1024 or time.monotonic() < deadline):
+            send(DESTINATION, payloads.make(sent), headers=headers)
+            sent += 1
+        send(DESTINATION, payloads.make(sent), headers={**headers, "receipt": "last"})
         sent += 1
-    send(DESTINATION, payloads.make(sent), headers={**headers, "receipt": "last"})
-    sent += 1
+    except (OSError, stomp.exception.StompException) as failure:
+        raise BenchmarkError(f"SEND {sent} failed: {listener.why(failure)}") from failure
     last_receipt = listener.wait("last", args.seconds + 60)
     emit(
         "done",
