@@ -86,7 +86,9 @@ CASES = {
         Case("persistent", "one node, persistent", bridged=False, persistent=True),
         Case("non-persistent", "one node, non-persistent", bridged=False, persistent=False),
         Case("a-to-b-persistent", "A -> B, persistent", bridged=True, persistent=True),
-        Case("a-to-b-large", "A -> B, large persistent", bridged=True, persistent=True, large=True),
+        Case(
+            "a-to-b-large", "A -> B, {large} persistent", bridged=True, persistent=True, large=True
+        ),
     )
 }
 
@@ -411,18 +413,30 @@ def run(
     report: dict[str, Any] = {}
     for case in cases:
         results = {broker: summary(case, runs[case.name][broker]) for broker in brokers}
-        report[case.name] = {"title": case.title, "brokers": results, **compare(results)}
+        title = case.title.format(large=f"{options.large_count} x {size_text(options.large_size)}")
+        report[case.name] = {"title": title, "brokers": results, **compare(results)}
     return report
 
 
+def size_text(size: int) -> str:
+    """``10 MiB`` for 10485760, ``1536 bytes`` for what is not a whole KiB or MiB."""
+    for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
+        if size >= unit and not size % unit:
+            return f"{size // unit} {name}"
+    return f"{size} bytes"
+
+
 def print_table(report: dict[str, Any], brokers: Sequence[str]) -> None:
+    """The figures as a Markdown table, as docs/benchmarks.md shows them."""
+    header = ["case", *brokers, "ours / best peer", "RSS ours / best peer"]
     print()
-    print(" | ".join(["case", *brokers, "ours / best peer", "RSS ours / best peer"]))
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
     for case in report.values():
         ratio = f"{case['ratio']:.2f}" if "ratio" in case else "-"
         rss = f"{case['rss_ratio']:.2f}" if "rss_ratio" in case else "-"
         cells = [cell(case["brokers"][broker]) for broker in brokers]
-        print(" | ".join([case["title"], *cells, ratio, rss]), flush=True)
+        print("| " + " | ".join([case["title"], *cells, ratio, rss]) + " |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from benchmarks import activemq, rabbitmq
+from benchmarks import rabbitmq
 from tests.processes import ROOT
 
 COUNT = 200
@@ -90,12 +90,14 @@ def test_every_case_runs_against_txbridge_alone(tmp_path: Path) -> None:
 
 @pytest.mark.system
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("peer", ["rabbitmq", "activemq"])
-def test_a_peer_runs_beside_txbridge_and_gives_the_ratio(tmp_path: Path, peer: str) -> None:
-    missing = {"rabbitmq": rabbitmq.missing, "activemq": activemq.missing}[peer]()
+def test_rabbitmq_runs_beside_txbridge_and_gives_the_ratio(tmp_path: Path) -> None:
+    """RabbitMQ (Debian's, installed on this kind of machine) through a private node pair
+    and a shovel; ActiveMQ is not installed by default, so only the benchmark runs it."""
+    peer = "rabbitmq"
+    missing = rabbitmq.missing()
     if missing is not None:
         if os.environ.get("CI"):
-            pytest.fail(f"{peer} must be installed on CI: {missing}")
+            pytest.fail(f"RabbitMQ must be installed on CI: {missing}")
         pytest.skip(missing)
     figures = run_benchmark(
         tmp_path / "peers.json",
