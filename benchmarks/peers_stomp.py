@@ -106,6 +106,8 @@ class Deployment:
 
 @dataclass(frozen=True)
 class Options:
+    """What every run sends, and how long it may send."""
+
     count: int
     large_count: int
     large_size: int
@@ -396,12 +398,20 @@ def first_line(text: str, limit: int = 200) -> str:
 
 
 def run(
-    *, cases: Sequence[Case], brokers: Sequence[str], repeat: int, options: Options
+    *,
+    cases: Sequence[Case],
+    brokers: Sequence[str],
+    repeat: int,
+    options: Options,
+    after_round: Callable[[dict[str, Any], int], object] = lambda report, rounds: None,
 ) -> dict[str, Any]:
-    """Every case, every round, every broker in turn (the order rotating each round)."""
+    """Every case, every round, every broker in turn (the order rotating each round);
+    ``after_round`` gets the report so far after each round (to save it: a long run
+    stopped half-way keeps its finished rounds)."""
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         case.name: {broker: [] for broker in brokers} for case in cases
     }
+    report: dict[str, Any] = {}
     for round_number in range(repeat):
         order = [*brokers[round_number % len(brokers) :], *brokers[: round_number % len(brokers)]]
         for case in cases:
@@ -410,12 +420,18 @@ def run(
                 runs[case.name][broker].append(result)
                 shown = cell(summary(case, [result]))
                 print(f"round {round_number + 1} {case.name:18} {broker:9} {shown}", flush=True)
-    report: dict[str, Any] = {}
-    for case in cases:
-        results = {broker: summary(case, runs[case.name][broker]) for broker in brokers}
-        title = case.title.format(large=f"{options.large_count} x {size_text(options.large_size)}")
-        report[case.name] = {"title": title, "brokers": results, **compare(results)}
+        report = {case.name: case_report(case, runs[case.name], options) for case in cases}
+        after_round(report, round_number + 1)
     return report
+
+
+def case_report(
+    case: Case, runs: dict[str, list[dict[str, Any]]], options: Options
+) -> dict[str, Any]:
+    """A case's summary per broker and ours / best peer."""
+    results = {broker: summary(case, broker_runs) for broker, broker_runs in runs.items()}
+    title = case.title.format(large=f"{options.large_count} x {size_text(options.large_size)}")
+    return {"title": title, "brokers": results, **compare(results)}
 
 
 def size_text(size: int) -> str:
@@ -473,25 +489,34 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", flush=True)
     brokers = [name for name in BROKERS if name in wanted and name not in skipped]
+    if not brokers:
+        print("no broker to run", file=sys.stderr)
+        return 1
     load_before = os.getloadavg()
-    report = run(cases=cases, brokers=brokers, repeat=args.repeat, options=options)
+
+    def save_report(report: dict[str, Any], rounds: int) -> Path:
+        figures = {
+            "count": args.count,
+            "large_count": args.large_count,
+            "large_size": options.large_size,
+            "repeat": args.repeat,
+            "rounds_done": rounds,
+            "seconds": args.seconds,
+            "txbridge_max_frame_size": args.txbridge_max_frame_size,
+            "client": f"stomp.py {stomp.__version__}",
+            "versions": {name: version(name) for name in brokers},
+            "skipped": skipped,
+            "load_average": {"before": load_before, "after": os.getloadavg()},
+            "goal": {"ratio": RATIO_GOAL, "rss_ratio": RSS_GOAL},
+            "cases": report,
+        }
+        return save("peers_stomp", figures, args.output)
+
+    report = run(
+        cases=cases, brokers=brokers, repeat=args.repeat, options=options, after_round=save_report
+    )
     print_table(report, brokers)
-    figures = {
-        "count": args.count,
-        "large_count": args.large_count,
-        "large_size": options.large_size,
-        "repeat": args.repeat,
-        "seconds": args.seconds,
-        "txbridge_max_frame_size": args.txbridge_max_frame_size,
-        "client": f"stomp.py {stomp.__version__}",
-        "versions": {name: version(name) for name in brokers},
-        "skipped": skipped,
-        "load_average": {"before": load_before, "after": os.getloadavg()},
-        "goal": {"ratio": RATIO_GOAL, "rss_ratio": RSS_GOAL},
-        "cases": report,
-    }
-    path = save("peers_stomp", figures, args.output)
-    print(f"saved {path}")
+    print(f"saved {save_report(report, args.repeat)}")
     return 0
 
 

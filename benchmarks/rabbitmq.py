@@ -94,6 +94,7 @@ class RabbitNode:
     script: Child
     amqp_port: int
     stomp_port: int
+    stopped: bool = False
 
     @property
     def pid(self) -> int:
@@ -102,7 +103,10 @@ class RabbitNode:
 
     def stop(self) -> None:
         """SIGTERM to the VM by its pid, then reap the script (which waits for the VM); if
-        it does not end in time, SIGKILL both."""
+        it does not end in time, SIGKILL both. Only once: the pid may be reused after."""
+        if self.stopped:
+            return
+        self.stopped = True
         try:
             pid: int | None = self.pid
         except (OSError, ValueError, IndexError):
