@@ -360,6 +360,7 @@ def summary(case: Case, runs: list[dict[str, Any]]) -> dict[str, Any]:
         cpu_seconds_per_100k=statistics.median(
             r["cpu_seconds"] / r["delivered"] * 100_000 for r in good
         ),
+        time_bounded=sum(r["time_bounded"] for r in good),
     )
     return result
 
@@ -384,10 +385,17 @@ def compare(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def cell(result: dict[str, Any]) -> str:
     if "rate" not in result:
         return f"failed: {first_line(result.get('error', ''))}"
-    failed = f" ({result['failed']} of {len(result['runs'])} failed)" if result["failed"] else ""
+    notes = [f"{result['failed']} of {len(result['runs'])} failed"] if result["failed"] else []
+    if result["time_bounded"]:
+        notes.append(f"{result['time_bounded']} stopped by --seconds")
+    cpu = (
+        f"{result['cpu_seconds']:.1f} CPU s"
+        if result["unit"] == "MB/s"
+        else f"{result['cpu_seconds_per_100k']:.1f} CPU s/100k"
+    )
+    note = f" ({'; '.join(notes)})" if notes else ""
     return (
-        f"{result['rate']:,.0f} {result['unit']}, {result['peak_rss'] / MIB:,.0f} MiB, "
-        f"{result['cpu_seconds']:.1f} CPU s{failed}"
+        f"{result['rate']:,.0f} {result['unit']}, {result['peak_rss'] / MIB:,.0f} MiB, {cpu}{note}"
     )
 
 

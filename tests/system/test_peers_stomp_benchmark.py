@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from benchmarks import rabbitmq
+from benchmarks import peers_stomp, rabbitmq
 from tests.processes import ROOT
 
 COUNT = 200
@@ -117,3 +117,33 @@ def test_rabbitmq_runs_beside_txbridge_and_gives_the_ratio(tmp_path: Path) -> No
         ours = case["brokers"]["txbridge"]
         assert case["ratio"] == pytest.approx(ours["rate"] / peer_figures["rate"])
         assert case["rss_ratio"] == pytest.approx(ours["peak_rss"] / peer_figures["peak_rss"])
+
+
+@pytest.mark.system
+@pytest.mark.timeout(120)
+def test_a_peer_that_is_not_installed_is_skipped_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(peers_stomp.MISSING, "activemq", lambda: "ActiveMQ is not here")
+    output = tmp_path / "peers.json"
+    status = peers_stomp.main(
+        [
+            "--brokers",
+            "txbridge,activemq",
+            "--cases",
+            "non-persistent",
+            "--count",
+            str(COUNT),
+            "--repeat",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
+    assert status == 0
+    assert "skipping activemq: ActiveMQ is not here" in capsys.readouterr().out
+    figures = json.loads(output.read_text())
+    assert figures["skipped"] == {"activemq": "ActiveMQ is not here"}
+    case = figures["cases"]["non-persistent"]
+    assert set(case["brokers"]) == {"txbridge"}
+    assert_clean_run(case["brokers"]["txbridge"]["runs"][0], COUNT)
