@@ -147,3 +147,36 @@ def test_a_peer_that_is_not_installed_is_skipped_and_named(
     case = figures["cases"]["non-persistent"]
     assert set(case["brokers"]) == {"txbridge"}
     assert_clean_run(case["brokers"]["txbridge"]["runs"][0], COUNT)
+
+
+def test_the_best_peer_is_the_fastest_that_did_not_fail() -> None:
+    case = peers_stomp.CASES["persistent"]
+
+    def good(rate: float, rss: int) -> dict[str, Any]:
+        return {
+            "msgs_per_s": rate,
+            "mb_per_s": 0.0,
+            "peak_rss": rss,
+            "cpu_seconds": 1.0,
+            "delivered": 1000,
+            "time_bounded": False,
+        }
+
+    results = {
+        "txbridge": peers_stomp.summary(case, [good(300.0, 10), good(100.0, 30), good(200.0, 20)]),
+        "rabbitmq": peers_stomp.summary(case, [good(100.0, 90)]),
+        "activemq": peers_stomp.summary(case, [{"error": "Java heap space"}]),
+    }
+    assert results["txbridge"]["rate"] == 200.0 and results["txbridge"]["peak_rss"] == 30
+    assert results["activemq"] == {
+        "runs": [{"error": "Java heap space"}],
+        "failed": 1,
+        "error": "Java heap space",
+    }
+    assert peers_stomp.compare(results) == {
+        "best_peer": "rabbitmq",
+        "ratio": 2.0,
+        "rss_ratio": pytest.approx(1 / 3),
+        "goal_met": True,
+    }
+    assert peers_stomp.cell(results["activemq"]) == "failed: Java heap space"
