@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -108,7 +108,14 @@ class Child:
     """A child process whose stdout lines a thread reads into a queue (so it never blocks
     on a full pipe); stderr goes to a file, quoted when it fails."""
 
-    def __init__(self, name: str, argv: Sequence[str], cwd: Path, log: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        cwd: Path,
+        log: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.log = log
         self._stderr = log.open("wb")
@@ -119,7 +126,7 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), **(env or {})},
         )
         self.pid = self.process.pid
         self.lines: queue.Queue[str | None] = queue.Queue()
@@ -220,6 +227,15 @@ def start_node(
 ) -> tuple[Child, int]:
     """A node in ``directory`` on ``config``; returns it once started, with the port of
     its ``acceptor``."""
+    node, ports = start_node_ports(directory, stack, deadline, config)
+    return node, ports[acceptor]
+
+
+def start_node_ports(
+    directory: Path, stack: ExitStack, deadline: float, config: str = NODE_CONFIG
+) -> tuple[Child, dict[str, int]]:
+    """A node in ``directory`` on ``config``; returns it once started, with the port of
+    each of its acceptors, by name."""
     (directory / "node.toml").write_text(config)
     node = Child(
         "the node",
@@ -229,8 +245,8 @@ def start_node(
     )
     stack.callback(node.stop)
     started = node.until(STARTED, deadline)
-    ports = dict(part.split(" on ") for part in started.group(3).split(", "))
-    return node, int(ports[acceptor].rsplit(":", 1)[1])
+    urls = dict(part.split(" on ") for part in started.group(3).split(", "))
+    return node, {name: int(url.rsplit(":", 1)[1]) for name, url in urls.items()}
 
 
 def role_process(

@@ -85,8 +85,10 @@ def cpu_seconds() -> float:
 # -- the client processes ----------------------------------------------------------------
 
 
-def _connection(port: int) -> Any:
-    return stomp.Connection12([("127.0.0.1", port)], auto_decode=False)
+def _connection(port: int, vhost: str | None = None) -> Any:
+    """A STOMP 1.2 connection to 127.0.0.1:``port``; ``vhost`` is its ``host`` header
+    (stomp.py sends the host name by default; RabbitMQ takes it as the virtual host)."""
+    return stomp.Connection12([("127.0.0.1", port)], auto_decode=False, vhost=vhost)
 
 
 class _Receipts(stomp.ConnectionListener):  # type: ignore[misc]
@@ -113,16 +115,25 @@ class _Receipts(stomp.ConnectionListener):  # type: ignore[misc]
                 lambda: receipt in self.receipts or self.error is not None, timeout
             )
         if self.error is not None:
-            raise BenchmarkError(f"the node answered ERROR: {self.error}")
+            raise BenchmarkError(f"the broker answered ERROR: {self.error}")
         if receipt not in self.receipts:
             raise BenchmarkError(f"no receipt {receipt!r} within {timeout}s")
         return self.receipts[receipt]
+
+    def why(self, failure: BaseException, timeout: float = 5.0) -> str:
+        """Why a write failed: the broker's ERROR frame if one comes within ``timeout``
+        (stomp.py reads it in another thread), else the write's own error."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.error is not None, timeout)
+        if self.error is not None:
+            return f"the broker answered ERROR: {self.error}"
+        return f"{type(failure).__name__}: {failure}"
 
 
 def producer(args: argparse.Namespace) -> int:
     payloads = Payloads(args.size)
     listener = _Receipts()
-    conn = _connection(args.port)
+    conn = _connection(args.port, args.vhost)
     conn.set_listener("receipts", listener)
     conn.connect(wait=True)
     headers = {"persistent": "true"} if args.persistent else {}
@@ -131,11 +142,14 @@ def producer(args: argparse.Namespace) -> int:
     first_send = time.monotonic()
     sent = 0
     send = conn.send
-    while sent < args.count - 1 and (sent % 1024 or time.monotonic() < deadline):
-        send(DESTINATION, payloads.make(sent), headers=headers)
+    try:
+        while sent < args.count - 1 and (sent % 1024 or time.monotonic() < deadline):
+            send(DESTINATION, payloads.make(sent), headers=headers)
+            sent += 1
+        send(DESTINATION, payloads.make(sent), headers={**headers, "receipt": "last"})
         sent += 1
-    send(DESTINATION, payloads.make(sent), headers={**headers, "receipt": "last"})
-    sent += 1
+    except (OSError, stomp.exception.StompException) as failure:
+        raise BenchmarkError(f"SEND {sent} failed: {listener.why(failure)}") from failure
     last_receipt = listener.wait("last", args.seconds + 60)
     emit(
         "done",
@@ -151,12 +165,17 @@ def producer(args: argparse.Namespace) -> int:
 
 
 class _Consumer(_Receipts):
-    """Counts and checks messages, acknowledging cumulatively every ``ack_every``."""
+    """Counts and checks messages (order, duplicates, redeliveries, body sizes),
+    acknowledging cumulatively every ``ack_every`` (with ``ack:client``; with ``ack:auto``
+    the broker needs none)."""
 
-    def __init__(self, conn: Any, ack_every: int) -> None:
+    def __init__(self, conn: Any, ack_every: int, size: int, client_acks: bool = True) -> None:
         super().__init__()
         self.conn = conn
         self.ack_every = ack_every
+        self.size = size
+        self.client_acks = client_acks
+        self.wrong_size = 0
         self.received = 0
         self.expected = 0
         self.out_of_order = 0
@@ -168,6 +187,8 @@ class _Consumer(_Receipts):
 
     def on_message(self, frame: Any) -> None:
         self.last = time.monotonic()
+        if len(frame.body) != self.size:
+            self.wrong_size += 1
         seq = int.from_bytes(frame.body[:SEQ_BYTES], "big")
         if seq < self.expected:
             self.duplicates += 1
@@ -177,7 +198,9 @@ class _Consumer(_Receipts):
         if frame.headers.get("redelivered") == "true":
             self.redelivered += 1
         self.received += 1
-        if self.received % self.ack_every == 0 or self.received == self.target:
+        if self.client_acks and (
+            self.received % self.ack_every == 0 or self.received == self.target
+        ):
             self.conn.ack(frame.headers["ack"])
         if self.target is not None and self.received >= self.target:
             self.done.set()
@@ -189,13 +212,13 @@ class _Consumer(_Receipts):
 
 
 def consumer(args: argparse.Namespace) -> int:
-    conn = _connection(args.port)
-    listener = _Consumer(conn, args.ack_every)
+    conn = _connection(args.port, args.vhost)
+    listener = _Consumer(conn, args.ack_every, args.size, args.ack == "client")
     listener.target = args.count
     conn.set_listener("consumer", listener)
     conn.connect(wait=True)
     cpu = cpu_seconds()
-    conn.subscribe(DESTINATION, id="bench", ack="client", headers={"receipt": "subscribed"})
+    conn.subscribe(DESTINATION, id="bench", ack=args.ack, headers={"receipt": "subscribed"})
     listener.wait("subscribed", 30)
     emit("ready")
     for line in sys.stdin:
@@ -211,6 +234,7 @@ def consumer(args: argparse.Namespace) -> int:
         out_of_order=listener.out_of_order,
         duplicates=listener.duplicates,
         redelivered=listener.redelivered,
+        wrong_size=listener.wrong_size,
         cpu=cpu_seconds() - cpu,
         peak_rss=peak_rss(),
     )
@@ -370,6 +394,8 @@ def _client_main(role: str, argv: list[str]) -> int:
     parser.add_argument("--size", type=int, default=KIB)
     parser.add_argument("--persistent", action="store_true")
     parser.add_argument("--ack-every", type=int, default=500)
+    parser.add_argument("--ack", choices=("client", "auto"), default="client")
+    parser.add_argument("--vhost", help="the CONNECT frame's host header")
     args = parser.parse_args(argv)
     try:
         return producer(args) if role == "producer" else consumer(args)

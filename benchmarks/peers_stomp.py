@@ -1,0 +1,532 @@
+"""STOMP against the peers: the same stomp.py producer and consumer processes against a
+txbridge node, a private RabbitMQ node and a private ActiveMQ Classic broker, brokers
+interleaved round by round, ours / best peer per case.
+
+The cases (``--cases``):
+
+- **persistent** / **non-persistent**: one broker, 1 KiB messages;
+- **a-to-b-persistent**: two brokers, produce on A, consume on B, 1 KiB persistent
+  messages moved by txbridge's core bridge, a RabbitMQ shovel
+  (``benchmarks.rabbitmq``) or an ActiveMQ network connector (``benchmarks.activemq``);
+- **a-to-b-large**: the same with ``--large-count`` persistent messages of
+  ``--large-size`` (100 x 10 MiB).
+
+Every broker runs at its defaults (txbridge's STOMP acceptor at its default
+``max-frame-size`` unless ``--txbridge-max-frame-size``), fresh for each run, on
+127.0.0.1 ports chosen free. A run: the consumer (``benchmarks.stomp_throughput
+consumer``) subscribes to ``/queue/bench`` with ``ack:auto`` and the broker's default
+prefetch; once it has its receipt, the producer (``... producer``) sends every message
+(``persistent:true`` in the persistent cases) with a receipt on the last one. The
+figures: **msgs/s** (MB/s, 10^6 bytes, for large messages) end to end = delivered /
+(the consumer's last MESSAGE - the producer's first SEND); each broker's **peak RSS**
+(VmHWM, summed over its processes: both nodes in the A -> B cases) and **CPU seconds**
+(its processes, from the consumer's subscription to its last message). A run that loses,
+duplicates or reorders messages, or fails, is recorded with its reason; the medians are
+of the runs that did not fail. A peer that is not installed is skipped, and said so.
+
+    python -m benchmarks peers-stomp [--count 100000] [--repeat 3] [--cases ...]
+                                     [--brokers txbridge,rabbitmq,activemq]
+
+prints a table and writes benchmarks/results/peers_stomp.json (``--output`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import stomp
+
+from benchmarks import activemq, rabbitmq
+from benchmarks.bridge_throughput import BridgeSettings, bridge_table
+from benchmarks.node_throughput import (
+    BenchmarkError,
+    children,
+    proc_cpu,
+    proc_status,
+    role_process,
+    start_node_ports,
+)
+from benchmarks.runner import save
+from bridge.config.units import parse_size
+
+KIB = 1024
+MIB = 1024 * 1024
+MB = 1_000_000
+BROKERS = ("txbridge", "rabbitmq", "activemq")
+PEERS = ("rabbitmq", "activemq")
+RATIO_GOAL = 1.5
+RSS_GOAL = 1 / 3
+PACKAGES = {"rabbitmq": "rabbitmq-server", "activemq": "activemq"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    bridged: bool
+    persistent: bool
+    large: bool = False
+
+
+CASES = {
+    case.name: case
+    for case in (
+        Case("persistent", "one node, persistent", bridged=False, persistent=True),
+        Case("non-persistent", "one node, non-persistent", bridged=False, persistent=False),
+        Case("a-to-b-persistent", "A -> B, persistent", bridged=True, persistent=True),
+        Case(
+            "a-to-b-large", "A -> B, {large} persistent", bridged=True, persistent=True, large=True
+        ),
+    )
+}
+
+
+@dataclass
+class Deployment:
+    """Where the producer and the consumer connect, and the broker's processes."""
+
+    produce_port: int
+    consume_port: int
+    pids: dict[str, int]
+    stops: list[Callable[[], object]] = field(default_factory=list)
+    vhost: str | None = None
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every run sends, and how long it may send."""
+
+    count: int
+    large_count: int
+    large_size: int
+    seconds: float
+    txbridge_max_frame_size: str | None
+
+
+# -- the brokers ----------------------------------------------------------------------------
+
+
+def txbridge_config(name: str, max_frame_size: str | None, core: bool = False) -> str:
+    """A node with a STOMP acceptor (and a core one for a bridge to reach), address
+    ``bench`` anycast, security off."""
+    frame = f'max-frame-size = "{max_frame_size}"\n' if max_frame_size else ""
+    core_acceptor = (
+        '\n[[acceptor]]\nname = "core"\nurl = "tcp://127.0.0.1:0"\nprotocols = ["core"]\n'
+        if core
+        else ""
+    )
+    return f"""\
+[node]
+name = "{name}"
+data-dir = "data"
+
+[[acceptor]]
+name = "stomp"
+url = "tcp://127.0.0.1:0"
+protocols = ["stomp"]
+{frame}{core_acceptor}
+[[address]]
+name = "bench"
+routing = "anycast"
+
+[security]
+enabled = false
+"""
+
+
+def deploy_txbridge(
+    case: Case, directory: Path, stack: ExitStack, deadline: float, options: Options
+) -> Deployment:
+    """One node; or node B, then node A with a core bridge of its queue to B."""
+    frame = options.txbridge_max_frame_size
+    if not case.bridged:
+        node, ports = start_node_ports(directory, stack, deadline, txbridge_config("one", frame))
+        return Deployment(
+            ports["stomp"], ports["stomp"], {"node": node.pid}, [lambda: node.stop(signal.SIGTERM)]
+        )
+    (directory / "a").mkdir()
+    (directory / "b").mkdir()
+    b, b_ports = start_node_ports(
+        directory / "b", stack, deadline, txbridge_config("b", frame, core=True)
+    )
+    bridge = bridge_table(f"tcp://127.0.0.1:{b_ports['core']}", BridgeSettings())
+    a, a_ports = start_node_ports(
+        directory / "a", stack, deadline, txbridge_config("a", frame) + bridge
+    )
+    return Deployment(
+        a_ports["stomp"],
+        b_ports["stomp"],
+        {"node A": a.pid, "node B": b.pid},
+        [lambda: a.stop(signal.SIGTERM), lambda: b.stop(signal.SIGTERM)],
+    )
+
+
+def deploy_rabbitmq(
+    case: Case, directory: Path, stack: ExitStack, deadline: float, options: Options
+) -> Deployment:
+    """One private node; or node B, then node A shovelling its queue to B."""
+    epmd = rabbitmq.start_epmd(directory, stack, deadline)
+    if not case.bridged:
+        node = rabbitmq.start_node("one", directory / "one", stack, deadline, epmd)
+        return Deployment(
+            node.stomp_port, node.stomp_port, {"node": node.pid}, [node.stop], rabbitmq.VHOST
+        )
+    b = rabbitmq.start_node("b", directory / "b", stack, deadline, epmd)
+    a = rabbitmq.start_node(
+        "a", directory / "a", stack, deadline, epmd, advanced=rabbitmq.shovel_config(b.amqp_port)
+    )
+    b.script.until(rabbitmq.SHOVEL_CONNECTED, deadline)
+    return Deployment(
+        a.stomp_port,
+        b.stomp_port,
+        {"node A": a.pid, "node B": b.pid},
+        [a.stop, b.stop],
+        rabbitmq.VHOST,
+    )
+
+
+def deploy_activemq(
+    case: Case, directory: Path, stack: ExitStack, deadline: float, options: Options
+) -> Deployment:
+    """One private broker; or broker B, then broker A with a network connector to B."""
+    if not case.bridged:
+        broker = activemq.start_broker("one", directory / "one", stack, deadline)
+        return Deployment(
+            broker.stomp_port,
+            broker.stomp_port,
+            {"broker": broker.pid},
+            [lambda: broker.process.stop(signal.SIGTERM)],
+        )
+    b = activemq.start_broker("b", directory / "b", stack, deadline)
+    a = activemq.start_broker("a", directory / "a", stack, deadline, network_to=b.openwire_port)
+    a.process.until(activemq.BRIDGED, deadline)
+    return Deployment(
+        a.stomp_port,
+        b.stomp_port,
+        {"broker A": a.pid, "broker B": b.pid},
+        [lambda: a.process.stop(signal.SIGTERM), lambda: b.process.stop(signal.SIGTERM)],
+    )
+
+
+DEPLOY = {"txbridge": deploy_txbridge, "rabbitmq": deploy_rabbitmq, "activemq": deploy_activemq}
+MISSING: dict[str, Callable[[], str | None]] = {
+    "txbridge": lambda: None,
+    "rabbitmq": rabbitmq.missing,
+    "activemq": activemq.missing,
+}
+
+
+def version(broker: str) -> str:
+    """The installed version of a peer's Debian package (ours: the package's)."""
+    if broker == "txbridge":
+        from importlib.metadata import version as package_version  # noqa: PLC0415
+
+        return package_version("txbridge")
+    found = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", PACKAGES[broker]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip() or "unknown"
+
+
+# -- one run --------------------------------------------------------------------------------
+
+
+def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
+    """Fresh brokers, one consumer, one producer: the figures of that run."""
+    count = options.large_count if case.large else options.count
+    size = options.large_size if case.large else KIB
+    deadline = time.monotonic() + options.seconds + 180.0  # start-up, draining, stopping
+    with (
+        tempfile.TemporaryDirectory(prefix=f"txbridge-peers-{broker}-") as folder,
+        children() as stack,
+    ):
+        directory = Path(folder)
+        deployment = DEPLOY[broker](case, directory, stack, deadline, options)
+        pids = deployment.pids
+        idle = sum(proc_status(pid, "VmRSS") for pid in pids.values())
+        common = ["--count", str(count), "--seconds", str(options.seconds), "--size", str(size)]
+        if deployment.vhost is not None:
+            common += ["--vhost", deployment.vhost]
+        consumer = role_process(
+            "benchmarks.stomp_throughput",
+            "consumer",
+            ["--port", str(deployment.consume_port), *common, "--ack", "auto"],
+            directory,
+            stack,
+        )
+        consumer.event("ready", deadline)
+        cpu = {name: proc_cpu(pid) for name, pid in pids.items()}
+        producer = role_process(
+            "benchmarks.stomp_throughput",
+            "producer",
+            [
+                "--port",
+                str(deployment.produce_port),
+                *common,
+                *(["--persistent"] if case.persistent else []),
+            ],
+            directory,
+            stack,
+        )
+        done = producer.event("done", deadline)
+        consumer.tell(f"sent {done['sent']}")
+        received = consumer.event("received", deadline)
+        cpu = {name: proc_cpu(pid) - cpu[name] for name, pid in pids.items()}
+        peaks = {name: proc_status(pid, "VmHWM") for name, pid in pids.items()}
+        for stop in deployment.stops:
+            stop()
+    elapsed = received["last"] - done["first_send"]
+    delivered = received["received"]
+    figures = {
+        "broker": broker,
+        "case": case.name,
+        "count": count,
+        "size": size,
+        "sent": done["sent"],
+        "time_bounded": done["time_bounded"],
+        "delivered": delivered,
+        "out_of_order": received["out_of_order"],
+        "duplicates": received["duplicates"],
+        "redelivered": received["redelivered"],
+        "wrong_size": received["wrong_size"],
+        "seconds": elapsed,
+        "msgs_per_s": delivered / elapsed if elapsed > 0 else 0.0,
+        "mb_per_s": delivered * size / MB / elapsed if elapsed > 0 else 0.0,
+        "idle_rss": idle,
+        "peak_rss": sum(peaks.values()),
+        "peak_rss_by_process": peaks,
+        "cpu_seconds": sum(cpu.values()),
+        "cpu_seconds_by_process": cpu,
+        "client_cpu_seconds": {"producer": done["cpu"], "consumer": received["cpu"]},
+        "pids": {**pids, "producer": producer.pid, "consumer": consumer.pid},
+    }
+    problems = []
+    if figures["wrong_size"]:
+        problems.append(f"{figures['wrong_size']} bodies not of {size} bytes")
+    problems += [
+        f"{figures[key]} {key.replace('_', ' ')}"
+        for key in ("out_of_order", "duplicates", "redelivered")
+        if figures[key]
+    ]
+    if delivered != done["sent"]:
+        problems.append(f"{done['sent']} sent but {delivered} delivered")
+    if problems:
+        figures["error"] = "; ".join(problems)
+    return figures
+
+
+def guarded_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
+    """``one_run``, or the reason it failed (a broker refusing or running out of memory
+    is a result too). A run that lost, duplicated or reordered messages keeps its figures
+    beside its ``error``."""
+    try:
+        return one_run(broker, case, options)
+    except BenchmarkError as error:
+        return {"broker": broker, "case": case.name, "error": str(error)}
+
+
+# -- the benchmark --------------------------------------------------------------------------
+
+
+def summary(case: Case, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of a broker's runs of a case that did not fail, and the failures' reasons."""
+    good = [r for r in runs if "error" not in r]
+    result: dict[str, Any] = {"runs": runs, "failed": len(runs) - len(good)}
+    if not good:
+        result["error"] = runs[0]["error"] if runs else "not run"
+        return result
+    rate_key = "mb_per_s" if case.large else "msgs_per_s"
+    result.update(
+        rate=statistics.median(r[rate_key] for r in good),
+        unit="MB/s" if case.large else "msgs/s",
+        msgs_per_s=statistics.median(r["msgs_per_s"] for r in good),
+        peak_rss=max(r["peak_rss"] for r in good),
+        cpu_seconds=statistics.median(r["cpu_seconds"] for r in good),
+        cpu_seconds_per_100k=statistics.median(
+            r["cpu_seconds"] / r["delivered"] * 100_000 for r in good
+        ),
+        time_bounded=sum(r["time_bounded"] for r in good),
+    )
+    return result
+
+
+def compare(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Ours / the best peer (the fastest that did not fail), in rate and in peak RSS."""
+    ours = results.get("txbridge", {})
+    peers = {b: r for b, r in results.items() if b != "txbridge" and "rate" in r}
+    if not peers or "rate" not in ours:
+        return {"best_peer": max(peers, key=lambda b: peers[b]["rate"]) if peers else None}
+    best = max(peers, key=lambda b: peers[b]["rate"])
+    ratio = ours["rate"] / peers[best]["rate"]
+    rss_ratio = ours["peak_rss"] / peers[best]["peak_rss"]
+    return {
+        "best_peer": best,
+        "ratio": ratio,
+        "rss_ratio": rss_ratio,
+        "goal_met": ratio >= RATIO_GOAL and rss_ratio <= RSS_GOAL,
+    }
+
+
+def cell(result: dict[str, Any]) -> str:
+    if "rate" not in result:
+        return f"failed: {first_line(result.get('error', ''))}"
+    notes = [f"{result['failed']} of {len(result['runs'])} failed"] if result["failed"] else []
+    if result["time_bounded"]:
+        notes.append(f"{result['time_bounded']} stopped by --seconds")
+    cpu = (
+        f"{result['cpu_seconds']:.1f} CPU s"
+        if result["unit"] == "MB/s"
+        else f"{result['cpu_seconds_per_100k']:.1f} CPU s/100k"
+    )
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return (
+        f"{result['rate']:,.0f} {result['unit']}, {result['peak_rss'] / MIB:,.0f} MiB, {cpu}{note}"
+    )
+
+
+def first_line(text: str, limit: int = 200) -> str:
+    """The first line of a failure's reason (a broker's ERROR, say), cut to ``limit``."""
+    lines = [line.strip() for line in text.replace("\\n", "\n").splitlines() if line.strip()]
+    return lines[0][:limit] if lines else ""
+
+
+def run(
+    *,
+    cases: Sequence[Case],
+    brokers: Sequence[str],
+    repeat: int,
+    options: Options,
+    after_round: Callable[[dict[str, Any], int], object] = lambda report, rounds: None,
+) -> dict[str, Any]:
+    """Every case, every round, every broker in turn (the order rotating each round);
+    ``after_round`` gets the report so far after each round (to save it: a long run
+    stopped half-way keeps its finished rounds)."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        case.name: {broker: [] for broker in brokers} for case in cases
+    }
+    report: dict[str, Any] = {}
+    for round_number in range(repeat):
+        order = [*brokers[round_number % len(brokers) :], *brokers[: round_number % len(brokers)]]
+        for case in cases:
+            for broker in order:
+                result = guarded_run(broker, case, options)
+                runs[case.name][broker].append(result)
+                shown = cell(summary(case, [result]))
+                print(f"round {round_number + 1} {case.name:18} {broker:9} {shown}", flush=True)
+        report = {case.name: case_report(case, runs[case.name], options) for case in cases}
+        after_round(report, round_number + 1)
+    return report
+
+
+def case_report(
+    case: Case, runs: dict[str, list[dict[str, Any]]], options: Options
+) -> dict[str, Any]:
+    """A case's summary per broker and ours / best peer."""
+    results = {broker: summary(case, broker_runs) for broker, broker_runs in runs.items()}
+    title = case.title.format(large=f"{options.large_count} x {size_text(options.large_size)}")
+    return {"title": title, "brokers": results, **compare(results)}
+
+
+def size_text(size: int) -> str:
+    """``10 MiB`` for 10485760, ``1536 bytes`` for what is not a whole KiB or MiB."""
+    for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
+        if size >= unit and not size % unit:
+            return f"{size // unit} {name}"
+    return f"{size} bytes"
+
+
+def print_table(report: dict[str, Any], brokers: Sequence[str]) -> None:
+    """The figures as a Markdown table, as docs/benchmarks.md shows them."""
+    header = ["case", *brokers, "ours / best peer", "RSS ours / best peer"]
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for case in report.values():
+        ratio = f"{case['ratio']:.2f}" if "ratio" in case else "-"
+        rss = f"{case['rss_ratio']:.2f}" if "rss_ratio" in case else "-"
+        cells = [cell(case["brokers"][broker]) for broker in brokers]
+        print("| " + " | ".join([case["title"], *cells, ratio, rss]) + " |", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks peers-stomp")
+    parser.add_argument("--count", type=int, default=100_000, help="1 KiB messages per run")
+    parser.add_argument("--large-count", type=int, default=100, help="large messages per run")
+    parser.add_argument("--large-size", default="10MiB", help="body of a large message")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (medians kept)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="the producer stops then")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated")
+    parser.add_argument("--brokers", default=",".join(BROKERS), help="comma-separated")
+    parser.add_argument(
+        "--txbridge-max-frame-size", help="the STOMP acceptors' max-frame-size (default: theirs)"
+    )
+    parser.add_argument("--output", type=Path, help="write the JSON here, not to results/")
+    args = parser.parse_args(argv)
+    cases = [CASES[name] for name in args.cases.split(",") if name]
+    wanted = [name for name in args.brokers.split(",") if name]
+    unknown = [name for name in [*wanted] if name not in BROKERS] + [
+        c for c in args.cases.split(",") if c and c not in CASES
+    ]
+    if unknown:
+        parser.error(f"unknown broker or case: {', '.join(unknown)}")
+    if args.count < 1 or args.large_count < 1 or args.repeat < 1:
+        parser.error("--count, --large-count and --repeat must be positive")
+    options = Options(
+        count=args.count,
+        large_count=args.large_count,
+        large_size=parse_size(args.large_size),
+        seconds=args.seconds,
+        txbridge_max_frame_size=args.txbridge_max_frame_size,
+    )
+    skipped = {name: reason for name in wanted if (reason := MISSING[name]())}
+    for name, reason in skipped.items():
+        print(f"skipping {name}: {reason}", flush=True)
+    brokers = [name for name in BROKERS if name in wanted and name not in skipped]
+    if not brokers:
+        print("no broker to run", file=sys.stderr)
+        return 1
+    load_before = os.getloadavg()
+
+    def save_report(report: dict[str, Any], rounds: int) -> Path:
+        figures = {
+            "count": args.count,
+            "large_count": args.large_count,
+            "large_size": options.large_size,
+            "repeat": args.repeat,
+            "rounds_done": rounds,
+            "seconds": args.seconds,
+            "txbridge_max_frame_size": args.txbridge_max_frame_size,
+            "client": f"stomp.py {stomp.__version__}",
+            "versions": {name: version(name) for name in brokers},
+            "skipped": skipped,
+            "load_average": {"before": load_before, "after": os.getloadavg()},
+            "goal": {"ratio": RATIO_GOAL, "rss_ratio": RSS_GOAL},
+            "cases": report,
+        }
+        return save("peers_stomp", figures, args.output)
+
+    report = run(
+        cases=cases, brokers=brokers, repeat=args.repeat, options=options, after_round=save_report
+    )
+    print_table(report, brokers)
+    print(f"saved {save_report(report, args.repeat)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

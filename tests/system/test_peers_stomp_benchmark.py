@@ -1,0 +1,182 @@
+"""The STOMP peers benchmark keeps working: ``python -m benchmarks peers-stomp`` at a tiny
+count, with real brokers and stomp.py producer and consumer processes. It checks that
+every case runs, every message is delivered once, in order and whole, ours / best peer is
+worked out when a peer ran, and no broker process is left running - not how fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from benchmarks import peers_stomp, rabbitmq
+from tests.processes import ROOT
+
+COUNT = 200
+LARGE_COUNT = 2
+
+
+def run_benchmark(output: Path, *arguments: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "peers-stomp",
+            "--count",
+            str(COUNT),
+            "--repeat",
+            "1",
+            "--output",
+            str(output),
+            *arguments,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures: dict[str, Any] = json.loads(output.read_text())
+    return figures
+
+
+def assert_clean_run(run: dict[str, Any], count: int) -> None:
+    assert "error" not in run, run["error"]
+    assert run["sent"] == run["delivered"] == count
+    assert run["out_of_order"] == run["duplicates"] == run["redelivered"] == 0
+    assert run["wrong_size"] == 0
+    assert run["peak_rss"] > 0 and run["msgs_per_s"] > 0
+    for name, pid in run["pids"].items():
+        assert not psutil.pid_exists(pid) or (
+            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        ), f"{name} ({pid}) of the {run['broker']} {run['case']} run is still running"
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_every_case_runs_against_txbridge_alone(tmp_path: Path) -> None:
+    figures = run_benchmark(
+        tmp_path / "peers.json",
+        "--brokers",
+        "txbridge",
+        "--large-count",
+        str(LARGE_COUNT),
+        "--large-size",
+        "64KiB",
+    )
+    assert figures["skipped"] == {}
+    assert set(figures["cases"]) == {
+        "persistent",
+        "non-persistent",
+        "a-to-b-persistent",
+        "a-to-b-large",
+    }
+    for name, case in figures["cases"].items():
+        ours = case["brokers"]["txbridge"]
+        (run,) = ours["runs"]
+        assert run["case"] == name
+        assert_clean_run(run, LARGE_COUNT if name == "a-to-b-large" else COUNT)
+        assert case["best_peer"] is None and "ratio" not in case
+    assert len(figures["cases"]["a-to-b-persistent"]["brokers"]["txbridge"]["runs"][0]["pids"]) == 4
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_rabbitmq_runs_beside_txbridge_and_gives_the_ratio(tmp_path: Path) -> None:
+    """RabbitMQ (Debian's, installed on this kind of machine) through a private node pair
+    and a shovel; ActiveMQ is not installed by default, so only the benchmark runs it."""
+    peer = "rabbitmq"
+    missing = rabbitmq.missing()
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"RabbitMQ must be installed on CI: {missing}")
+        pytest.skip(missing)
+    figures = run_benchmark(
+        tmp_path / "peers.json",
+        "--brokers",
+        f"txbridge,{peer}",
+        "--cases",
+        "a-to-b-persistent",
+    )
+    assert figures["skipped"] == {}
+    assert set(figures["cases"]) == {"a-to-b-persistent"}
+    for case in figures["cases"].values():
+        for broker in ("txbridge", peer):
+            (run,) = case["brokers"][broker]["runs"]
+            assert_clean_run(run, COUNT)
+        assert case["best_peer"] == peer
+        peer_figures = case["brokers"][peer]
+        ours = case["brokers"]["txbridge"]
+        assert case["ratio"] == pytest.approx(ours["rate"] / peer_figures["rate"])
+        assert case["rss_ratio"] == pytest.approx(ours["peak_rss"] / peer_figures["peak_rss"])
+
+
+@pytest.mark.system
+@pytest.mark.timeout(120)
+def test_a_peer_that_is_not_installed_is_skipped_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(peers_stomp.MISSING, "activemq", lambda: "ActiveMQ is not here")
+    output = tmp_path / "peers.json"
+    status = peers_stomp.main(
+        [
+            "--brokers",
+            "txbridge,activemq",
+            "--cases",
+            "non-persistent",
+            "--count",
+            str(COUNT),
+            "--repeat",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
+    assert status == 0
+    assert "skipping activemq: ActiveMQ is not here" in capsys.readouterr().out
+    figures = json.loads(output.read_text())
+    assert figures["skipped"] == {"activemq": "ActiveMQ is not here"}
+    case = figures["cases"]["non-persistent"]
+    assert set(case["brokers"]) == {"txbridge"}
+    assert_clean_run(case["brokers"]["txbridge"]["runs"][0], COUNT)
+
+
+def test_the_best_peer_is_the_fastest_that_did_not_fail() -> None:
+    case = peers_stomp.CASES["persistent"]
+
+    def good(rate: float, rss: int) -> dict[str, Any]:
+        return {
+            "msgs_per_s": rate,
+            "mb_per_s": 0.0,
+            "peak_rss": rss,
+            "cpu_seconds": 1.0,
+            "delivered": 1000,
+            "time_bounded": False,
+        }
+
+    results = {
+        "txbridge": peers_stomp.summary(case, [good(300.0, 10), good(100.0, 30), good(200.0, 20)]),
+        "rabbitmq": peers_stomp.summary(case, [good(100.0, 90)]),
+        "activemq": peers_stomp.summary(case, [{"error": "Java heap space"}]),
+    }
+    assert results["txbridge"]["rate"] == 200.0 and results["txbridge"]["peak_rss"] == 30
+    assert results["activemq"] == {
+        "runs": [{"error": "Java heap space"}],
+        "failed": 1,
+        "error": "Java heap space",
+    }
+    assert peers_stomp.compare(results) == {
+        "best_peer": "rabbitmq",
+        "ratio": 2.0,
+        "rss_ratio": pytest.approx(1 / 3),
+        "goal_met": True,
+    }
+    assert peers_stomp.cell(results["activemq"]) == "failed: Java heap space"
