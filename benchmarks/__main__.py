@@ -16,6 +16,7 @@ SCENARIOS = {
     "stomp": "benchmarks.stomp_throughput",
     "bridge": "benchmarks.bridge_throughput",
     "hostile": "benchmarks.hostile",
+    "failover": "benchmarks.failover",
 }
 
 
