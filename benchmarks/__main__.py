@@ -17,6 +17,7 @@ SCENARIOS = {
     "bridge": "benchmarks.bridge_throughput",
     "hostile": "benchmarks.hostile",
     "peers-stomp": "benchmarks.peers_stomp",
+    "failover": "benchmarks.failover",
 }
 
 

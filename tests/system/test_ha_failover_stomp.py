@@ -1,0 +1,201 @@
+"""kill -9 of the live node in the middle of a durable STOMP send run: nodes a (primary)
+and b (backup) share one PostgreSQL schema, and b binds a's STOMP port once it is live
+(one address for whichever node is live). A stomp.py producer sends persistent messages,
+each with a receipt and a duplicate id, and after a lost connection connects again and
+resends what had no receipt; a stomp.py consumer acknowledges every 50th message
+(client: cumulative) and subscribes again after a lost connection.
+
+There is no traced STOMP client for the audit pipeline, so the test keeps the check
+itself: every receipted message is received, and every message received twice carried
+``redelivered:true`` the second time."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import suppress
+from typing import Any
+
+import pytest
+import pytest_twisted
+import stomp
+from twisted.internet.threads import deferToThread
+
+from bridge.heads.core.session import DUPLICATE_ID_HEADER
+from tests.forward.conftest import eventually
+from tests.postgresql import schema_url
+from tests.system.test_ha_lease import PING, REAP, SLACK, ha_node
+
+COUNT = 600
+KILL_AFTER = 225
+"""Receipted sends before the kill (not a multiple of ACK_EVERY: some messages are then
+delivered and not acknowledged); the rest go to b."""
+DEADLINE = 120.0
+"""Bound on the whole run of each client thread (a loaded box, the failover included)."""
+ACK_EVERY = 50
+"""The consumer acknowledges cumulatively every this many messages, so that some are
+delivered and not acknowledged when the node dies (b gives them again, redelivered)."""
+RETRY = 0.05
+"""Between connection attempts while no node listens (the clients' retry interval)."""
+TAKEOVER_SLACK = 5.0
+"""Beyond reap + ping, for a loaded box; benchmarks/failover.py measures the figure."""
+
+
+class Peer(stomp.ConnectionListener):  # type: ignore[misc]
+    """One stomp.py connection at a time to ``port``, made again when it drops."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.changed = threading.Condition()
+        self.receipts: set[str] = set()
+        self.received: list[tuple[int, bool]] = []
+        self.connection: Any = None
+        self.generation = 0
+        self.unacked = 0
+        self.stop = threading.Event()
+
+    def on_receipt(self, frame: Any) -> None:
+        with self.changed:
+            self.receipts.add(frame.headers["receipt-id"])
+            self.changed.notify_all()
+
+    def on_message(self, frame: Any) -> None:
+        with self.changed:
+            seq = int(frame.headers["seq"])
+            self.received.append((seq, frame.headers.get("redelivered") == "true"))
+            self.changed.notify_all()
+            self.unacked += 1
+            if self.unacked < ACK_EVERY:
+                return
+            self.unacked = 0
+        self.connection.ack(frame.headers["ack"])  # cumulative: this one and those before
+
+    def on_disconnected(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def connected(self) -> bool:
+        return self.connection is not None and self.connection.is_connected()
+
+    def connect(self, deadline: float) -> None:
+        """Connect, retrying every ``RETRY`` s until ``deadline`` (monotonic)."""
+        while time.monotonic() < deadline:
+            connection = stomp.Connection12(
+                [("127.0.0.1", self.port)], auto_decode=False, reconnect_attempts_max=1
+            )
+            connection.set_listener("peer", self)
+            try:
+                connection.connect(wait=True)
+            except stomp.exception.StompException:
+                time.sleep(RETRY)
+                continue
+            self.connection = connection
+            self.generation += 1
+            self.unacked = 0
+            return
+        raise AssertionError(f"no STOMP connection to port {self.port} in time")
+
+    def wait_for_receipt(self, receipt: str, deadline: float) -> None:
+        """Until ``receipt`` came, the connection dropped or ``deadline`` (monotonic)."""
+        with self.changed:
+            self.changed.wait_for(
+                lambda: receipt in self.receipts or not self.connected(),
+                max(0.0, deadline - time.monotonic()),
+            )
+
+    def close(self) -> None:
+        if self.connected():
+            self.connection.disconnect()
+
+
+def produce(peer: Peer) -> None:
+    """Send each message until its receipt came, connecting again after a drop."""
+    deadline = time.monotonic() + DEADLINE
+    for seq in range(COUNT):
+        receipt = f"r{seq}"
+        while receipt not in peer.receipts:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"message {seq} got no receipt in time")
+            if not peer.connected():
+                peer.connect(deadline)
+            headers = {
+                "persistent": "true",
+                "seq": str(seq),
+                DUPLICATE_ID_HEADER: f"seq-{seq}",
+                "receipt": receipt,
+            }
+            # the node may die under the send: once stomp.py saw the drop, send again
+            with suppress(stomp.exception.NotConnectedException, OSError):
+                peer.connection.send("/queue/orders", b"%d" % seq, headers=headers)
+            peer.wait_for_receipt(receipt, deadline)
+
+
+def consume(peer: Peer) -> None:
+    """Subscribe (cumulative acks), again after each drop, until told to stop."""
+    deadline = time.monotonic() + DEADLINE
+    while not peer.stop.is_set():
+        if time.monotonic() > deadline:
+            raise AssertionError("the consumer ran out of time")
+        if not peer.connected():
+            peer.connect(deadline)
+            try:
+                peer.connection.subscribe("/queue/orders", id="s", ack="client")
+            except (stomp.exception.NotConnectedException, OSError):
+                continue  # the node died under the subscribe: connect again
+        with peer.changed:
+            peer.changed.wait_for(lambda: peer.stop.is_set() or not peer.connected(), 1.0)
+
+
+def stomp_ha_node(name: str, url: str, policy: str, port: int) -> dict[str, Any]:
+    document = ha_node(name, url, policy)
+    document["acceptor"] = [
+        {"name": "stomp", "url": f"tcp://127.0.0.1:{port}", "protocols": ["stomp"]}
+    ]
+    return document
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+@pytest_twisted.ensureDeferred
+async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(nodes, pg_schema):
+    url = schema_url(pg_schema)
+    primary = nodes(stomp_ha_node("a", url, "shared-store-primary", 0), name="a")
+    await primary.wait_started(SLACK)
+    port = primary.ports["stomp"]
+    backup = nodes(stomp_ha_node("b", url, "shared-store-backup", port), name="b")
+    await backup.wait_for(r"node b: live is a, epoch 1", SLACK)
+
+    producer, consumer = Peer(port), Peer(port)
+    consuming = deferToThread(consume, consumer)
+    producing = deferToThread(produce, producer)
+    try:
+        await eventually(lambda: len(producer.receipts) >= KILL_AFTER, timeout=DEADLINE)
+        live = backup.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+        killed = time.monotonic()
+        await primary.stop(signal.SIGKILL)
+        assert len(producer.receipts) < COUNT, "the producer finished before the kill"
+        await live
+        took = time.monotonic() - killed
+        # A bound, not a benchmark: the lease expires reap after a's last renewal, and b
+        # tries every ping.
+        assert took <= REAP + PING + TAKEOVER_SLACK, (took, backup.output)
+        await producing
+        await eventually(
+            lambda: {seq for seq, _ in consumer.received} >= set(range(COUNT)), timeout=DEADLINE
+        )
+    finally:
+        consumer.stop.set()
+        await consuming
+        await deferToThread(producer.close)
+        await deferToThread(consumer.close)
+
+    assert producer.generation == consumer.generation == 2  # both went over to b
+    assert producer.receipts >= {f"r{seq}" for seq in range(COUNT)}
+    seen: set[int] = set()
+    for seq, redelivered in consumer.received:
+        if seq in seen:
+            assert redelivered, f"message {seq} came twice, the second time not as a redelivery"
+        seen.add(seq)
+    assert seen == set(range(COUNT))
+    assert len(consumer.received) > COUNT, "nothing was redelivered: nothing checked"
