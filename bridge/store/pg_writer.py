@@ -24,8 +24,8 @@ from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.pg_operations import PgCursor, apply_all, load_state, save_state
 from bridge.store.pg_schema import connect, describe, one_line
-from bridge.store.records import QueueRecord, Recovered
-from bridge.store.recovery import RefRow, assemble, missing, stored_message
+from bridge.store.records import Recovered
+from bridge.store.recovery import load, missing, stored_message
 
 _SET_CLEAN_STOP = (
     "INSERT INTO store_state (key, value) VALUES ('clean_stop', %s)"
@@ -204,25 +204,10 @@ class PostgreSQLWriter:
         return after_crash
 
     def _recover(self, cursor: PgCursor, load_limit: int, after_crash: bool) -> Recovered:
-        queues = [
-            QueueRecord(name=name, address=address, routing=routing, filter=filter_)
-            for name, address, routing, filter_ in cursor.execute(
-                "SELECT name, address, routing, filter FROM queues ORDER BY seq"
-            ).fetchall()
-        ]
-        refs: list[RefRow] = cursor.execute(
-            "SELECT r.queue, r.message_id, r.delivery_count, length(m.data)"
-            " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
-            " ORDER BY r.queue, r.message_id"
-        ).fetchall()
-        duplicate_ids = cursor.execute(
-            "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"
-        ).fetchall()
-        return assemble(
-            queues,
-            refs,
+        return load(
+            lambda statement: cursor.execute(statement).fetchall(),
+            "seq",
             lambda ids: self._read(cursor, ids, ()),
-            duplicate_ids,
             load_limit=load_limit,
             highest_message_id=self._state.highest_message_id,
             after_crash=after_crash,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from bridge.message import Message, MessageFormatError, decode_message
 from bridge.store.errors import StoreError
@@ -49,6 +50,43 @@ def assemble(
         queues=list(queues),
         messages=messages,
         duplicate_ids=by_address,
+        highest_message_id=highest_message_id,
+        after_crash=after_crash,
+    )
+
+
+def load(
+    fetch_all: Callable[[str], list[Any]],
+    queue_order: str,
+    read: Callable[[list[int]], dict[int, Message]],
+    *,
+    load_limit: int,
+    highest_message_id: int,
+    after_crash: bool,
+) -> Recovered:
+    """``Recovered`` read with ``fetch_all`` (a statement's rows, on either backend): the
+    queues in creation order (``queue_order`` names the column that keeps it), the message
+    references and the duplicate ids, then :func:`assemble`."""
+    queues = [
+        QueueRecord(name=name, address=address, routing=routing, filter=filter_)
+        for name, address, routing, filter_ in fetch_all(
+            f"SELECT name, address, routing, filter FROM queues ORDER BY {queue_order}"
+        )
+    ]
+    refs: list[RefRow] = fetch_all(
+        "SELECT r.queue, r.message_id, r.delivery_count, length(m.data)"
+        " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
+        " ORDER BY r.queue, r.message_id"
+    )
+    duplicate_ids = fetch_all(
+        "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"
+    )
+    return assemble(
+        queues,
+        refs,
+        read,
+        duplicate_ids,
+        load_limit=load_limit,
         highest_message_id=highest_message_id,
         after_crash=after_crash,
     )

@@ -28,8 +28,8 @@ from bridge.store.errors import CommitFailed
 from bridge.store.interfaces import IBodyWriter, IStoreWriter
 from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
 from bridge.store.operations import Operation, Outcome, WriterState
-from bridge.store.records import QueueRecord, Recovered
-from bridge.store.recovery import assemble, missing, stored_message
+from bridge.store.records import Recovered
+from bridge.store.recovery import load, missing, stored_message
 from bridge.store.schema import connect
 from bridge.store.sqlite_operations import apply_all, load_state, save_state
 
@@ -160,25 +160,10 @@ class Writer:
         self._state = load_state(cursor)
 
     def _recover(self, cursor: sqlite3.Cursor, load_limit: int, after_crash: bool) -> Recovered:
-        queues = [
-            QueueRecord(name=name, address=address, routing=routing, filter=filter_)
-            for name, address, routing, filter_ in cursor.execute(
-                "SELECT name, address, routing, filter FROM queues ORDER BY rowid"
-            )
-        ]
-        refs = cursor.execute(
-            "SELECT r.queue, r.message_id, r.delivery_count, length(m.data)"
-            " FROM message_refs AS r JOIN messages AS m ON m.id = r.message_id"
-            " ORDER BY r.queue, r.message_id"
-        ).fetchall()
-        duplicate_ids = cursor.execute(
-            "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"
-        ).fetchall()
-        return assemble(
-            queues,
-            refs,
+        return load(
+            lambda statement: cursor.execute(statement).fetchall(),
+            "rowid",
             lambda ids: self._read(cursor, ids, ()),
-            duplicate_ids,
             load_limit=load_limit,
             highest_message_id=self._state.highest_message_id,
             after_crash=after_crash,
