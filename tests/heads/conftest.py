@@ -6,7 +6,9 @@ session rule; the real client is tested in tests/client.
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +271,15 @@ def secure_node(tmp_path: Path) -> Any:
     running = pytest_twisted.blockon(Deferred.fromCoroutine(Node(tmp_path, SECURITY).start()))
     yield running
     pytest_twisted.blockon(Deferred.fromCoroutine(running.stop()))
+
+
+@pytest.fixture
+def no_cycle_collector() -> Iterator[None]:
+    """The cycle collector off for the test: what is freed is freed by reference counts,
+    as a closed connection's objects must be."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -5,7 +5,6 @@ to be freed only when the cycle collector happens to run)."""
 
 from __future__ import annotations
 
-import gc
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -35,16 +34,6 @@ def budgeted_node(tmp_path: Any) -> Iterator[Node]:
     running = pytest_twisted.blockon(Deferred.fromCoroutine(node.start()))
     yield running
     pytest_twisted.blockon(Deferred.fromCoroutine(running.stop()))
-
-
-@pytest.fixture
-def no_cycle_collector() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @pytest.mark.parametrize("ended_by", ["peer", "node"])

@@ -4,9 +4,7 @@ soon as it is gone, whichever side ended it."""
 
 from __future__ import annotations
 
-import gc
 import weakref
-from collections.abc import Iterator
 
 import pytest
 import pytest_twisted
@@ -16,16 +14,6 @@ from transport.partial import PartialFrameBudget, PartialFrameLimits
 
 PARTIAL = 512 * 1024
 BUDGET = 2 * PARTIAL
-
-
-@pytest.fixture
-def no_cycle_collector() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @pytest.mark.parametrize("ended_by", ["peer", "node"])
