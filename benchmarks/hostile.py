@@ -264,13 +264,12 @@ def login_flood(node: Node, count: int) -> list[socket.socket]:
     """``count`` wrong logins at once, each as a different unknown user, from a host of
     their own (127.0.0.2: the slowdown of the flood's host is not the well-behaved
     client's), until each is answered: every one must be refused (most as busy, the rest
-    once hashed)."""
+    once hashed). All connect first, then all send their CONNECT, so the logins arrive
+    together."""
     connect = "CONNECT\naccept-version:1.2\nheart-beat:0,0\nlogin:{}\npasscode:{}\n\n\0"
-    flood = []
-    for number in range(count):
-        sock = _open(node.ports["stomp"], "127.0.0.2")
+    flood = [_open(node.ports["stomp"], "127.0.0.2") for _ in range(count)]
+    for number, sock in enumerate(flood):
         _send_quietly(sock, connect.format(f"intruder{number}", WRONG).encode())
-        flood.append(sock)
     answers = [_answer(sock) for sock in flood]
     accepted = [answer for answer in answers if not answer.startswith(b"ERROR\n")]
     if accepted:
