@@ -10,7 +10,9 @@ same attacks at ten times the scale and times a well-behaved client meanwhile).
   silent: together they hold at most the ``partial-frame-budget`` (plus each one's
   pre-login allowance); those that would take more are closed;
 - waves of such STOMP connections, each closed by the client: with the node's cycle
-  collector off, what a closed connection held must be freed at once, or it piles up.
+  collector off, what a closed connection held must be freed at once, or it piles up;
+- 6 wrong STOMP logins at once, each as a different unknown user, on a node with security
+  on: at most ``max-concurrent-hashes`` scrypt hashes (128 MiB each) are held at once.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ WAVE_GROWTH = 8 * MIB
     [
         ("core-prelogin", SLACK),
         ("stomp-partial", BUDGET + SLACK),
+        ("login-flood", CASES["login-flood"].hashing_budget + SLACK),
     ],
 )
 def test_attackers_cost_the_node_at_most_the_budgets(tmp_path: Path, case: str, bound: int):
@@ -63,3 +66,10 @@ def test_the_benchmark_reports_every_case(tmp_path: Path):
     assert [case["case"] for case in report["cases"]] == list(CASES)
     for case in report["cases"]:
         assert 0 < case["idle_rss"] <= case["peak_rss"] and case["sends"] > 0
+    # The goal allows the configured budgets: partial frames, and where security is on,
+    # max-concurrent-hashes (2) scrypt hashes.
+    budgets = {case["case"]: case["budgets"] for case in report["cases"]}
+    partial = report["partial_frame_budget"]
+    assert budgets == dict.fromkeys(CASES, partial) | {
+        "login-flood": partial + 2 * report["hash_memory"]
+    }
