@@ -99,7 +99,8 @@ async def test_a_live_node_whose_connections_are_terminated_stops_before_the_bac
             assert seen_stopped_under_epoch_1, primary.output
         finally:
             await deferToThread(watcher.close)
-        await backup.wait_for(r"node b: LIVE, epoch 2", SLACK)
+        # b may have gone LIVE while the loop above still polled: look from the start.
+        await backup.wait_for(r"node b: LIVE, epoch 2", SLACK, since=0)
 
         rejoined = primary.wait_for(r"node a: live is b, epoch 2", SLACK)
         listening = await TCP4ServerEndpoint(reactor, forwarding, interface="127.0.0.1").listen(
@@ -108,7 +109,9 @@ async def test_a_live_node_whose_connections_are_terminated_stops_before_the_bac
         await rejoined
         assert "node a: LIVE, epoch" not in primary.output.split("node a: stops serving")[1]
     finally:
-        await listening.stopListening()
+        stopping = listening.stopListening()  # None if it was stopped already
+        if stopping is not None:
+            await stopping
         proxy.cut()
 
 
