@@ -34,6 +34,7 @@ from bridge.store.errors import (
     UnknownTransaction,
 )
 from bridge.store.interfaces import IBodyWriter, IMessageStore, IStoreWriter
+from bridge.store.large import BodyFile, open_body
 from bridge.store.operations import (
     Acknowledge,
     AcknowledgeMany,
@@ -192,13 +193,13 @@ class MessageStore:
         return AddMessage(message.id, tuple(queues), data, large.size, large.path, stored_id)
 
     def new_body(self, message_id: int) -> IBodyWriter:
-        return self._writer.new_body(message_id)
+        return BodyFile(self._writer.body_files.path_for(message_id))
 
     def open_body(self, body: LargeBody) -> IO[bytes]:
-        return self._writer.open_body(body)
+        return open_body(body)
 
     def large_body_path(self, message_id: int) -> str:
-        return self._writer.large_body_path(message_id)
+        return str(self._writer.body_files.path_for(message_id))
 
     def discard_body(self, path: str) -> Deferred[None]:
         if self._state is not _OPEN:

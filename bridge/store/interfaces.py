@@ -144,12 +144,17 @@ class IBodyWriter(Interface):
 class IStoreWriter(Interface):
     """A store's backend: the database a ``MessageStore`` writes through.
 
-    The store calls every method but ``large_body_path`` on its one writer thread, never
-    two at once, so a writer needs no locking of its own; it translates the operations
-    (``bridge.store.operations``, plain data) into its own statements.
+    The store calls every method on its one writer thread, never two at once, so a writer
+    needs no locking of its own; it translates the operations (``bridge.store.operations``,
+    plain data) into its own statements.
     """
 
     name = Attribute("What errors and logs call the store (a file, a database).")
+    body_files = Attribute(
+        "The folder of large bodies' files (``bridge.store.large.BodyFiles``), which the"
+        " node writes and reads on the reactor thread: the bodies themselves on SQLite, a"
+        " cache of the rows that hold them on PostgreSQL."
+    )
 
     def open(load_limit: int) -> Recovered:
         """Connect (creating or migrating the schema), note that a node runs on the store,
@@ -162,15 +167,6 @@ class IStoreWriter(Interface):
 
     def read(message_ids: Sequence[int], paged_ids: Sequence[int]) -> dict[int, Message]:
         """Stored and paged messages by id; ``StoreError`` if one is missing."""
-
-    def new_body(message_id: int) -> IBodyWriter:
-        """``IMessageStore.new_body`` (the reactor thread)."""
-
-    def open_body(body: LargeBody) -> IO[bytes]:
-        """``IMessageStore.open_body`` (the reactor thread)."""
-
-    def large_body_path(message_id: int) -> str:
-        """Where a large message's body file goes (any thread)."""
 
     def delete_body(path: str) -> None:
         """Delete a large body file no message needs; a failure is logged, not raised."""

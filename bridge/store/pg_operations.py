@@ -21,7 +21,6 @@ from typing import Any
 from psycopg import Cursor
 
 from bridge.store.errors import InvalidOperation
-from bridge.store.large import sync_body
 from bridge.store.operations import (
     Acknowledge,
     AcknowledgeMany,
@@ -39,6 +38,7 @@ from bridge.store.operations import (
     first_occurrences,
     runs,
 )
+from bridge.store.pg_bodies import check_body
 
 PgCursor = Cursor[tuple[Any, ...]]
 
@@ -66,7 +66,7 @@ def _add_run(cursor: PgCursor, state: WriterState, adds: Sequence[AddMessage]) -
         try:
             add.check_queues(state)
             if add.large_path is not None:
-                sync_body(add.large_path)
+                check_body(add)
         except InvalidOperation as invalid:
             outcomes[index] = invalid
         else:
@@ -150,13 +150,23 @@ def _page(cursor: PgCursor, state: WriterState, op: PageMessage) -> None:
         raise op.already_paged()
 
 
+_BODIES_GO = (
+    " bodies AS (DELETE FROM large_bodies WHERE message_id = ANY(ARRAY("
+    "SELECT id FROM gone WHERE large IS NOT NULL)))"
+)
+"""With a ``gone`` of deleted messages (``RETURNING id, large``): their bodies' rows go
+too, in the same statement (an array, so the rows are found through the index)."""
+
+
 def _drop_references(cursor: PgCursor, table: str, released: Counter[int]) -> None:
     """Each of ``released``'s messages in ``table`` loses as many references as counted;
-    those left with none go. One statement: the delete and the update touch disjoint rows."""
+    those left with none go (a stored one with its body's rows). One statement: the
+    deletes and the update touch disjoint rows."""
+    bodies = f" RETURNING m.id, m.large),{_BODIES_GO}" if table == "messages" else ")"
     cursor.execute(
         f"WITH c(id, n) AS (SELECT * FROM unnest(%b::bigint[], %b::integer[])),"
-        f" gone AS (DELETE FROM {table} AS m USING c WHERE m.id = c.id AND m.refs <= c.n)"
-        f" UPDATE {table} AS m SET refs = m.refs - c.n FROM c"
+        f" gone AS (DELETE FROM {table} AS m USING c WHERE m.id = c.id AND m.refs <= c.n"
+        f"{bodies} UPDATE {table} AS m SET refs = m.refs - c.n FROM c"
         " WHERE m.id = c.id AND m.refs > c.n",
         (list(released), list(released.values())),
     )
@@ -220,7 +230,8 @@ def _delete_queue(cursor: PgCursor, state: WriterState, op: DeleteQueue) -> None
     op.check(state)
     cursor.execute(
         "WITH c(id, n) AS (SELECT message_id, 1 FROM message_refs WHERE queue = %s),"
-        " gone AS (DELETE FROM messages AS m USING c WHERE m.id = c.id AND m.refs <= c.n)"
+        " gone AS (DELETE FROM messages AS m USING c WHERE m.id = c.id AND m.refs <= c.n"
+        f" RETURNING m.id, m.large),{_BODIES_GO}"
         " UPDATE messages AS m SET refs = m.refs - c.n FROM c WHERE m.id = c.id AND m.refs > c.n",
         (op.name,),
     )

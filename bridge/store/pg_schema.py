@@ -18,7 +18,20 @@ from psycopg.conninfo import conninfo_to_dict
 from bridge.ha.lease import TABLES as LEASE_TABLES
 from bridge.store.errors import SchemaTooNew, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+_LARGE_BODIES = (
+    "CREATE TABLE large_bodies ("
+    " message_id BIGINT NOT NULL, seq INTEGER NOT NULL, data BYTEA NOT NULL,"
+    " PRIMARY KEY (message_id, seq))",
+    # Bodies are mostly incompressible: stored out of line as they are, not compressed.
+    "ALTER TABLE large_bodies ALTER COLUMN data SET STORAGE EXTERNAL",
+)
+"""Large message bodies in chunks (``bridge.store.pg_bodies``); version 1 kept them only
+as files in the node's data directory."""
+
+MIGRATIONS = {1: _LARGE_BODIES}
+"""What brings a store from each version to the next."""
 
 SCHEMA = (
     "CREATE TABLE schema_version (version INTEGER NOT NULL)",
@@ -45,6 +58,7 @@ SCHEMA = (
     " UNIQUE (address, duplicate_id))",
     "CREATE INDEX duplicate_ids_by_age ON duplicate_ids (address, seq)",
     "INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0), ('clean_stop', 1)",
+    *_LARGE_BODIES,
 )
 
 _LOCK = 0x7478_6272  # "txbr": the advisory lock held while the schema is prepared
@@ -142,8 +156,14 @@ def _check_version(connection: psycopg.Connection[tuple[object, ...]], where: st
             f"{where} holds message store schema version {version}, written by a newer "
             f"txbridge; this one reads versions up to {SCHEMA_VERSION}"
         )
-    if version < SCHEMA_VERSION:
-        raise StoreError(
-            f"{where} holds message store schema version {version}, which no migration "
-            f"brings to version {SCHEMA_VERSION}"
-        )
+    while version < SCHEMA_VERSION:
+        steps = MIGRATIONS.get(version)
+        if steps is None:
+            raise StoreError(
+                f"{where} holds message store schema version {version}, which no migration "
+                f"brings to version {SCHEMA_VERSION}"
+            )
+        for statement in steps:
+            connection.execute(statement)
+        version += 1
+        connection.execute("UPDATE schema_version SET version = %s", (version,))

@@ -4,24 +4,26 @@ It does what the SQLite writer does (``bridge.store.writer`` says what opening, 
 and closing mean), on a server: each batch is one transaction whose commit returns once the
 server's write-ahead log is on disk (``synchronous_commit`` on). Should the connection
 break, the batch fails (``CommitFailed``, nothing of it written) and the next batch connects
-again. Large message bodies are files in the node's data directory, as with SQLite.
+again. Large message bodies are rows too, cached as files in the node's data directory
+(``bridge.store.pg_bodies``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import IO
 
 import psycopg
 from zope.interface import implementer
 
 from bridge.ha.lease import CHECK_TOKEN, LeaseToken
-from bridge.message import LargeBody, Message
+from bridge.message import Message
 from bridge.store.errors import CommitFailed, Fenced, StoreError
-from bridge.store.interfaces import IBodyWriter, IStoreWriter
-from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
+from bridge.store.interfaces import IStoreWriter
+from bridge.store.large import BodyFiles, delete_body
 from bridge.store.operations import Operation, Outcome, WriterState
+from bridge.store.pg_bodies import PgBodies
 from bridge.store.pg_operations import PgCursor, apply_all, load_state, save_state
 from bridge.store.pg_schema import connect, describe, one_line
 from bridge.store.records import Recovered
@@ -37,10 +39,9 @@ Connection = psycopg.Connection[tuple[object, ...]]
 
 @implementer(IStoreWriter)
 class PostgreSQLWriter:
-    """Opens, recovers, writes batches and closes; every method but ``large_body_path``
-    runs on the writer thread. ``url`` is a libpq URL (``postgresql://...``); a malformed
-    one fails ``open()`` (not the constructor: a node reports it as it reports a server
-    that cannot be reached)."""
+    """Opens, recovers, writes batches and closes, on the writer thread. ``url`` is a
+    libpq URL (``postgresql://...``); a malformed one fails ``open()`` (not the
+    constructor: a node reports it as it reports a server that cannot be reached)."""
 
     def __init__(self, url: str, data_dir: Path, token: LeaseToken | None = None) -> None:
         self.url = url
@@ -50,7 +51,8 @@ class PostgreSQLWriter:
             self.name = describe(url)
         except StoreError:
             self.name = "postgresql (a malformed URL)"  # open() says what is wrong
-        self._bodies = BodyFiles(data_dir)
+        self.body_files = BodyFiles(data_dir)
+        self._bodies = PgBodies(self.body_files)
         self._connection: Connection | None = None
         self._state = WriterState(queues=set(), highest_message_id=0)
 
@@ -65,7 +67,7 @@ class PostgreSQLWriter:
             owned = cursor.execute("SELECT id FROM messages WHERE large IS NOT NULL").fetchall()
             self._check_token(cursor)
             connection.commit()
-            self._bodies.remove_orphans(message_id for (message_id,) in owned)
+            self.body_files.remove_orphans(message_id for (message_id,) in owned)
         except psycopg.Error as error:
             connection.close()
             raise StoreError(f"{self.name}: cannot load the store: {one_line(error)}") from None
@@ -88,6 +90,7 @@ class PostgreSQLWriter:
             with connection.pipeline():
                 cursor: PgCursor = connection.cursor()
                 outcomes = apply_all(cursor, state, operations)
+                self._bodies.copy_added(cursor, operations, outcomes)
                 if state.highest_message_id != highest:
                     save_state(cursor, state)
                 self._check_token(cursor)
@@ -114,17 +117,9 @@ class PostgreSQLWriter:
             connection.rollback()  # ends the read's transaction; writes none
         return found
 
-    def new_body(self, message_id: int) -> IBodyWriter:
-        return BodyFile(self._bodies.path_for(message_id))
-
-    def open_body(self, body: LargeBody) -> IO[bytes]:
-        return open_body(body)
-
-    def large_body_path(self, message_id: int) -> str:
-        return str(self._bodies.path_for(message_id))
-
     def delete_body(self, path: str) -> None:
         delete_body(path)
+        self._bodies.forget(path)
 
     def close(self) -> None:
         """Close, recording the clean stop (every delivery count is stored by now)."""
@@ -177,18 +172,19 @@ class PostgreSQLWriter:
         self, cursor: PgCursor, message_ids: Sequence[int], transient: Sequence[int]
     ) -> dict[int, Message]:
         found: dict[int, Message] = {}
+        attach = partial(self._bodies.attach, cursor)
         if message_ids:
             for message_id, data, large in cursor.execute(
                 "SELECT id, data, large FROM messages WHERE id = ANY(%s::bigint[])",
                 (list(message_ids),),
             ):
-                found[message_id] = stored_message(self.name, self._bodies, message_id, data, large)
+                found[message_id] = stored_message(self.name, attach, message_id, data, large)
         if transient:
             for message_id, data in cursor.execute(
                 "SELECT id, data FROM paged_messages WHERE id = ANY(%s::bigint[])",
                 (list(transient),),
             ):
-                found[message_id] = stored_message(self.name, self._bodies, message_id, data, None)
+                found[message_id] = stored_message(self.name, attach, message_id, data, None)
         missing(self.name, (*message_ids, *transient), found)
         return found
 

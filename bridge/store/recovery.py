@@ -7,7 +7,6 @@ from typing import Any
 
 from bridge.message import Message, MessageFormatError, decode_message
 from bridge.store.errors import StoreError
-from bridge.store.large import BodyFiles
 from bridge.store.records import QueueRecord, Recovered, RecoveredMessage
 
 RefRow = tuple[str, int, int, int]
@@ -92,8 +91,12 @@ def load(
     )
 
 
+Attach = Callable[[str, Message, int, int], Message]
+"""A large message's header with its body attached (``BodyFiles.attach``)."""
+
+
 def stored_message(
-    store: str, bodies: BodyFiles, message_id: int, data: bytes, large: int | None
+    store: str, attach: Attach, message_id: int, data: bytes, large: int | None
 ) -> Message:
     """A stored message from its encoded ``data`` and (a large one's) body size."""
     try:
@@ -102,7 +105,7 @@ def stored_message(
         raise StoreError(f"{store}: stored message {message_id} is corrupt: {error}") from None
     if large is None:
         return message
-    return bodies.attach(store, message, message_id, large)
+    return attach(store, message, message_id, large)
 
 
 def missing(store: str, wanted: Iterable[int], found: dict[int, Message]) -> None:

@@ -19,14 +19,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
 from zope.interface import implementer
 
-from bridge.message import LargeBody, Message
+from bridge.message import Message
 from bridge.store.errors import CommitFailed
-from bridge.store.interfaces import IBodyWriter, IStoreWriter
-from bridge.store.large import BodyFile, BodyFiles, delete_body, open_body
+from bridge.store.interfaces import IStoreWriter
+from bridge.store.large import BodyFiles, delete_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.records import Recovered
 from bridge.store.recovery import load, missing, stored_message
@@ -38,13 +37,12 @@ _SET_CLEAN_STOP = "INSERT OR REPLACE INTO store_state (key, value) VALUES ('clea
 
 @implementer(IStoreWriter)
 class Writer:
-    """Opens, recovers, writes batches and closes; every method but ``large_body_path``
-    runs on the writer thread."""
+    """Opens, recovers, writes batches and closes, on the writer thread."""
 
     def __init__(self, path: Path, busy_timeout: float) -> None:
         self.path = path
         self.name = str(path)
-        self._bodies = BodyFiles(path.parent)
+        self.body_files = BodyFiles(path.parent)
         self._busy_timeout = busy_timeout
         self._connection: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
@@ -58,7 +56,7 @@ class Writer:
             cursor.execute("DELETE FROM paged_messages")
             after_crash = self._mark_running(cursor)
             recovered = self._recover(cursor, load_limit, after_crash)
-            self._bodies.remove_orphans(
+            self.body_files.remove_orphans(
                 message_id
                 for (message_id,) in cursor.execute(
                     "SELECT id FROM messages WHERE large IS NOT NULL"
@@ -96,15 +94,6 @@ class Writer:
         assert self._cursor is not None, "the writer is not open"
         return self._read(self._cursor, message_ids, transient)
 
-    def new_body(self, message_id: int) -> IBodyWriter:
-        return BodyFile(self._bodies.path_for(message_id))
-
-    def open_body(self, body: LargeBody) -> IO[bytes]:
-        return open_body(body)
-
-    def large_body_path(self, message_id: int) -> str:
-        return str(self._bodies.path_for(message_id))
-
     def delete_body(self, path: str) -> None:
         delete_body(path)
 
@@ -120,7 +109,7 @@ class Writer:
                 rows = cursor.execute(f"SELECT {columns} FROM {table} WHERE id IN ({marks})", part)
                 for message_id, data, large in rows:
                     found[message_id] = stored_message(
-                        self.name, self._bodies, message_id, data, large
+                        self.name, self.body_files.attach, message_id, data, large
                     )
         missing(self.name, (*message_ids, *transient), found)
         return found

@@ -127,12 +127,21 @@ async def test_a_large_message_whose_file_is_gone_is_refused(stores: Stores) -> 
     missing = message(3, body=b"", large=LargeBody(store.large_body_path(3), 10))
     with pytest.raises(InvalidOperation, match="cannot be opened"):
         await store.add(missing, ["orders"])
+    assert stores.rows("messages") == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_sqlite_store_whose_body_file_is_gone_does_not_open(
+    sqlite_stores: Stores,
+) -> None:
+    store, _ = await sqlite_stores.open()
+    await store.create_queue(anycast("orders"))
     kept = large_message(4, b"x" * 10, store.large_body_path(4))
     await store.add(kept, ["orders"])
     await store.close()
     Path(store.large_body_path(4)).unlink()
     with pytest.raises(StoreError, match="large message 4 has no body"):
-        await stores.open()
+        await sqlite_stores.open()
 
 
 V1_SCHEMA = """
