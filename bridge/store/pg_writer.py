@@ -174,10 +174,11 @@ class PostgreSQLWriter:
         found: dict[int, Message] = {}
         attach = partial(self._bodies.attach, cursor)
         if message_ids:
+            # All rows first: attaching a large body runs statements on this cursor.
             for message_id, data, large in cursor.execute(
                 "SELECT id, data, large FROM messages WHERE id = ANY(%s::bigint[])",
                 (list(message_ids),),
-            ):
+            ).fetchall():
                 found[message_id] = stored_message(self.name, attach, message_id, data, large)
         if transient:
             for message_id, data in cursor.execute(

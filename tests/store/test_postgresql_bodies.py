@@ -39,16 +39,21 @@ async def test_a_backup_with_its_own_data_directory_reads_every_confirmed_body(
     body = body_of(3 * CHUNK + 17)
     await live.add(large_message(1, body, live.large_body_path(1)), ["orders"])
     assert postgresql_stores.rows("large_bodies") == 4  # in chunks, never one whole row
+    await live.add(message(2), ["orders"])
+    other = body_of(CHUNK - 1)
+    await live.add(large_message(3, other, live.large_body_path(3)), ["orders"])
     await live.close()
     backup = Stores(tmp_path / "backup-data", postgresql_stores.pg_schema)
     try:
         store, recovered = await backup.open()
-        (stored,) = recovered.messages["orders"]
-        large = stored.message.large
-        assert large is not None and large.path.startswith(str(tmp_path / "backup-data"))
-        assert read_all(store, large) == body
-        await store.acknowledge("orders", 1)
-        assert postgresql_stores.rows("large_bodies") == 0  # gone with its message
+        first, second, third = recovered.messages["orders"]
+        assert second.message == message(2)
+        for stored, expected in ((first, body), (third, other)):
+            large = stored.message.large
+            assert large is not None and large.path.startswith(str(tmp_path / "backup-data"))
+            assert read_all(store, large) == expected
+        await store.acknowledge_many("orders", [1, 2, 3])
+        assert postgresql_stores.rows("large_bodies") == 0  # gone with their messages
     finally:
         for made in backup.made:
             await made.close()
