@@ -8,6 +8,7 @@ the environment variable ``CI`` is set: then it fails.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -54,8 +55,24 @@ def pg_schema() -> Iterator[str]:
     try:
         yield name
     finally:
-        with _admin() as admin:
-            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+        _drop_schema(name)
+
+
+def _drop_schema(name: str) -> None:
+    """Drop ``name``. A node process of the test may still run on it (fixtures end in
+    the reverse of the order a test names them), and the drop, locking table after table,
+    can then deadlock with one of the node's transactions; the server aborts one of the
+    two, so the drop is tried again, a bounded number of times."""
+    drop = sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name))
+    for attempt in range(50):
+        try:
+            with _admin() as admin:
+                admin.execute(drop)
+            return
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+            if attempt == 49:
+                raise
+            time.sleep(0.1)
 
 
 @pytest.fixture
