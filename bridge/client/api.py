@@ -12,7 +12,7 @@ import io
 import os
 import socket
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import IO, Any, cast
 
@@ -51,6 +51,7 @@ from bridge.protocol import PACKET_TYPES, Routing
 from transport.connection import FrameFactory
 from transport.endpoints import client_endpoint
 from transport.errors import ReconnectAttemptsExhausted
+from transport.failover import FailoverEndpoint
 from transport.frames import Frame
 from transport.interfaces import IFrameConnection, IFrameReceiver
 from transport.reconnect import Reconnector, ReconnectPolicy
@@ -350,7 +351,7 @@ class Client:
     def __init__(
         self,
         reactor: Any,
-        url: URL,
+        urls: Sequence[URL],
         session: ClientSession,
         *,
         tls: TLSConfig | None,
@@ -360,7 +361,8 @@ class Client:
     ) -> None:
         self._session = session
         self._trace = None if trace is None else _Trace(trace, session.client_id)
-        self.url = url
+        self.urls = tuple(urls)
+        """The node and its backups, tried in turn (``transport.failover``)."""
         self._connection: IFrameConnection | None = None
         self._consumers: dict[int, Consumer] = {}
         self._writable_waiters: list[tuple[str | None, Deferred[None]]] = []
@@ -374,8 +376,10 @@ class Client:
         factory = FrameFactory(
             lambda: _Receiver(self), clock, settings, PACKET_TYPES, is_client=True
         )
+        endpoints = [client_endpoint(reactor, url, tls) for url in self.urls]
+        self._endpoint = FailoverEndpoint(endpoints)
         self._reconnector = Reconnector(
-            client_endpoint(reactor, url, tls),
+            self._endpoint if len(endpoints) > 1 else endpoints[0],
             factory,
             reconnect,
             clock,
@@ -395,6 +399,11 @@ class Client:
         return connected
 
     # -- state ------------------------------------------------------------------------
+
+    @property
+    def url(self) -> URL:
+        """The URL connected to (or tried next, between connections)."""
+        return self.urls[self._endpoint.current]
 
     @property
     def node_name(self) -> str:
@@ -864,7 +873,7 @@ class Client:
 
 def connect(
     reactor: Any,
-    url: str | URL,
+    url: str | URL | Sequence[str | URL],
     *,
     user: str | None = None,
     password: str | None = None,
@@ -881,11 +890,19 @@ def connect(
     accepted the login. Fails with ``AuthenticationFailed`` (the node's words) or
     ``ConnectionLost`` when no attempt ``reconnect`` allows succeeded.
 
+    ``url`` may be a list: a live node and its backups. Each attempt then goes to the node
+    the last one reached, and after a failed attempt there to the next in the list, so
+    that a client follows a failover (the attempts ``reconnect`` allows count across the
+    list).
+
     With ``trace``, the client records its sends, their outcomes, deliveries, acks and
     flow-control pauses into that event writer (docs/events.md), ``client_id`` (default:
     the writer's process name) being the producer id. ``producer_window_size`` caps the
     producer credit used per address below the node's grant (-1: the node's grant)."""
-    parsed = url if isinstance(url, URL) else parse_url(url)
+    given = [url] if isinstance(url, (str, URL)) else list(url)
+    if not given:
+        raise ValueError("connect: no URL given")
+    parsed = [each if isinstance(each, URL) else parse_url(each) for each in given]
     session = ClientSession(
         client_id=client_id
         or (trace.process if trace is not None else None)

@@ -1,0 +1,75 @@
+"""The failover endpoint: attempts go where the last one connected, and move to the next
+endpoint (wrapping) after ``attempts_per_endpoint`` failures in a row there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.protocol import Factory, Protocol
+from zope.interface import implementer
+
+from transport.failover import FailoverEndpoint
+
+
+@implementer(IStreamClientEndpoint)
+class Scripted:
+    """An endpoint whose attempts succeed or fail as the test says, recording each."""
+
+    def __init__(self, name: int, tried: list[int], outcomes: list[bool]) -> None:
+        self.name, self.tried, self.outcomes = name, tried, outcomes
+
+    def connect(self, factory: Any) -> Deferred[Protocol]:
+        self.tried.append(self.name)
+        if self.outcomes.pop(0):
+            return succeed(Protocol())
+        return fail(ConnectionRefusedError(f"endpoint {self.name}"))
+
+
+def run(count: int, per_endpoint: int, outcomes: list[bool]) -> list[int]:
+    tried: list[int] = []
+    endpoint = FailoverEndpoint([Scripted(n, tried, outcomes) for n in range(count)], per_endpoint)
+    for _ in range(len(outcomes)):
+        endpoint.connect(Factory.forProtocol(Protocol)).addErrback(lambda _: None)
+    return tried
+
+
+def test_each_failure_moves_to_the_next_endpoint_and_a_success_stays():
+    outcomes = [True, False, False, True, True, False]
+    assert run(3, 1, outcomes) == [0, 0, 1, 2, 2, 2]
+
+
+def test_an_endpoint_keeps_its_attempts_before_the_next_is_tried():
+    outcomes = [False, True, False, False, False, False]
+    # a success in between starts the count again
+    assert run(2, 2, outcomes) == [0, 0, 0, 0, 1, 1]
+
+
+@given(
+    count=st.integers(1, 4),
+    per_endpoint=st.integers(1, 3),
+    outcomes=st.lists(st.booleans(), max_size=30),
+)
+def test_attempts_follow_the_model(count: int, per_endpoint: int, outcomes: list[bool]) -> None:
+    expected, current, failures = [], 0, 0
+    for ok in outcomes:
+        expected.append(current)
+        if ok:
+            failures = 0
+        else:
+            failures += 1
+            if failures == per_endpoint:
+                current, failures = (current + 1) % count, 0
+    assert run(count, per_endpoint, list(outcomes)) == expected
+
+
+def test_nonsense_is_refused():
+    with pytest.raises(ValueError, match="at least one endpoint"):
+        FailoverEndpoint([])
+    with pytest.raises(ValueError, match="attempts per endpoint must be at least 1"):
+        FailoverEndpoint([Scripted(0, [], [])], 0)
