@@ -1,6 +1,7 @@
 """kill -9 of the live node in the middle of a durable STOMP send run: nodes a (primary)
-and b (backup) share one PostgreSQL schema, and b binds a's STOMP port once it is live
-(one address for whichever node is live). A stomp.py producer sends persistent messages,
+and b (backup) share one PostgreSQL schema, each with a STOMP port of its own, and the
+stomp.py clients are given both (stomp.py tries the hosts of its list in turn; only the
+live node accepts). A stomp.py producer sends persistent messages,
 each with a receipt and a duplicate id, and after a lost connection connects again and
 resends what had no receipt; a stomp.py consumer acknowledges every 50th message
 (client: cumulative) and subscribes again after a lost connection.
@@ -25,6 +26,7 @@ from twisted.internet.threads import deferToThread
 from bridge.heads.core.session import DUPLICATE_ID_HEADER
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
+from tests.system.bridges import free_port
 from tests.system.test_ha_lease import PING, REAP, SLACK, ha_node
 
 COUNT = 600
@@ -43,10 +45,10 @@ TAKEOVER_SLACK = 5.0
 
 
 class Peer(stomp.ConnectionListener):  # type: ignore[misc]
-    """One stomp.py connection at a time to ``port``, made again when it drops."""
+    """One stomp.py connection at a time to one of ``ports``, made again when it drops."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
         self.changed = threading.Condition()
         self.receipts: set[str] = set()
         self.received: list[tuple[int, bool]] = []
@@ -82,7 +84,9 @@ class Peer(stomp.ConnectionListener):  # type: ignore[misc]
         """Connect, retrying every ``RETRY`` s until ``deadline`` (monotonic)."""
         while time.monotonic() < deadline:
             connection = stomp.Connection12(
-                [("127.0.0.1", self.port)], auto_decode=False, reconnect_attempts_max=1
+                [("127.0.0.1", port) for port in self.ports],
+                auto_decode=False,
+                reconnect_attempts_max=1,
             )
             connection.set_listener("peer", self)
             try:
@@ -94,7 +98,7 @@ class Peer(stomp.ConnectionListener):  # type: ignore[misc]
             self.generation += 1
             self.unacked = 0
             return
-        raise AssertionError(f"no STOMP connection to port {self.port} in time")
+        raise AssertionError(f"no STOMP connection to ports {self.ports} in time")
 
     def wait_for_receipt(self, receipt: str, deadline: float) -> None:
         """Until ``receipt`` came, the connection dropped or ``deadline`` (monotonic)."""
@@ -158,15 +162,15 @@ def stomp_ha_node(name: str, url: str, policy: str, port: int) -> dict[str, Any]
 @pytest.mark.system
 @pytest.mark.timeout(300)
 @pytest_twisted.ensureDeferred
-async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(nodes, pg_schema):
+async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schema, nodes):
     url = schema_url(pg_schema)
-    primary = nodes(stomp_ha_node("a", url, "shared-store-primary", 0), name="a")
+    ports = [free_port(), free_port()]
+    primary = nodes(stomp_ha_node("a", url, "shared-store-primary", ports[0]), name="a")
     await primary.wait_started(SLACK)
-    port = primary.ports["stomp"]
-    backup = nodes(stomp_ha_node("b", url, "shared-store-backup", port), name="b")
+    backup = nodes(stomp_ha_node("b", url, "shared-store-backup", ports[1]), name="b")
     await backup.wait_for(r"node b: live is a, epoch 1", SLACK)
 
-    producer, consumer = Peer(port), Peer(port)
+    producer, consumer = Peer(ports), Peer(ports)
     consuming = deferToThread(consume, consumer)
     producing = deferToThread(produce, producer)
     try:
