@@ -8,6 +8,11 @@ head of a node hands its logins to one :class:`Logins`, which lets at most
 :class:`~security.errors.LoginsBusy`. Before it queues, a login from a host with recent
 failed logins waits out that host's short delay (:meth:`SecurityStore.login_delay`) on
 the reactor's clock: nothing sleeps and no thread is held meanwhile.
+
+A head cancels the login of a connection that closed before its answer: a waiting one
+leaves the queue (a flood of logins that hang up costs no hash), a delayed one never
+queues, and a hash already running finishes in its thread, still counted, its answer
+dropped.
 """
 
 from __future__ import annotations
@@ -96,22 +101,30 @@ class Logins:
             refused: Deferred[Subject] = Deferred()
             refused.errback(LoginsBusy(self._hashing, len(self._waiting)))
             return refused
-        waiting = _Waiting(auth, Deferred())
+        waiting = _Waiting(auth, Deferred(lambda _: self._leave(waiting)))
         self._waiting.append(waiting)
         return waiting.result
 
+    def _leave(self, waiting: _Waiting) -> None:
+        """A waiting login was cancelled (its connection closed): it never hashes."""
+        if waiting in self._waiting:
+            self._waiting.remove(waiting)
+
     def _start(self, auth: SecurityAuth) -> Deferred[Subject]:
+        """Hash in a thread. The caller gets a Deferred of its own: cancelling it drops
+        the answer, while the hash, which cannot be stopped, keeps its place until done."""
         self._hashing += 1
+        answer: Deferred[Subject] = Deferred()
         running = self._run_in_thread(self._security.authenticate, auth)
-        running.addBoth(self._finished)
-        return running
+        running.addBoth(self._finished).addBoth(_answer, answer)
+        return answer
 
     def _finished(self, result: Subject | Failure) -> Subject | Failure:
         self._hashing -= 1
         limit = self._security.settings.max_concurrent_hashes
         while self._waiting and self._hashing < limit:
             waiting = self._waiting.popleft()
-            self._start(waiting.auth).chainDeferred(waiting.result)
+            self._start(waiting.auth).addBoth(_answer, waiting.result)
         return result
 
     def _in_reactor_pool(
@@ -121,3 +134,13 @@ class Logins:
             self._reactor, self._reactor.getThreadPool(), function, auth
         )
         return result
+
+
+def _answer(result: Subject | Failure, answer: Deferred[Subject]) -> None:
+    """Fire ``answer`` with ``result``, unless it was cancelled meanwhile."""
+    if answer.called:
+        return
+    if isinstance(result, Failure):
+        answer.errback(result)
+    else:
+        answer.callback(result)

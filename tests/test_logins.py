@@ -9,7 +9,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
@@ -147,3 +147,56 @@ def test_without_security_logins_are_answered_at_once(tmp_path: Path) -> None:
     [subject] = outcome(logins.authenticate(SecurityAuth("anyone", None, (), HOST, "core")))
     assert isinstance(subject, Subject) and subject.user == "anyone"
     assert threads.started == []
+
+
+def test_a_cancelled_waiting_login_leaves_the_queue_and_never_hashes(tmp_path: Path) -> None:
+    clock, threads = Clock(), Threads()
+    security = store(tmp_path, clock, **{"max-concurrent-hashes": 1, "max-queued-logins": 2})
+    logins = Logins(clock, security, threads)
+    first = outcome(logins.authenticate(SecurityAuth("alice", "alice-pw", (), HOST, "core")))
+    gone = logins.authenticate(SecurityAuth("bob", "bob-pw", (), HOST, "core"))
+    last = outcome(logins.authenticate(SecurityAuth("bob", "bob-pw", (), HOST, "core")))
+    assert (logins.hashing, logins.queued) == (1, 2)
+    gone.addErrback(lambda failure: failure.trap(CancelledError))
+    gone.cancel()  # its connection closed
+    assert (logins.hashing, logins.queued) == (1, 1)
+    threads.finish()
+    assert [s.user for s in first] == ["alice"]  # type: ignore[union-attr]
+    assert [auth.user for _, auth, _ in threads.started] == ["bob"]  # the last one, only
+    threads.finish()
+    assert [s.user for s in last] == ["bob"]  # type: ignore[union-attr]
+    assert (logins.hashing, logins.queued, threads.started) == (0, 0, [])
+
+
+def test_a_cancelled_running_hash_keeps_its_place_until_it_ends(tmp_path: Path) -> None:
+    clock, threads = Clock(), Threads()
+    security = store(tmp_path, clock, **{"max-concurrent-hashes": 1})
+    logins = Logins(clock, security, threads)
+    running = logins.authenticate(SecurityAuth("alice", "alice-pw", (), HOST, "core"))
+    waiting = outcome(logins.authenticate(SecurityAuth("bob", "bob-pw", (), HOST, "core")))
+    cancelled = outcome(running)
+    running.cancel()
+    [failure] = cancelled
+    assert isinstance(failure, Failure) and failure.check(CancelledError)
+    # The thread cannot be stopped: the hash still counts, and bob still waits.
+    assert (logins.hashing, logins.queued, len(threads.started)) == (1, 1, 1)
+    threads.finish()  # its answer is dropped; bob's turn
+    assert (logins.hashing, logins.queued, len(threads.started)) == (1, 0, 1)
+    threads.finish()
+    assert [s.user for s in waiting] == ["bob"]  # type: ignore[union-attr]
+
+
+def test_a_cancelled_delayed_login_never_queues(tmp_path: Path) -> None:
+    clock, threads = Clock(), Threads()
+    security = store(tmp_path, clock, **{"failed-login-address-threshold": 1})
+    logins = Logins(clock, security, threads)
+    failed = logins.authenticate(SecurityAuth("alice", "wrong", (), HOST, "core"))
+    failed.addErrback(lambda failure: failure.trap(AuthenticationFailed))
+    threads.finish()
+    assert security.login_delay(HOST) > 0
+    delayed = logins.authenticate(SecurityAuth("alice", "alice-pw", (), HOST, "core"))
+    assert not threads.started  # waiting out the host's delay
+    delayed.addErrback(lambda failure: failure.trap(CancelledError))
+    delayed.cancel()
+    clock.advance(60)
+    assert (threads.started, logins.hashing, logins.queued) == ([], 0, 0)

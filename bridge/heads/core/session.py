@@ -213,6 +213,8 @@ class CoreSession:
         self._confirmed = 0
         self._confirm_call: IDelayedCall | None = None
         self._large: _LargeSend | None = None
+        self._login: Deferred[Subject] | None = None
+        """The login under way; cancelled if the connection goes first."""
         self._consumers: dict[int, _Consumer] = {}
         self._transactions: dict[int, Transaction] = {}
         self._temporary: set[str] = set()
@@ -270,6 +272,9 @@ class CoreSession:
         """Give back what the connection held: unsettled deliveries return to their queues,
         open transactions roll back, its non-durable queues go. Fires when stored."""
         self.state = State.CLOSED
+        login, self._login = self._login, None
+        if login is not None and not login.called:
+            login.cancel()  # a login still waiting for a hash never takes its turn
         self._run = []
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
@@ -324,7 +329,8 @@ class CoreSession:
         self.client_id = packet.client_id
         self._run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
         self.state = State.AUTHENTICATING
-        self._authenticate(packet).addCallbacks(self._authenticated, self._refused)
+        self._login = self._authenticate(packet)
+        self._login.addCallbacks(self._authenticated, self._refused)
 
     def _authenticated(self, subject: Subject) -> None:
         if self.state is not State.AUTHENTICATING:

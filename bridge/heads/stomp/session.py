@@ -257,6 +257,8 @@ class StompSession:
         self._room_call: IDelayedCall | None = None
         self._large: _LargeSend | None = None
         """The SEND whose body is being streamed, between its head and its last chunk."""
+        self._login: Deferred[Subject] | None = None
+        """The login under way; cancelled if the connection goes first."""
         self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
             Command.SEND: self._send,
             Command.SUBSCRIBE: self._subscribe,
@@ -318,6 +320,9 @@ class StompSession:
         queues (counted as delivered), open transactions roll back, the queues of its
         non-durable topic subscriptions go. Fires once that is stored."""
         self.state = State.CLOSED
+        login, self._login = self._login, None
+        if login is not None and not login.called:
+            login.cancel()  # a login still waiting for a hash never takes its turn
         if self._large is not None:
             self._large.sink.discard()
             self._large = None
@@ -543,8 +548,9 @@ class StompSession:
             protocol="stomp",
         )
         self.state = State.AUTHENTICATING
+        self._login = self._authenticate(auth)
         self._then(
-            self._authenticate(auth),
+            self._login,
             lambda subject: self._connected(subject, send, receive),
             None,
             self._refused,
