@@ -15,7 +15,13 @@ reap time.
 
 The goal is p99 at most reap + ping: the lease expires reap after the killed node's last
 renewal (which began at most one ping before the kill), and the backup tries every ping.
-Prints a table and writes benchmarks/results/failover.json.
+
+Then, in the same run, what the shared database costs in throughput: durable 1 KiB
+messages through one node on SQLite and on the PostgreSQL server, alternating
+(``--throughput-repeat`` runs of ``--throughput-count`` messages each, SQLite first;
+``benchmarks.node_throughput`` runs each), with the server's CPU and WAL per message. The
+goal is PostgreSQL at 10,000 msgs/s or more. Prints tables and writes
+benchmarks/results/failover.json.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks.node_throughput import BIN, BenchmarkError, Child, children
+from benchmarks.node_throughput import BIN, BenchmarkError, Child, Clients, children, one_run
 from benchmarks.pg_store import DEFAULT_SERVER, bench_store
 from benchmarks.runner import save
 from bridge.client import blocking
@@ -175,6 +181,42 @@ def percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
+STORE_GOAL = 10_000
+"""Durable msgs/s the node should reach on PostgreSQL (ActiveMQ on KahaDB here: 11,500)."""
+
+
+def store_throughput(count: int, repeat: int, server: str) -> dict[str, Any]:
+    """Durable msgs/s on SQLite and on PostgreSQL, runs alternating: medians, the ratio,
+    and the database's cost per message."""
+    runs: dict[str, list[dict[str, Any]]] = {"sqlite": [], "postgresql": []}
+    for round_ in range(repeat):
+        for store, done in runs.items():
+            on = server if store == "postgresql" else None
+            figures = one_run(True, count, 120.0, Clients(), None, postgresql=on)
+            done.append(figures)
+            print(
+                f"durable on {store:10} run {round_ + 1}/{repeat}: "
+                f"{figures['msgs_per_s']:>8,.0f} msgs/s",
+                flush=True,
+            )
+    rates = {
+        store: statistics.median(r["msgs_per_s"] for r in done) for store, done in runs.items()
+    }
+    database = {
+        key: statistics.median(r["database"][key] for r in runs["postgresql"])
+        for key in ("server_cpu_us_per_msg", "wal_bytes_per_msg")
+    }
+    return {
+        "count": count,
+        "repeat": repeat,
+        "msgs_per_s": rates,
+        "ratio_postgresql_to_sqlite": rates["postgresql"] / rates["sqlite"],
+        "goal_postgresql_msgs_per_s": STORE_GOAL,
+        "database_per_msg": database,
+        "runs": runs,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks failover")
     parser.add_argument("--kills", type=int, default=20, help="kill -9s per reap time (20)")
@@ -188,11 +230,22 @@ def main(argv: list[str] | None = None) -> int:
         "--postgresql", default=DEFAULT_SERVER, help=f"server URL (default {DEFAULT_SERVER})"
     )
     parser.add_argument(
+        "--throughput-count",
+        type=int,
+        default=20_000,
+        help="durable messages per store run (20000; 0: no store runs)",
+    )
+    parser.add_argument(
+        "--throughput-repeat", type=int, default=3, help="runs per store, alternating (3)"
+    )
+    parser.add_argument(
         "--output", type=Path, help="write the JSON here, not to benchmarks/results/"
     )
     args = parser.parse_args(argv)
     if args.kills < 1:
         parser.error("--kills must be positive")
+    if args.throughput_count < 0 or args.throughput_repeat < 1:
+        parser.error("--throughput-count must not be negative, --throughput-repeat positive")
     reaps = args.reap or [2.0, 10.0]
     if any(reap <= 0 for reap in reaps):
         parser.error("--reap must be positive")
@@ -219,13 +272,31 @@ def main(argv: list[str] | None = None) -> int:
                 f"{reap:>5g}s {ping:>5g}s {reap + ping:>5g}s "
                 + " ".join(f"{figures[key]:>6.2f}s" for key in ("p50", "p90", "p99", "max"))
             )
+        throughput = None
+        if args.throughput_count:
+            throughput = store_throughput(
+                args.throughput_count, args.throughput_repeat, args.postgresql
+            )
+            rates, cost = throughput["msgs_per_s"], throughput["database_per_msg"]
+            print(
+                f"durable msgs/s, medians: SQLite {rates['sqlite']:,.0f}, PostgreSQL "
+                f"{rates['postgresql']:,.0f} (goal {STORE_GOAL:,}; "
+                f"{throughput['ratio_postgresql_to_sqlite']:.2f} of SQLite); the server spent "
+                f"{cost['server_cpu_us_per_msg']:.1f} µs CPU and "
+                f"{cost['wal_bytes_per_msg']:,.0f} B of WAL per message"
+            )
     except BenchmarkError as error:
         print(f"failover benchmark failed: {error}", file=sys.stderr)
         return 1
     load = os.getloadavg()
     path = save(
         "failover",
-        {"retry_interval_s": RETRY, "load_average": list(load), "cases": cases},
+        {
+            "retry_interval_s": RETRY,
+            "load_average": list(load),
+            "cases": cases,
+            "store_throughput": throughput,
+        },
         args.output,
     )
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

@@ -30,6 +30,7 @@ def test_the_failover_benchmark_times_each_kill(tmp_path: Path, pg_schema: str) 
     # benchmark makes a schema of its own.
     output = tmp_path / "failover.json"
     argv = ["--kills", "2", "--reap", "1", "--postgresql", SERVER, "--output", str(output)]
+    argv += ["--throughput-count", "500", "--throughput-repeat", "1"]
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks", "failover", *argv],
         cwd=ROOT,
@@ -40,7 +41,12 @@ def test_the_failover_benchmark_times_each_kill(tmp_path: Path, pg_schema: str) 
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reap 1s kill 2/2" in result.stdout
-    (case,) = json.loads(output.read_text())["cases"]
+    figures = json.loads(output.read_text())
+    throughput = figures["store_throughput"]
+    assert [len(throughput["runs"][store]) for store in ("sqlite", "postgresql")] == [1, 1]
+    assert all(rate > 0 for rate in throughput["msgs_per_s"].values())
+    assert throughput["database_per_msg"]["wal_bytes_per_msg"] > 0
+    (case,) = figures["cases"]
     assert (case["reap_s"], case["ping_s"], case["query_timeout_s"]) == (1.0, 0.25, 0.125)
     assert len(case["seconds"]) == 2
     assert all(seconds > 0 for seconds in case["seconds"])
