@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from bridge.heads.core.session import CoreSession, SessionError
+from bridge.heads.lifecycle import Head
 from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.protocol import PACKET_TYPES, PacketFormatError, decode_packet, encode_packet
@@ -32,9 +33,9 @@ from transport.urls import URL
 log = Logger()
 
 
-class CoreHead:
-    """The core protocol on one node: builds a receiver per connection and knows the
-    live ones, so the node can count them and close them at shutdown."""
+class CoreHead(Head["CoreReceiver"]):
+    """The core protocol on one node: builds a receiver per connection (the shared
+    lifecycle, ``bridge.heads.lifecycle``, knows the live ones)."""
 
     def __init__(
         self,
@@ -46,23 +47,9 @@ class CoreHead:
         reactor: Any,
         logins: Logins | None = None,
     ) -> None:
-        self.broker = broker
-        self.security = security
-        self.logins = logins if logins is not None else Logins(reactor, security)
+        super().__init__(broker, security, reactor=reactor, logins=logins)
         self.node_name = node_name
         self.node_id = node_id
-        self.reactor = reactor
-        self._live: set[CoreReceiver] = set()
-        self._cleanups: set[Deferred[None]] = set()
-
-    @property
-    def connections(self) -> int:
-        return len(self._live)
-
-    @property
-    def producers_blocked(self) -> int:
-        """Producers (connection and address) waiting for credits from a full address."""
-        return sum(receiver.producers_blocked for receiver in self._live)
 
     def receiver(self, producer_window_size: int = p.UNLIMITED) -> CoreReceiver:
         return CoreReceiver(self, producer_window_size)
@@ -86,28 +73,6 @@ class CoreHead:
             accepted_types=PACKET_TYPES,
             tls=tls,
         )
-
-    def authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
-        return self.logins.authenticate(auth)
-
-    def opened(self, receiver: CoreReceiver) -> None:
-        self._live.add(receiver)
-
-    def closed(self, receiver: CoreReceiver, cleanup: Deferred[None]) -> None:
-        self._live.discard(receiver)
-        self._cleanups.add(cleanup)
-        cleanup.addBoth(lambda _: self._cleanups.discard(cleanup))
-
-    async def close_connections(self, reason: str) -> None:
-        """End every connection with ``reason``; returns once their sessions gave back
-        what they held (deliveries to their queues, open transactions rolled back)."""
-        live = list(self._live)
-        for receiver in live:
-            receiver.close(reason)
-        for receiver in live:
-            await receiver.finished
-        for cleanup in list(self._cleanups):
-            await cleanup
 
 
 @implementer(IFrameReceiver)
@@ -169,7 +134,8 @@ class CoreReceiver:
         self._session = None
         self._connection = None
 
-    def close(self, reason: str) -> None:
+    def end(self, reason: str) -> None:
+        """Close with a transport ERROR giving ``reason`` (the node stops)."""
         if self._connection is not None:
             self._connection.close(reason)
 

@@ -33,6 +33,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from bridge.heads.lifecycle import Head
 from bridge.heads.stomp.frames import (
     NEED_DATA,
     Frame,
@@ -46,10 +47,7 @@ from bridge.heads.stomp.frames import (
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.heads.stomp.large import BodySource
 from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
-from bridge.logins import Logins
 from bridge.message import LargeBody
-from bridge.node.broker import Broker
-from security import SecurityStore
 from security.subject import SecurityAuth, Subject
 from transport.endpoints import server_endpoint
 from transport.outbound import OutboundQueue
@@ -68,34 +66,9 @@ IO_SIZE = 256 * 1024
 """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
 
 
-class StompHead:
-    """STOMP on one node: a protocol per connection, and the live ones, so the node can
-    count them and close them at shutdown."""
-
-    def __init__(
-        self,
-        broker: Broker,
-        security: SecurityStore,
-        *,
-        reactor: Any,
-        logins: Logins | None = None,
-    ) -> None:
-        self.broker = broker
-        self.security = security
-        self.logins = logins if logins is not None else Logins(reactor, security)
-        self.reactor = reactor
-        self._live: set[StompProtocol] = set()
-        self._cleanups: set[Deferred[None]] = set()
-
-    @property
-    def connections(self) -> int:
-        return len(self._live)
-
-    @property
-    def producers_blocked(self) -> int:
-        """Connections not read while a SEND waits for room on an address full under
-        BLOCK (the core head's withheld producer credits, for STOMP)."""
-        return sum(1 for protocol in self._live if protocol.blocked)
+class StompHead(Head["StompProtocol"]):
+    """STOMP on one node: a protocol per connection (the shared lifecycle,
+    ``bridge.heads.lifecycle``, knows the live ones)."""
 
     def listen(
         self,
@@ -113,29 +86,6 @@ class StompHead:
             factory
         )
         return listening
-
-    def authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
-        """Log in through the node's :class:`Logins` (bounded hashing off the reactor)."""
-        return self.logins.authenticate(auth)
-
-    def opened(self, protocol: StompProtocol) -> None:
-        self._live.add(protocol)
-
-    def closed(self, protocol: StompProtocol, cleanup: Deferred[None]) -> None:
-        self._live.discard(protocol)
-        self._cleanups.add(cleanup)
-        cleanup.addBoth(lambda _: self._cleanups.discard(cleanup))
-
-    async def close_connections(self, reason: str) -> None:
-        """End every connection with an ERROR giving ``reason``; returns once their
-        sessions gave back what they held."""
-        live = list(self._live)
-        for protocol in live:
-            protocol.shut_down(reason)
-        for protocol in live:
-            await protocol.finished
-        for cleanup in list(self._cleanups):
-            await cleanup
 
 
 @attrs.define(eq=False)
@@ -334,7 +284,13 @@ class StompProtocol(Protocol):
         """Whether reading waits for room on an address full under BLOCK."""
         return ADDRESS_FULL in self._paused
 
-    def shut_down(self, reason: str) -> None:
+    @property
+    def producers_blocked(self) -> int:
+        """1 while a SEND waits for room (reading stops: the core head's withheld
+        producer credits, for STOMP)."""
+        return 1 if self.blocked else 0
+
+    def end(self, reason: str) -> None:
         """The node is stopping: an ERROR saying so, then close."""
         if self._session is not None:
             self._session.close(reason)
