@@ -6,75 +6,30 @@ database is back."""
 from __future__ import annotations
 
 import re
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
+from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.interfaces import IListeningPort
-from twisted.internet.protocol import Protocol
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
-from twisted.protocols.portforward import ProxyFactory, ProxyServer
 
 from bridge.config.node import parse_node_config
 from bridge.ctl.main import main
 from bridge.ctl.service import NodeService
 from bridge.ha.activation import HaState
-from tests.postgresql import SERVER, schema_url
+from tests.ha.proxy import Cuttable, connects, get, via
+from tests.postgresql import schema_url
 
 TIMEOUT = 60.0
 TIMINGS = {"ping": "1s", "reap": "5s", "query": "500ms"}
 """The nodes here share the test's reactor and a loaded machine: timings with room, so that
 no renewal misses by luck and no node fences but where a test cuts its database."""
-
-
-class Cuttable(ProxyFactory):
-    """A TCP proxy to PostgreSQL whose connections can all be dropped at once."""
-
-    def __init__(self) -> None:
-        parts = urlsplit(SERVER)
-        super().__init__(parts.hostname or "127.0.0.1", parts.port or 5432)
-        self.open: list[ProxyServer] = []
-
-    def buildProtocol(self, addr: Any) -> ProxyServer:
-        server = super().buildProtocol(addr)
-        self.open.append(server)
-        return server
-
-    def cut(self) -> None:
-        for server in self.open:
-            server.transport.abortConnection()
-            if server.peer is not None and server.peer.transport is not None:
-                server.peer.transport.abortConnection()
-        self.open.clear()
-
-
-def _via(url: str, port: int) -> str:
-    parts = urlsplit(SERVER)
-    return url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{port}", 1)
-
-
-async def _connects(port: int) -> bool:
-    try:
-        connected = await connectProtocol(
-            TCP4ClientEndpoint(reactor, "127.0.0.1", port, timeout=5), Protocol()
-        )
-    except Exception:
-        return False
-    connected.transport.loseConnection()
-    return True
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return str(answer.read().decode())
 
 
 async def _until(condition: Callable[[], bool]) -> None:
@@ -99,7 +54,7 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
     listening: IListeningPort = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(
         proxy
     )
-    url = _via(schema_url(pg_schema), listening.getHost().port)
+    url = via(schema_url(pg_schema), listening.getHost().port)
     document = {
         "node": {"name": "a", "data-dir": "data"},
         "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
@@ -123,14 +78,14 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
             await _within(ha.reached(HaState.LIVE))
         assert ha.epoch == 1
         port = service.ports["core"].getHost().port
-        assert await _connects(port)
+        assert await connects(port)
         management = f"http://127.0.0.1:{service.ports['management'].getHost().port}"
         assert await deferToThread(main, ["ctl", "--url", management, "ha", "status"]) == 0
         shown = capsys.readouterr().out.splitlines()
         assert shown[0] == "LIVE (shared-store-primary)"
         assert re.fullmatch(r"live: a, epoch 1, lease left \d+ ms", shown[1])
         assert re.fullmatch(r"clock skew -?\d+ ms", shown[2])
-        metrics = await deferToThread(_get, management + "/metrics")
+        metrics = await deferToThread(get, management + "/metrics")
         assert "txbridge_ha_epoch 1.0" in metrics
         assert (
             'txbridge_ha_info{live="a",policy="shared-store-primary",state="LIVE"} 1.0' in metrics
@@ -143,7 +98,7 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
         await fenced
         await backup
         assert set(service.ports) == {"management"} and service.broker is None
-        assert not await _connects(port)  # the acceptor is closed
+        assert not await connects(port)  # the acceptor is closed
         assert await deferToThread(main, ["ctl", "--url", management, "ha", "status"]) == 0
         shown = capsys.readouterr().out.splitlines()
         assert shown[0] == "BACKUP (shared-store-primary)"
@@ -155,7 +110,7 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
         ).listen(proxy)
         await live
         assert ha.epoch == 2
-        assert await _connects(service.ports["core"].getHost().port)
+        assert await connects(service.ports["core"].getHost().port)
     finally:
         await service.stopService()
         await listening.stopListening()
@@ -237,7 +192,7 @@ async def test_a_node_cut_off_from_the_database_finds_another_live_when_it_is_ba
     )
     direct = schema_url(pg_schema)
     # a reap of 3 s leaves a margin of 1.25 s for a loaded box to stop serving in
-    a_url = _via(direct, listening.getHost().port)
+    a_url = via(direct, listening.getHost().port)
     a = _ha_service(tmp_path, "a", a_url, "shared-store-primary", reap="3s")
     b = _ha_service(tmp_path, "b", direct, "shared-store-backup", reap="3s")
     a.startService()

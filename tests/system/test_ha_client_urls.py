@@ -18,7 +18,7 @@ from bridge.client.errors import ClientError
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
 from tests.system.bridges import free_port
-from tests.system.test_ha_lease import PING, REAP, SLACK, ha_node
+from tests.system.ha import PING, REAP, SLACK, ha_node
 from transport.reconnect import ReconnectPolicy
 
 COUNT = 2000

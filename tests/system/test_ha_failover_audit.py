@@ -36,7 +36,7 @@ from tests.audit.conftest import spark_missing
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
 from tests.processes import ROOT
-from tests.system.test_ha_lease import PING, REAP, SLACK, ha_node
+from tests.system.ha import PING, REAP, SLACK, ha_node
 from transport.reconnect import ReconnectPolicy
 
 COUNT = 2000

@@ -27,7 +27,7 @@ from bridge.heads.core.session import DUPLICATE_ID_HEADER
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
 from tests.system.bridges import free_port
-from tests.system.test_ha_lease import PING, REAP, SLACK, ha_node
+from tests.system.ha import PING, REAP, SLACK, ha_node
 
 COUNT = 600
 KILL_AFTER = 225

@@ -22,10 +22,10 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.internet.threads import deferToThread
 
 from bridge.client.api import Client, connect
-from tests.ha.test_node_ha import Cuttable, _connects, _get, _via
+from tests.ha.proxy import Cuttable, connects, get, via
 from tests.postgresql import SERVER, execute, schema_url
+from tests.system.ha import PING, REAP, SLACK, ha_node, live_and_backup
 from tests.system.nodes import NodeProcess
-from tests.system.test_ha_lease import PING, REAP, SLACK, ha_node, live_and_backup
 
 
 def _terminate(ports: list[int]) -> int:
@@ -68,7 +68,7 @@ async def test_a_live_node_whose_connections_are_terminated_stops_before_the_bac
     direct = schema_url(pg_schema)
     try:
         primary, backup = await live_and_backup(
-            nodes, direct, capsys, primary_url=_via(direct, forwarding)
+            nodes, direct, capsys, primary_url=via(direct, forwarding)
         )
         core = primary.ports["core"]
         # a's connections to the server: the proxy's, on the server's side
@@ -89,7 +89,7 @@ async def test_a_live_node_whose_connections_are_terminated_stops_before_the_bac
             seen_stopped_under_epoch_1 = False
             deadline = reactor.seconds() + REAP + PING + SLACK
             while True:
-                stopped = not await _connects(core)
+                stopped = not await connects(core)
                 epoch, _ = await deferToThread(_lease, watcher)
                 if epoch != 1:
                     break
@@ -200,7 +200,7 @@ imports anything (the monotonic clock is left alone, as a stepped wall clock lea
 
 
 async def _ha_state(process: NodeProcess) -> dict[str, Any]:
-    shown = await deferToThread(_get, process.management_url + "/status")
+    shown = await deferToThread(get, process.management_url + "/status")
     state = json.loads(shown)["ha"]
     assert isinstance(state, dict)
     return state

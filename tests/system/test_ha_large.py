@@ -13,7 +13,7 @@ from twisted.internet import reactor
 from bridge.client.api import connect
 from tests.postgresql import execute, schema_url
 from tests.system.flow import MIB, PatternFile, check_pattern
-from tests.system.test_ha_lease import PING, REAP, SLACK, live_and_backup
+from tests.system.ha import PING, REAP, SLACK, live_and_backup
 
 SIZES = (3 * MIB + 5, 1 * MIB, 5 * MIB + 1)
 
