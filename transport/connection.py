@@ -9,7 +9,6 @@ frame they complete.
 
 from __future__ import annotations
 
-import typing
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -19,8 +18,7 @@ from service_identity import VerificationError
 from twisted.internet import error as tx_error
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IAddress, IReactorTime
-from twisted.internet.protocol import Factory, Protocol, connectionDone
-from twisted.internet.task import LoopingCall
+from twisted.internet.protocol import Factory, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -35,17 +33,20 @@ from transport.frames import (
     encode,
 )
 from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityListener
-from transport.outbound import OutboundQueue
-from transport.partial import BudgetExhausted, HeldBytes
+from transport.partial import BudgetExhausted
 from transport.settings import ConnectionSettings
+from transport.stream import StreamConnection
 from transport.tls import describe_tls_failure
-from transport.wire import OutboundWriter, Wire, peer_certificates, peer_name, tune_socket_io
+from transport.wire import peer_certificates
 
 log = Logger()
 
+_RECEIVER = "receiver"
+"""The one reason the layer above pauses reading for (``pause_reading``)."""
+
 
 @implementer(IFrameConnection)
-class FrameConnection(Protocol):
+class FrameConnection(StreamConnection):
     """A connection that carries frames and says when it can take more."""
 
     def __init__(
@@ -57,8 +58,8 @@ class FrameConnection(Protocol):
         is_client: bool = False,
     ) -> None:
         self.settings = settings = settings or ConnectionSettings()
+        super().__init__(clock, settings.stream, settings.ttl)
         self._receiver = receiver
-        self._clock = clock
         self._is_client = is_client
         partial = settings.partial_frames
         self._awaiting_login = partial is not None and not is_client
@@ -68,23 +69,13 @@ class FrameConnection(Protocol):
             if partial is not None and self._awaiting_login
             else settings.max_frame_size,
         )
-        self._held_bytes = HeldBytes(partial) if partial is not None else None
-        self._out = OutboundQueue(settings.high_water, settings.low_water)
-        self.writer = OutboundWriter(self._out, clock, settings.budget, self._announce)
-        """The transport's producer: Twisted's pause and resume go to it."""
         self._listeners: list[WritabilityListener] = []
         self._writable_waiters: list[Deferred[None]] = []
         self._lost_waiters: list[Deferred[BaseException]] = []
         self._held: deque[Frame] = deque()
-        self._timers: list[LoopingCall] = []
         self._delivering = False
-        self._reading_paused = False
-        self._closing = False
         self._lost: BaseException | None = None
         self._close_reason: BaseException | None = None
-        self._last_received = 0.0
-        self.peer = "?"
-        self._wire: Wire | None = None
 
     # -- writability -------------------------------------------------------------------
 
@@ -164,24 +155,16 @@ class FrameConnection(Protocol):
     # -- reading -----------------------------------------------------------------------
 
     def pause_reading(self) -> None:
-        if not self._reading_paused:
-            self._reading_paused = True
-            if self._wire is not None and not self._closing:
-                self._wire.pauseProducing()
+        if _RECEIVER not in self._paused:
+            self._pause(_RECEIVER)
 
     def resume_reading(self) -> None:
-        if not self._reading_paused:
-            return
-        self._reading_paused = False
-        self._last_received = self._clock.seconds()
-        self._deliver(())
-        if not self._reading_paused and self._wire is not None and not self._closing:
-            self._wire.resumeProducing()
+        self._resume(_RECEIVER)
 
-    def dataReceived(self, data: bytes) -> None:
-        if self._closing:
-            return  # the TTL keeps counting: a closing peer must finish, not keep us open
-        self._last_received = self._clock.seconds()
+    def _read_on(self) -> None:
+        self._deliver(())
+
+    def _bytes_received(self, data: bytes) -> None:
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as error:
@@ -204,7 +187,7 @@ class FrameConnection(Protocol):
             return
         self._delivering = True
         try:
-            while held and not self._reading_paused and not self._closing:
+            while held and not self._paused and not self._closing:
                 self._dispatch(held.popleft())
         finally:
             self._delivering = False
@@ -237,11 +220,11 @@ class FrameConnection(Protocol):
         self._drop_partial()
         self.close(error=error.message)
 
-    def _drop_partial(self) -> None:
-        """Let go of the bytes of a frame that will never be whole, at once."""
+    def _frame_overdue(self, why: str) -> None:
+        self._protocol_error(ProtocolError(why))
+
+    def _discard_buffered(self) -> None:
         self._decoder.discard()
-        if self._held_bytes is not None:
-            self._held_bytes.release()
 
     # -- heartbeats and TTL ------------------------------------------------------------
 
@@ -250,79 +233,22 @@ class FrameConnection(Protocol):
         if not self._closing and not self._out.queued:
             self._queue(ControlType.PING, b"")
 
-    def _check_ttl(self) -> None:
-        now = self._clock.seconds()
-        ttl = self.settings.ttl
-        if self._reading_paused and not self._closing:
-            self._last_received = now  # this side chose not to listen: not the peer's silence
-            return
-        if ttl is None or now - self._last_received <= ttl:
-            return
-        silent = now - self._last_received
+    def _silent(self, silent: float, limit: float) -> None:
         log.warn(
             "nothing from {peer} for {silent:.1f}s (connection-ttl {ttl}s); dropping it",
             peer=self.peer,
             silent=silent,
-            ttl=ttl,
+            ttl=limit,
         )
         self._close_reason = ConnectionTTLExpired(
-            f"nothing received from {self.peer} for {silent:.1f}s (connection-ttl {ttl}s)"
+            f"nothing received from {self.peer} for {silent:.1f}s (connection-ttl {limit}s)"
         )
-        self._closing = True
-        self._stop_timers()
-        self._drop_partial()
-        if self._wire is not None:
-            self.writer.cancel()
-            self.writer.detach()
-            self._wire.abortConnection()
-
-    def _check_frame(self) -> None:
-        """Close a connection whose frame has taken longer than the frame timeout."""
-        assert self._held_bytes is not None
-        now = self._clock.seconds()
-        if self._closing:
-            return
-        if self._reading_paused:
-            self._held_bytes.not_reading(now)
-            return
-        overdue = self._held_bytes.overdue(now)
-        if overdue is not None:
-            self._protocol_error(ProtocolError(overdue))
-
-    def _start_timers(self) -> None:
-        partial = self.settings.partial_frames
-        frame_check = (
-            partial.timeout / 4 if partial is not None and partial.timeout is not None else None
-        )
-        for period, tick in (
-            (self.settings.heartbeat_interval, self._ping),
-            (self.settings.ttl_check, self._check_ttl),
-            (frame_check, self._check_frame),
-        ):
-            if period is not None:
-                timer = LoopingCall(tick)
-                timer.clock = self._clock
-                timer.start(period, now=False)
-                self._timers.append(timer)
-
-    def _stop_timers(self) -> None:
-        timers, self._timers = self._timers, []
-        for timer in timers:
-            if timer.running:
-                timer.stop()
 
     # -- life cycle --------------------------------------------------------------------
 
     def connectionMade(self) -> None:
-        wire = self._wire = typing.cast(Wire, self.transport)
-        self.peer = peer_name(wire.getPeer())
-        self._last_received = self._clock.seconds()
-        settings = self.settings
-        tune_socket_io(
-            self.transport, settings.io_size, settings.read_size, no_delay=settings.tcp_no_delay
-        )
-        self.writer.attach(wire)
-        self._start_timers()
+        super().connectionMade()
+        self._set_timer("heartbeat", self._ping, self.settings.heartbeat_interval)
         self._receiver.connection_made(self)
 
     def close(self, error: str | None = None) -> None:
@@ -330,23 +256,14 @@ class FrameConnection(Protocol):
             return
         if error is not None:
             self._queue(ControlType.ERROR, error.encode("utf-8")[: self.settings.max_frame_size])
-        self._closing = True
-        self._drop_partial()
-        if self._reading_paused:
-            # Closing needs the peer's end (TLS close_notify, TCP FIN): listen again.
-            # Nothing more is delivered once closing.
-            self._wire.resumeProducing()
-        self.writer.finish()
-        self._wire.loseConnection()
+        self._close_stream()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self._closing = True
-        self._stop_timers()
-        self.writer.cancel()
         # Without a traceback: its frames would tie this connection in a reference cycle.
+        # (Judged before the partial frame is let go: a cut inside one is the reason.)
         lost = self._lost_reason(reason).with_traceback(None)
+        self._stream_lost()
         self._lost = lost
-        self._drop_partial()
         self._held.clear()
         failure = Failure(lost)
         waiters, self._writable_waiters = self._writable_waiters, []

@@ -7,6 +7,7 @@ import attrs
 from transport.frames import DEFAULT_MAX_FRAME_SIZE, LENGTH_LIMIT
 from transport.outbound import DEFAULT_HIGH_WATER, DEFAULT_LOW_WATER, check_water_marks
 from transport.partial import PartialFrameLimits
+from transport.stream import StreamSettings
 
 
 @attrs.frozen
@@ -78,3 +79,17 @@ class ConnectionSettings:
     @property
     def budget(self) -> int:
         return self.flush_budget or self.high_water
+
+    @property
+    def stream(self) -> StreamSettings:
+        """The socket and buffering part, for the connection machinery beneath
+        (``transport.stream``); a closing connection is ended by its TTL."""
+        return StreamSettings(
+            high_water=self.high_water,
+            low_water=self.low_water,
+            budget=self.budget,
+            io_size=self.io_size,
+            read_size=self.read_size,
+            tcp_no_delay=self.tcp_no_delay,
+            partial_frames=self.partial_frames,
+        )

@@ -19,7 +19,7 @@ from bridge.ctl.service import (
     node_id,
     stomp_settings,
 )
-from bridge.heads.stomp.protocol import IO_SIZE
+from bridge.heads.stomp.session import StompSettings
 from bridge.protocol import PACKET_TYPES
 from bridge.protocol import packets as p
 from tests.heads.conftest import Peer, message
@@ -118,7 +118,10 @@ async def test_a_stomp_acceptor_serves_stomp_beside_the_core_one(tmp_path):
     assert connected.command == "CONNECTED"
     assert service.stomp is not None
     (protocol,) = service.stomp._live  # the acceptor's socket settings reached its connection
-    assert (protocol.transport.bufferSize, protocol.transport.SEND_LIMIT) == (32 * 1024, IO_SIZE)
+    assert (protocol.transport.bufferSize, protocol.transport.SEND_LIMIT) == (
+        32 * 1024,
+        StompSettings().io_size,
+    )
     assert not protocol.transport.getTcpNoDelay()
     await service.stopService()
     error = await client.error()

@@ -1,15 +1,14 @@
 """The STOMP head's Twisted glue: bytes to the parser, events to the session, frames out.
 
-STOMP has its own framing, so a connection here is a plain Twisted ``Protocol`` rather than
-the transport's framed connection, with the same discipline and the same writer: the
-transport's :class:`~transport.wire.OutboundWriter` is the one push producer on its
-transport and judges writability with the :class:`~transport.outbound.OutboundQueue` water
-marks, so deliveries stop while the client does not read; a reactor turn's frames leave in
-one ``writeSequence``; reading
-pauses for as long as anything asks it to (a session step waiting on the node, too many
-persistent sends waiting for the store, a SEND waiting for room on an address full under
-BLOCK: ``pause_reading("address-full")``), and the silence of a peer that is not read does
-not count against its TTL.
+STOMP has its own framing, so a connection here is not the transport's framed connection,
+but it stands on the same machinery (``transport.stream``): the transport's
+:class:`~transport.wire.OutboundWriter` is the one push producer on its transport and
+judges writability with the :class:`~transport.outbound.OutboundQueue` water marks, so
+deliveries stop while the client does not read; a reactor turn's frames leave together;
+reading pauses for as long as anything asks it to (a session step waiting on the node,
+too many persistent sends waiting for the store, a SEND waiting for room on an address
+full under BLOCK: ``pause_reading("address-full")``), and the silence of a peer that is
+not read does not count against its TTL.
 
 A large message's body leaves from its file a chunk at a time, while the connection is
 writable (``send_large``); the frames sent meanwhile wait behind it, since STOMP frames
@@ -19,16 +18,13 @@ out.
 
 from __future__ import annotations
 
-import typing
-from collections import Counter, deque
-from typing import Any
+from collections import deque
 
 import attrs
 from cryptography import x509
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IAddress, IDelayedCall, IListeningPort, IReactorTime
-from twisted.internet.protocol import Factory, Protocol, connectionDone
-from twisted.internet.task import LoopingCall
+from twisted.internet.interfaces import IAddress, IListeningPort
+from twisted.internet.protocol import Factory, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -50,20 +46,15 @@ from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
 from bridge.message import LargeBody
 from security.subject import SecurityAuth, Subject
 from transport.endpoints import server_endpoint
-from transport.outbound import OutboundQueue
-from transport.partial import BudgetExhausted, HeldBytes, PartialFrameLimits
+from transport.partial import BudgetExhausted, PartialFrameLimits
+from transport.stream import StreamConnection, StreamSettings
 from transport.tls import TLSConfig
 from transport.urls import URL
-from transport.wire import OutboundWriter, Wire, peer_certificates, peer_name, tune_socket_io
+from transport.wire import peer_certificates
 
 log = Logger()
 
 HEART_BEAT = b"\n"
-CLOSE_TIMEOUT = 10.0
-"""Seconds a closing connection may take to send what it holds before it is cut: a peer
-that does not read must not keep it (and the node's shutdown) waiting."""
-IO_SIZE = 256 * 1024
-"""Bytes read or sent per socket call (as the core transport's ``io_size``)."""
 
 
 class StompHead(Head["StompProtocol"]):
@@ -115,7 +106,7 @@ class StompFactory(Factory):
 
 
 @implementer(IStompTransport)
-class StompProtocol(Protocol):
+class StompProtocol(StreamConnection):
     """One STOMP connection."""
 
     def __init__(
@@ -124,33 +115,31 @@ class StompProtocol(Protocol):
         settings: StompSettings,
         partial_frames: PartialFrameLimits | None = None,
     ) -> None:
+        super().__init__(
+            head.reactor,
+            StreamSettings(
+                high_water=settings.high_water,
+                low_water=settings.low_water,
+                budget=settings.high_water,
+                io_size=settings.io_size,
+                read_size=settings.read_size,
+                tcp_no_delay=settings.tcp_no_delay,
+                partial_frames=partial_frames,
+                close_timeout=settings.close_timeout,
+            ),
+            settings.ttl,
+        )
         self._head = head
         self.settings = settings
-        self._clock: IReactorTime = head.reactor
-        self._partial = partial = partial_frames
         limits = settings.limits
         self._parser = FrameParser(
-            limits if partial is None else _prelogin(limits, partial.prelogin_size)
+            limits if partial_frames is None else _prelogin(limits, partial_frames.prelogin_size)
         )
-        self._held_bytes = HeldBytes(partial) if partial is not None else None
-        self._frame_timer: LoopingCall | None = None
-        self._out = OutboundQueue(settings.high_water, settings.low_water)
-        self.writer = OutboundWriter(self._out, self._clock, settings.high_water, self._announce)
-        """The transport's producer: Twisted's pause and resume go to it."""
         self._session: StompSession | None = None
-        self._wire: Wire | None = None
-        self._paused: Counter[str] = Counter()
         self._pumping = False
-        self._closing = False
         self._announced_writable = True
         self._backlog: deque[Frame | _LargeOut] = deque()
         """A large body being sent (first), and what waits behind it; empty otherwise."""
-        self._abort_call: IDelayedCall | None = None
-        self._send_timer: LoopingCall | None = None
-        self._silence_timer: LoopingCall | None = None
-        self._silence_limit: float | None = settings.ttl
-        self._last_received = 0.0
-        self.peer = "?"
         self.finished: Deferred[None] = Deferred()
         """Fires once the connection is gone and its session gave back what it held."""
 
@@ -236,43 +225,19 @@ class StompProtocol(Protocol):
     def close(self) -> None:
         if self._closing or self._wire is None:
             return
-        self._closing = True
         self._stop_timers()
         self._drop_backlog()
-        self._drop_partial()
-        if self._paused:
-            self._wire.resumeProducing()  # closing needs the peer's end: listen again
-        self.writer.finish()
-        self._wire.loseConnection()
-        self._abort_call = self._clock.callLater(CLOSE_TIMEOUT, self._wire.abortConnection)
+        self._close_stream()
 
     def pause_reading(self, reason: str) -> None:
-        first = not self._paused
-        self._paused[reason] += 1
-        if first and self._wire is not None and not self._closing:
-            self._wire.pauseProducing()
+        self._pause(reason)
 
     def resume_reading(self, reason: str) -> None:
-        if self._paused[reason] <= 0:
-            return
-        self._paused[reason] -= 1
-        if self._paused[reason] == 0:
-            del self._paused[reason]
-        if self._paused or self._closing:
-            return
-        self._last_received = self._clock.seconds()
-        self._pump()
-        if not self._paused and not self._closing and self._wire is not None:
-            self._wire.resumeProducing()
+        self._resume(reason)
 
     def set_heart_beats(self, send_every: float | None, silence_limit: float | None) -> None:
-        if self._send_timer is not None and self._send_timer.running:
-            self._send_timer.stop()
-        self._send_timer = None
-        if send_every is not None:
-            self._send_timer = self._timer(self._heart_beat, send_every)
-        self._silence_limit = silence_limit
-        self._start_silence_timer()
+        self._set_timer("heart-beat", self._heart_beat, send_every)
+        self._watch_silence(silence_limit)
 
     def peer_certificates(self) -> list[x509.Certificate]:
         return peer_certificates(self.transport)
@@ -312,11 +277,11 @@ class StompProtocol(Protocol):
 
     # -- reading --------------------------------------------------------------------------
 
-    def dataReceived(self, data: bytes) -> None:
-        if self._closing:
-            return
-        self._last_received = self._clock.seconds()
+    def _bytes_received(self, data: bytes) -> None:
         self._parser.feed(data)
+        self._pump()
+
+    def _read_on(self) -> None:
         self._pump()
 
     def _pump(self) -> None:
@@ -355,11 +320,8 @@ class StompProtocol(Protocol):
         finally:
             self._pumping = False
 
-    def _drop_partial(self) -> None:
-        """Let go of the bytes of frames that will never be handled, at once."""
+    def _discard_buffered(self) -> None:
         self._parser.discard()
-        if self._held_bytes is not None:
-            self._held_bytes.release()
 
     def _authenticate(self, auth: SecurityAuth) -> Deferred[Subject]:
         return self._head.authenticate(auth).addCallback(self._logged_in)
@@ -371,77 +333,27 @@ class StompProtocol(Protocol):
 
     # -- heart-beats and silence ----------------------------------------------------------
 
-    def _timer(self, tick: Any, period: float) -> LoopingCall:
-        timer = LoopingCall(tick)
-        timer.clock = self._clock
-        timer.start(period, now=False)
-        return timer
-
     def _heart_beat(self) -> None:
         if not self._closing and not self._out.queued and not self._backlog:
             self._push([HEART_BEAT])
 
-    def _start_silence_timer(self) -> None:
-        if self._silence_timer is not None and self._silence_timer.running:
-            self._silence_timer.stop()
-        self._silence_timer = None
-        if self._silence_limit is not None:
-            self._silence_timer = self._timer(self._check_silence, self._silence_limit / 4)
-
-    def _check_silence(self) -> None:
-        now = self._clock.seconds()
-        limit = self._silence_limit
-        if self._paused and not self._closing:
-            self._last_received = now  # this side chose not to read: not the peer's silence
-            return
-        if limit is None or now - self._last_received <= limit or self._wire is None:
-            return
+    def _silent(self, silent: float, limit: float) -> None:
         log.warn(
             "nothing from STOMP peer {peer} for {silent:.1f}s (limit {limit}s); dropping it",
             peer=self.peer,
-            silent=now - self._last_received,
+            silent=silent,
             limit=limit,
         )
-        self._closing = True
-        self._stop_timers()
-        self.writer.cancel()
-        self.writer.detach()
-        self._wire.abortConnection()
 
-    def _check_frame(self) -> None:
-        """End a connection whose frame has taken longer than the frame timeout, whatever
-        heart-beats were negotiated."""
-        assert self._held_bytes is not None and self._session is not None
-        now = self._clock.seconds()
-        if self._closing:
-            return
-        if self._paused:
-            self._held_bytes.not_reading(now)
-            return
-        overdue = self._held_bytes.overdue(now)
-        if overdue is not None:
-            log.info("closing STOMP connection from {peer}: {error}", peer=self.peer, error=overdue)
-            self._session.protocol_error(FrameError("frame timeout", overdue))
-
-    def _stop_timers(self) -> None:
-        for timer in (self._send_timer, self._silence_timer, self._frame_timer):
-            if timer is not None and timer.running:
-                timer.stop()
-        self._send_timer = self._silence_timer = self._frame_timer = None
+    def _frame_overdue(self, why: str) -> None:
+        assert self._session is not None
+        log.info("closing STOMP connection from {peer}: {error}", peer=self.peer, error=why)
+        self._session.protocol_error(FrameError("frame timeout", why))
 
     # -- life cycle -----------------------------------------------------------------------
 
     def connectionMade(self) -> None:
-        wire = self._wire = typing.cast(Wire, self.transport)
-        self.peer = peer_name(wire.getPeer())
-        self._last_received = self._clock.seconds()
-        tune_socket_io(
-            self.transport,
-            IO_SIZE,
-            self.settings.read_size,
-            no_delay=self.settings.tcp_no_delay,
-        )
-        self.writer.attach(wire)
+        super().connectionMade()
         self._session = StompSession(
             self._head.broker,
             self._head.security,
@@ -450,22 +362,12 @@ class StompProtocol(Protocol):
             authenticate=self._authenticate,
             settings=self.settings,
         )
-        self._start_silence_timer()
-        partial = self._partial
-        if partial is not None and partial.timeout is not None:
-            self._frame_timer = self._timer(self._check_frame, partial.timeout / 4)
         self._head.opened(self)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self._closing = True
-        self._stop_timers()
+        self._stream_lost()
         self._drop_backlog()
-        self.writer.cancel()
-        if self._abort_call is not None and self._abort_call.active():
-            self._abort_call.cancel()
-        self._abort_call = None
         assert self._session is not None
-        self._drop_partial()
         cleanup = self._session.connection_lost()
         self._head.closed(self, cleanup)
         cleanup.chainDeferred(self.finished)

@@ -147,8 +147,13 @@ class StompSettings:
     low_water: int = 32 * 1024
     max_unstored: int = 8 * 1024 * 1024
     """Body bytes of persistent sends waiting for the store before reading pauses."""
+    io_size: int | None = 256 * 1024
+    """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
     read_size: int | None = None
-    """Bytes read per socket call (None: as many as are sent, ``IO_SIZE``)."""
+    """Bytes read per socket call (None: ``io_size``)."""
+    close_timeout: float = 10.0
+    """Seconds a closing connection may take to send what it holds before it is cut: a
+    peer that does not read must not keep it (and the node's shutdown) waiting."""
     tcp_no_delay: bool = True
     """Small frames (receipts, acknowledgements) leave at once, not after the peer's
     delayed acknowledgement of the last one (``TCP_NODELAY``)."""
