@@ -37,7 +37,6 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import AddressFullPolicy
 from bridge.config.node import Routing as ConfigRouting
 from bridge.message import HeaderValue, LargeBody, Message
 from bridge.node.broker import (
@@ -50,8 +49,8 @@ from bridge.node.broker import (
     Routed,
     Transaction,
 )
-from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, Entry, Queue, QueueError
+from bridge.node.session import ServerSession
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
@@ -105,7 +104,6 @@ Authenticate = Callable[[p.Connect], "Deferred[Subject]"]
 # 220 ns to read a member off its class (``State.OPEN``), 45 ns to read a global.
 _OPEN, _CLOSED = State.OPEN, State.CLOSED
 _SEND = Permission.SEND
-_BLOCK = AddressFullPolicy.BLOCK
 
 
 @attrs.define(eq=False)
@@ -200,7 +198,11 @@ class CoreSession:
         self._writable = True
         self._is_writable = is_writable or (lambda: self._writable)
         self._grants: dict[str, int] = {}
-        self._withheld: dict[str, tuple[int, AddressMemory, Callable[[], None]]] = {}
+        self._withheld: dict[str, int] = {}
+        """Producer credits held back from addresses full under BLOCK, until they have
+        room."""
+        self._node: ServerSession | None = None
+        """The node's side of this connection, once logged in."""
         self.state = State.AWAITING_CONNECT
         self.subject: Subject | None = None
         self.client_id = ""
@@ -266,7 +268,7 @@ class CoreSession:
     @property
     def producers_blocked(self) -> int:
         """Addresses whose credit grants this connection's producer waits for."""
-        return len(self._withheld)
+        return 0 if self._node is None else self._node.blocked
 
     def connection_lost(self) -> Deferred[None]:
         """Give back what the connection held: unsettled deliveries return to their queues,
@@ -285,8 +287,8 @@ class CoreSession:
         if self._large is not None:
             self._drop_large(self._large)
             self._large = None
-        for _, memory, waiter in self._withheld.values():
-            memory.cancel_wait(waiter)
+        if self._node is not None:
+            self._node.close()
         self._withheld.clear()
         work: list[Deferred[None]] = []
         for consumer in self._consumers.values():
@@ -336,6 +338,7 @@ class CoreSession:
         if self.state is not State.AUTHENTICATING:
             return
         self.subject = subject
+        self._node = ServerSession(self._broker, self._security, subject, self._clock)
         self.state = State.OPEN
         self._emit(
             p.Connected(
@@ -362,20 +365,22 @@ class CoreSession:
 
     def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
         """Refused(PERMISSION_DENIED) unless the subject may do ``permission``."""
-        assert self.subject is not None
+        assert self._node is not None
         try:
-            self._security.check(self.subject, address, permission, queue)
+            self._node.check(address, permission, queue)
         except PermissionDenied as denied:
             raise Refused(p.ErrorCode.PERMISSION_DENIED, str(denied)) from None
 
     def _check_address(self, address: str) -> None:
         """Sending to or binding on a missing address creates it: that needs
         create-address, and the address's settings must allow it."""
-        if self._broker.has_address(address):
-            return
-        self._check(address, Permission.CREATE_ADDRESS)
-        if not self._broker.may_create_address(address):
-            raise Refused(p.ErrorCode.NOT_FOUND, str(self._broker.not_creatable(address)))
+        assert self._node is not None
+        try:
+            self._node.check_address(address)
+        except PermissionDenied as denied:
+            raise Refused(p.ErrorCode.PERMISSION_DENIED, str(denied)) from None
+        except AddressNotFound as missing:
+            raise Refused(p.ErrorCode.NOT_FOUND, str(missing)) from None
 
     # -- requests -------------------------------------------------------------------------
 
@@ -450,21 +455,15 @@ class CoreSession:
         except Refused as refused:
             self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
             return
-        address = self._broker.addresses.get(name)
-        auto_create = self._broker.may_create_address(name)
-        if address is not None:
-            routing: frozenset[ConfigRouting] = address.routing_types
-            settings = address.settings
-        else:
-            config = self._broker.config
-            settings = config.settings_for(name)
-            routing = config.routing_types_for(name) if auto_create else frozenset()
+        assert self._node is not None
+        view = self._node.describe(name)
+        settings = view.settings
         self._emit(
             p.AddressInfo(
                 packet.request_id,
-                address is not None,
-                auto_create,
-                self._stated_routing(routing),
+                view.exists,
+                view.auto_create,
+                self._stated_routing(view.routing),
                 settings.max_size_bytes,
                 p.AddressFullPolicy[settings.address_full_policy.name],
                 settings.id_cache_size,
@@ -674,24 +673,22 @@ class CoreSession:
 
     def _give(self, address: str, credits: int) -> None:
         """Grant now, unless the address is full under BLOCK: then once it has room."""
-        withheld = self._withheld.get(address)
-        if withheld is not None:
-            total, waited, waiter = withheld
-            self._withheld[address] = (total + credits, waited, waiter)
+        node = self._node
+        assert node is not None
+        if node.waiting_for_room(address):
+            self._withheld[address] += credits
             return
-        known = self._broker.addresses.get(address)
-        memory = None if known is None else known.memory
-        if memory is None or memory.policy is not _BLOCK or not memory.full:
+        if not node.full_under_block(address):
             self._emit(p.ProducerCredits(address, credits))
             return
 
         def room() -> None:
-            total, _, _ = self._withheld.pop(address)
+            total = self._withheld.pop(address)
             if self.state is State.OPEN:
                 self._emit(p.ProducerCredits(address, total))
 
-        self._withheld[address] = (credits, memory, room)
-        memory.when_room(room)
+        self._withheld[address] = credits
+        node.wait_for_room(address, room)
 
     # -- large sends ----------------------------------------------------------------------
 
@@ -825,7 +822,8 @@ class CoreSession:
         to it would (create-address and create-durable-queue permissions)."""
         if self._broker.has_address(name) or not self._broker.may_create_address(name):
             return
-        if self._broker.config.routing_for(name) is not ConfigRouting.ANYCAST:
+        assert self._node is not None
+        if self._node.default_routing(name) is not ConfigRouting.ANYCAST:
             return
         self._check(name, Permission.CREATE_ADDRESS)
         self._check(name, Permission.CREATE_DURABLE_QUEUE, name)

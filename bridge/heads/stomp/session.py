@@ -33,7 +33,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.config.node import AddressFullPolicy, Routing
+from bridge.config.node import Routing
 from bridge.heads.core.session import DUPLICATE_ID_HEADER
 from bridge.heads.stomp.destinations import (
     Destination,
@@ -57,8 +57,8 @@ from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.heads.stomp.large import BodySink
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
-from bridge.node.memory import AddressMemory
 from bridge.node.queue import Delivery, QueueError
+from bridge.node.session import ServerSession
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
 from security import SecurityStore
@@ -257,9 +257,8 @@ class StompSession:
         """A non-persistent SEND (and its receipt) held until ``_writing`` is 0."""
         self._auto_ack_call: IDelayedCall | None = None
         self._auto_acks: list[_Subscription] = []
-        self._room: tuple[AddressMemory, Callable[[], None]] | None = None
-        """The full BLOCK address a held SEND waits on, and its ``when_room`` callback."""
-        self._room_call: IDelayedCall | None = None
+        self._node: ServerSession | None = None
+        """The node's side of this connection, once logged in."""
         self._large: _LargeSend | None = None
         """The SEND whose body is being streamed, between its head and its last chunk."""
         self._login: Deferred[Subject] | None = None
@@ -334,13 +333,8 @@ class StompSession:
         self._flush_auto_acks()
         if self._auto_ack_call is not None and self._auto_ack_call.active():
             self._auto_ack_call.cancel()
-        if self._room is not None:
-            memory, waiter = self._room
-            memory.cancel_wait(waiter)
-            self._room = None
-        if self._room_call is not None and self._room_call.active():
-            self._room_call.cancel()
-        self._room_call = None
+        if self._node is not None:
+            self._node.close()  # a SEND held for room is dropped with its connection
         subscriptions = list(self._subscriptions.values())
         self._subscriptions.clear()
         self._by_key.clear()
@@ -565,6 +559,7 @@ class StompSession:
         if self.state is not State.AUTHENTICATING:
             return
         self.subject = subject
+        self._node = ServerSession(self._broker, self._security, subject, self._clock)
         self.state = State.OPEN
         ours = round(self.settings.heart_beat * 1000) if self.settings.heart_beat else 0
         send_every = max(ours, client_receive) / 1000 if ours and client_receive else None
@@ -600,22 +595,22 @@ class StompSession:
     # -- permissions and destinations -----------------------------------------------------
 
     def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
-        assert self.subject is not None
+        assert self._node is not None
         try:
-            self._security.check(self.subject, address, permission, queue)
+            self._node.check(address, permission, queue)
         except PermissionDenied as denied:
             raise StompError("permission denied", str(denied)) from None
 
     def _may_create(self, destination: Destination, name: str) -> None:
         """Using a missing address creates it: that needs create-address, and the
         address's settings must allow it."""
-        self._check(name, Permission.CREATE_ADDRESS)
-        if not self._broker.may_create_address(name):
-            raise StompError(
-                "no such destination",
-                f"{destination}: address {name!r} does not exist and auto-create-addresses "
-                "is off for it",
-            )
+        assert self._node is not None
+        try:
+            self._node.check_create(name)
+        except PermissionDenied as denied:
+            raise StompError("permission denied", str(denied)) from None
+        except AddressNotFound as missing:
+            raise StompError("no such destination", f"{destination}: {missing}") from None
 
     def _routing(self, destination: Destination, name: str, routing: Routing) -> bool:
         """Whether address ``name`` exists. One without ``routing`` gets it where the
@@ -750,7 +745,8 @@ class StompSession:
         """Create the anycast address ``name`` and its queue: at once where anycast is the
         default routing (the broker stores the queue in the background, as for a send),
         else through the store, to wait for."""
-        if self._broker.config.routing_for(name) is Routing.ANYCAST:
+        assert self._node is not None
+        if self._node.default_routing(name) is Routing.ANYCAST:
             self._broker.auto_create(name)
             return None
         return Deferred.fromCoroutine(
@@ -758,9 +754,9 @@ class StompSession:
         )
 
     def _publish(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
-        memory = self._full_under_block(message.address)
-        if memory is not None:
-            self._hold(memory, message, tx, receipt)
+        assert self._node is not None
+        if self._node.full_under_block(message.address):
+            self._hold(message, tx, receipt)
             return
         if tx is None and not message.durable and self._writing:
             self._hold_behind_writes(message, receipt)
@@ -797,40 +793,18 @@ class StompSession:
             self._writing -= 1
             self._stored(entry)
 
-    def _full_under_block(self, name: str) -> AddressMemory | None:
-        """The memory of address ``name`` if it is full under the BLOCK policy."""
-        address = self._broker.addresses.get(name)
-        if address is None:
-            return None
-        memory = address.memory
-        if memory.policy is AddressFullPolicy.BLOCK and memory.full:
-            return memory
-        return None
-
-    def _hold(
-        self,
-        memory: AddressMemory,
-        message: Message,
-        tx: _Transaction | None,
-        receipt: str | None,
-    ) -> None:
+    def _hold(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
         """BLOCK: keep the SEND and stop reading this connection until the address has
         room, then publish it and read on. Only this connection waits, holding one
         message; its frames keep their order because nothing more is read meanwhile."""
+        assert self._node is not None
         self._transport.pause_reading(ADDRESS_FULL)
 
         def room() -> None:
-            self._room = None
-            # Next turn: the wake comes from inside another connection's acknowledgement.
-            self._room_call = self._clock.callLater(0, go_on)
-
-        def go_on() -> None:
-            self._room_call = None
             if self.state is not State.CLOSED:
                 self._publish_held(message, tx, receipt, ADDRESS_FULL)
 
-        self._room = (memory, room)
-        memory.when_room(room)
+        self._node.wait_for_room(message.address, room)
 
     # -- subscribing ----------------------------------------------------------------------
 
