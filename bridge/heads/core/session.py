@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from enum import Enum, auto
 from functools import partial
-from typing import IO, Any
+from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -39,6 +39,7 @@ from twisted.python.failure import Failure
 
 from bridge.config.node import Routing as ConfigRouting
 from bridge.message import HeaderValue, LargeBody, Message
+from bridge.node.bodies import CHUNK_SIZE, BodySink, BodySource
 from bridge.node.broker import (
     AddressFull,
     AddressNotFound,
@@ -54,7 +55,6 @@ from bridge.node.session import ServerSession
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
-from bridge.store.interfaces import IBodyWriter
 from security import SecurityStore
 from security.errors import AuthenticationFailed, PermissionDenied
 from security.permissions import Permission
@@ -70,8 +70,9 @@ MIN_LARGE_MESSAGE_SIZE = 100 * 1024
 """Bodies of this many bytes or more are delivered in chunks (Artemis's
 ``min-large-message-size`` default), fixed until the node has that setting."""
 
-LARGE_CHUNK_SIZE = 256 * 1024
-"""Bytes of body per DELIVER_LARGE_CHUNK."""
+LARGE_CHUNK_SIZE = CHUNK_SIZE
+"""Bytes of body per DELIVER_LARGE_CHUNK (a body in memory cut as one read from the store
+is)."""
 
 BeforeFlush = Callable[[Callable[[], None]], None]
 """Asks the connection to call something at the end of the turn, before it writes."""
@@ -127,8 +128,7 @@ class _Stream:
     """A large delivery between its DELIVER_LARGE_BEGIN and its last chunk."""
 
     delivery_id: int
-    file: IO[bytes]
-    remaining: int
+    source: BodySource
 
 
 @attrs.define(eq=False)
@@ -140,7 +140,7 @@ class _LargeSend:
     tx_id: int | None
     message: Message
     total_size: int
-    body: IBodyWriter | None
+    body: BodySink | None
     refused: Refused | None = None
     received: int = 0
 
@@ -710,7 +710,7 @@ class CoreSession:
             packet.sequence, packet.tx_id, message, packet.total_size, None
         )
         try:
-            large.body = self._broker.new_body(message_id)  # open until the last chunk
+            large.body = BodySink(self._broker, message_id, packet.total_size)
         except OSError as error:
             self._large_not_written(large, error)
 
@@ -769,7 +769,7 @@ class CoreSession:
     def _drop_large(large: _LargeSend) -> None:
         """A large send that will not be published: its partial body goes."""
         if large.body is not None:
-            large.body.abort()
+            large.body.discard()
 
     def _transaction(self, tx_id: int | None) -> Transaction | None:
         if tx_id is None:
@@ -901,8 +901,7 @@ class CoreSession:
     def _start_stream(
         self, consumer: _Consumer, delivery_id: int, count: int, message: Message, body: LargeBody
     ) -> None:
-        file = self._broker.open_body(body)  # open until the last chunk
-        consumer.stream = _Stream(delivery_id, file, body.size)
+        consumer.stream = _Stream(delivery_id, BodySource(self._broker, body))
         header = attrs.evolve(message, large=None)
         self._emit(p.DeliverLargeBegin(consumer.client_id, delivery_id, count, header, body.size))
         if consumer.browse is None:
@@ -916,13 +915,14 @@ class CoreSession:
         assert stream is not None
         queue = None if consumer.browse is not None else self._broker.queue(consumer.queue)
         while self._is_writable() and self._has_credit(consumer, queue):
-            data = stream.file.read(min(LARGE_CHUNK_SIZE, stream.remaining))
-            if len(data) < min(LARGE_CHUNK_SIZE, stream.remaining):
+            source = stream.source
+            try:
+                data = source.read()
+            except OSError:
                 self._end_stream(consumer)
                 self._abort(f"the body file of large delivery {stream.delivery_id} is short")
                 return
-            stream.remaining -= len(data)
-            last = stream.remaining == 0
+            last = source.remaining == 0
             self._emit(p.DeliverLargeChunk(consumer.client_id, stream.delivery_id, data, last))
             if queue is not None:
                 queue.spend(consumer.node_id, len(data))
@@ -945,7 +945,7 @@ class CoreSession:
     @staticmethod
     def _end_stream(consumer: _Consumer) -> None:
         if consumer.stream is not None:
-            consumer.stream.file.close()
+            consumer.stream.source.close()
             consumer.stream = None
 
     def _browse(self, consumer: _Consumer) -> None:

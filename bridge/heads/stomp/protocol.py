@@ -41,9 +41,9 @@ from bridge.heads.stomp.frames import (
     serialize_head,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.heads.stomp.large import BodySource
 from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
 from bridge.message import LargeBody
+from bridge.node.bodies import BodySource
 from security.subject import SecurityAuth, Subject
 from transport.endpoints import server_endpoint
 from transport.partial import BudgetExhausted, PartialFrameLimits

@@ -54,8 +54,8 @@ from bridge.heads.stomp.frames import (
     encodable,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.heads.stomp.large import BodySink
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
+from bridge.node.bodies import BodySink
 from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
 from bridge.node.queue import Delivery, QueueError
 from bridge.node.session import ServerSession
@@ -654,7 +654,7 @@ class StompSession:
         for a destination being created first)."""
         message, tx, receipt, creating = self._send_message(headers, b"")
         try:
-            sink = BodySink(self._broker, head.length)
+            sink = BodySink(self._broker, self._broker.allocate_id(), head.length)
         except OSError as error:
             raise StompError("store failed", f"the body has nowhere to go: {error}") from None
         self._large = _LargeSend(sink, message.with_id(sink.message_id), tx, receipt)

@@ -1,11 +1,12 @@
-"""Large STOMP bodies on disk: a SEND's streamed body written to the node's large-message
-store as it arrives, and a large message's body read back a chunk at a time for a
-MESSAGE frame, so that neither is ever whole in memory (as the core head does with
-SEND_LARGE and DELIVER_LARGE chunks).
+"""Large bodies streamed through the store, for every head: a send's body written to the
+large-message store a chunk at a time as it arrives, and a large message's body read
+back a chunk at a time as it is delivered, so that neither is ever whole in memory (core
+SEND_LARGE and DELIVER_LARGE chunks; STOMP SEND and MESSAGE frames with streamed bodies).
 
-A :class:`BodySink` owns its file until ``finish`` hands it over as the message's
+A :class:`BodySink` owns its body until ``finish`` hands it over as the message's
 ``LargeBody`` (the broker's from then on: deleted when no queue needs it), or ``discard``
-drops it (a refused or interrupted send).
+drops it (a refused or interrupted send). No head opens a body's file itself: the store
+hands out these handles (``Broker.new_body``, ``Broker.open_body``).
 """
 
 from __future__ import annotations
@@ -17,17 +18,23 @@ from bridge.node.broker import Broker
 from bridge.store.interfaces import IBodyWriter
 
 CHUNK_SIZE = 256 * 1024
-"""Bytes of a large body read from its file per write to the connection."""
+"""Bytes of a large body read per chunk delivered (a DELIVER_LARGE_CHUNK's, or a STOMP
+body's per write to the connection)."""
 
 
 class BodySink:
     """A streamed body being written to the large-message store as it arrives."""
 
-    def __init__(self, broker: Broker, size: int) -> None:
-        self.message_id = broker.allocate_id()
+    def __init__(self, broker: Broker, message_id: int, size: int) -> None:
+        self.message_id = message_id
         self.size = size
         self.received = 0
         self._body: IBodyWriter | None = broker.new_body(self.message_id)
+
+    @property
+    def name(self) -> str:
+        """Where the body is being written, for messages."""
+        return self._body.name if self._body is not None else "its store"
 
     def write(self, data: bytes) -> None:
         assert self._body is not None
@@ -57,7 +64,8 @@ class BodySource:
         self._file: IO[bytes] = broker.open_body(body)  # open until the end
 
     def read(self) -> bytes:
-        """The next chunk; OSError if the file ends before the body does."""
+        """The next chunk (``CHUNK_SIZE``, or what remains); OSError if the file ends
+        before the body does."""
         want = min(CHUNK_SIZE, self.remaining)
         data = self._file.read(want)
         if len(data) < want:
