@@ -18,6 +18,25 @@ from collections.abc import Iterable
 
 from twisted.internet.defer import Deferred
 
+from bridge.message import Message
+
+DUPLICATE_ID_HEADER = "_TXB_DUP_ID"
+"""The header a producer may set instead of the message's duplicate id (Artemis's
+``_AMQ_DUPL_ID``), whatever protocol it speaks."""
+
+
+def duplicate_id(message: Message) -> bytes | None:
+    """The message's duplicate-detection id: its own, else its ``DUPLICATE_ID_HEADER``
+    (a string, UTF-8 encoded, or bytes)."""
+    if message.duplicate_id is not None:
+        return message.duplicate_id
+    header = message.headers.get(DUPLICATE_ID_HEADER)
+    if isinstance(header, str):
+        return header.encode("utf-8")
+    if isinstance(header, bytes):
+        return header
+    return None
+
 
 class DuplicateIdCache:
     """The newest ``size`` distinct ids, oldest evicted first."""

@@ -23,7 +23,7 @@ import pytest_twisted
 import stomp
 from twisted.internet.threads import deferToThread
 
-from bridge.heads.core.session import DUPLICATE_ID_HEADER
+from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
 from tests.system.bridges import free_port

@@ -50,6 +50,7 @@ from bridge.node.broker import (
     Routed,
     Transaction,
 )
+from bridge.node.duplicates import duplicate_id
 from bridge.node.queue import Delivery, Entry, Queue, QueueError
 from bridge.node.session import ServerSession
 from bridge.protocol import packets as p
@@ -61,10 +62,6 @@ from security.permissions import Permission
 from security.subject import Subject
 
 log = Logger()
-
-DUPLICATE_ID_HEADER = "_TXB_DUP_ID"
-"""The header a producer may set instead of the message's duplicate id (Artemis's
-``_AMQ_DUPL_ID``)."""
 
 MIN_LARGE_MESSAGE_SIZE = 100 * 1024
 """Bodies of this many bytes or more are delivered in chunks (Artemis's
@@ -536,9 +533,9 @@ class CoreSession:
             self._broker.discard(message)
             self._refuse(sequence, refused.code, str(refused))
             return False
-        duplicate_id = _duplicate_id(message)
-        if duplicate_id != message.duplicate_id:
-            message = attrs.evolve(message, duplicate_id=duplicate_id)
+        found = duplicate_id(message)
+        if found != message.duplicate_id:
+            message = attrs.evolve(message, duplicate_id=found)
         if tx is not None:
             self._route_in(tx, sequence, message)
             return False
@@ -1103,17 +1100,6 @@ def _compile(text: str | None) -> Callable[[Mapping[str, HeaderValue]], bool] | 
         return compile_selector(text).matches
     except SelectorError as error:
         raise Refused(p.ErrorCode.INVALID, f"bad filter {text!r}: {error}") from None
-
-
-def _duplicate_id(message: Message) -> bytes | None:
-    if message.duplicate_id is not None:
-        return message.duplicate_id
-    header = message.headers.get(DUPLICATE_ID_HEADER)
-    if isinstance(header, str):
-        return header.encode("utf-8")
-    if isinstance(header, bytes):
-        return header
-    return None
 
 
 def _code(failure: Failure) -> p.ErrorCode:

@@ -34,7 +34,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from bridge.config.node import Routing
-from bridge.heads.core.session import DUPLICATE_ID_HEADER
 from bridge.heads.stomp.destinations import (
     Destination,
     DestinationError,
@@ -57,6 +56,7 @@ from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.bodies import BodySink
 from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
+from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from bridge.node.queue import Delivery, QueueError
 from bridge.node.session import ServerSession
 from bridge.selector import SelectorError, compile_selector
