@@ -4,23 +4,16 @@ through a; a is killed; b is live within reap + ping of the kill; both clients c
 with b; the audit of their event logs finds nothing confirmed lost, and every message
 received twice came the second time as a redelivery.
 
-The core client connects to one URL only (it has no list of nodes to fail over to), so
-the backup listens on the live node's core port: it binds the port when it becomes live,
-as a node behind one virtual address would, and the clients' own reconnect policy takes
-them there (unconfirmed sends resent with their duplicate ids, the consumer created
-again). Small messages only: large message bodies live in the node's data directory,
-which the two nodes do not share (docs/ha.md)."""
+Here the backup listens on the live node's core port: it binds the port when it becomes
+live, as a node behind one virtual address would, and the clients' own reconnect policy
+takes them there (unconfirmed sends resent with their duplicate ids, the consumer created
+again). Clients given both nodes' URLs are tested in test_ha_client_urls.py, large
+messages in test_ha_large.py."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_twisted
@@ -32,10 +25,9 @@ from twisted.internet.threads import deferToThread
 from bridge import events
 from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError
-from tests.audit.conftest import spark_missing
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
-from tests.processes import ROOT
+from tests.system.audit_run import audit, require_spark
 from tests.system.ha import PING, REAP, SLACK, ha_node
 from transport.reconnect import ReconnectPolicy
 
@@ -49,14 +41,6 @@ QUICK = ReconnectPolicy(retry_interval=0.1, retry_interval_multiplier=1.0, max_r
 TAKEOVER_SLACK = 5.0
 """Beyond reap + ping, for a loaded box: b's next try, its query and its log line. The
 figure itself is measured by benchmarks/failover.py; this is a bound."""
-
-
-def _require_spark() -> None:
-    missing = spark_missing()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"Spark cannot run on CI: {missing}")
-        pytest.skip(missing)
 
 
 async def _produce(
@@ -76,28 +60,11 @@ async def _produce(
         )
 
 
-def _audit(run_dir: Path) -> dict[str, Any]:
-    """``python -m bridge.audit`` on local[2], in its own process: the report's figures."""
-    out = run_dir / "report"
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge.audit", str(run_dir), "--master", "local[2]"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report: dict[str, Any] = json.loads((out / "report.json").read_text())
-    return report
-
-
 @pytest.mark.system
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
 async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, pg_schema, tmp_path):
-    _require_spark()
+    require_spark()
     url = schema_url(pg_schema)
     primary = nodes(ha_node("a", url, "shared-store-primary"), name="a")
     await primary.wait_for(r"node a: LIVE, epoch 1", SLACK)
@@ -150,7 +117,7 @@ async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, pg_schema,
             assert redelivered, f"message {seq} came twice, the second time not as a redelivery"
         seen.add(seq)
 
-    report = await deferToThread(_audit, run_dir)
+    report = await deferToThread(audit, run_dir)
     delivery = report["delivery"]
     assert delivery["confirmed"] == COUNT, delivery
     assert delivery["lost"] == 0, delivery["examples"]

@@ -6,9 +6,11 @@ each with a receipt and a duplicate id, and after a lost connection connects aga
 resends what had no receipt; a stomp.py consumer acknowledges every 50th message
 (client: cumulative) and subscribes again after a lost connection.
 
-There is no traced STOMP client for the audit pipeline, so the test keeps the check
-itself: every receipted message is received, and every message received twice carried
-``redelivered:true`` the second time."""
+Both clients write the audit pipeline's event log as the traced core client does (each
+SEND stamped with the producer and its sequence number; a SEND's receipt is its
+confirmation, by the node it came from), and the audit finds nothing receipted lost and
+nothing unexpected. The test checks the rest itself: every message received twice
+carried ``redelivered:true`` the second time."""
 
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ import pytest_twisted
 import stomp
 from twisted.internet.threads import deferToThread
 
+from bridge import events
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
+from tests.system.audit_run import audit, require_spark
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK, ha_node
 
@@ -47,8 +51,13 @@ TAKEOVER_SLACK = 5.0
 class Peer(stomp.ConnectionListener):  # type: ignore[misc]
     """One stomp.py connection at a time to one of ``ports``, made again when it drops."""
 
-    def __init__(self, ports: list[int]) -> None:
-        self.ports = ports
+    def __init__(self, nodes: dict[int, str], trace: events.EventWriter) -> None:
+        self.nodes = nodes
+        """Node names by STOMP port."""
+        self.ports = list(nodes)
+        self.trace = trace
+        """The event log, written under ``changed`` (by the client's thread and by the
+        threads that receive)."""
         self.changed = threading.Condition()
         self.receipts: set[str] = set()
         self.received: list[tuple[int, bool]] = []
@@ -58,14 +67,33 @@ class Peer(stomp.ConnectionListener):  # type: ignore[misc]
         self.stop = threading.Event()
 
     def on_receipt(self, frame: Any) -> None:
+        """A SEND's receipt (``r`` and its sequence number): its confirmation, by the node
+        of the connection it came on (the one the SEND went on)."""
+        receipt = frame.headers["receipt-id"]
         with self.changed:
-            self.receipts.add(frame.headers["receipt-id"])
+            self.receipts.add(receipt)
+            self.trace.record(
+                events.SEND_CONFIRMED,
+                "stomp-producer",
+                int(receipt[1:]),
+                node=self.node(),
+                address="orders",
+            )
             self.changed.notify_all()
 
     def on_message(self, frame: Any) -> None:
         with self.changed:
-            seq = int(frame.headers["seq"])
+            seq = int(frame.headers[events.TRACE_SEQ])
             self.received.append((seq, frame.headers.get("redelivered") == "true"))
+            self.trace.record(
+                events.RECEIVED,
+                frame.headers[events.TRACE_PRODUCER],
+                seq,
+                message=frame.headers["message-id"],
+                node=self.node(),
+                address="orders",
+                size=len(frame.body),
+            )
             self.changed.notify_all()
             self.unacked += 1
             if self.unacked < ACK_EVERY:
@@ -79,6 +107,13 @@ class Peer(stomp.ConnectionListener):  # type: ignore[misc]
 
     def connected(self) -> bool:
         return self.connection is not None and self.connection.is_connected()
+
+    def node(self) -> str | None:
+        """The name of the node connected to, if any."""
+        if self.connection is None:
+            return None
+        where = self.connection.transport.current_host_and_port
+        return None if where is None else self.nodes.get(where[1])
 
     def connect(self, deadline: float) -> None:
         """Connect, retrying every ``RETRY`` s until ``deadline`` (monotonic)."""
@@ -125,13 +160,23 @@ def produce(peer: Peer) -> None:
                 peer.connect(deadline)
             headers = {
                 "persistent": "true",
-                "seq": str(seq),
+                events.TRACE_PRODUCER: "stomp-producer",
+                events.TRACE_SEQ: str(seq),
                 DUPLICATE_ID_HEADER: f"seq-{seq}",
                 "receipt": receipt,
             }
+            with peer.changed:
+                peer.trace.record(
+                    events.SEND_INVOKED,
+                    "stomp-producer",
+                    seq,
+                    node=peer.node(),
+                    address="orders",
+                    size=8,
+                )
             # the node may die under the send: once stomp.py saw the drop, send again
             with suppress(stomp.exception.NotConnectedException, OSError):
-                peer.connection.send("/queue/orders", b"%d" % seq, headers=headers)
+                peer.connection.send("/queue/orders", b"%08d" % seq, headers=headers)
             peer.wait_for_receipt(receipt, deadline)
 
 
@@ -160,9 +205,10 @@ def stomp_ha_node(name: str, url: str, policy: str, port: int) -> dict[str, Any]
 
 
 @pytest.mark.system
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(450)
 @pytest_twisted.ensureDeferred
-async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schema, nodes):
+async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schema, nodes, tmp_path):
+    require_spark()
     url = schema_url(pg_schema)
     ports = [free_port(), free_port()]
     primary = nodes(stomp_ha_node("a", url, "shared-store-primary", ports[0]), name="a")
@@ -170,7 +216,10 @@ async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schem
     backup = nodes(stomp_ha_node("b", url, "shared-store-backup", ports[1]), name="b")
     await backup.wait_for(r"node b: live is a, epoch 1", SLACK)
 
-    producer, consumer = Peer(ports), Peer(ports)
+    run_dir = tmp_path / "run"
+    by_port = dict(zip(ports, ("a", "b"), strict=True))
+    producer = Peer(by_port, events.EventWriter(run_dir, "stomp-failover", "producer"))
+    consumer = Peer(by_port, events.EventWriter(run_dir, "stomp-failover", "consumer"))
     consuming = deferToThread(consume, consumer)
     producing = deferToThread(produce, producer)
     try:
@@ -193,6 +242,8 @@ async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schem
         await consuming
         await deferToThread(producer.close)
         await deferToThread(consumer.close)
+        for peer in (producer, consumer):
+            await deferToThread(peer.trace.close)
 
     assert producer.generation == consumer.generation == 2  # both went over to b
     assert producer.receipts >= {f"r{seq}" for seq in range(COUNT)}
@@ -203,3 +254,12 @@ async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schem
         seen.add(seq)
     assert seen == set(range(COUNT))
     assert len(consumer.received) > COUNT, "nothing was redelivered: nothing checked"
+
+    report = await deferToThread(audit, run_dir)
+    delivery = report["delivery"]
+    assert delivery["confirmed"] == COUNT, delivery
+    assert delivery["lost"] == 0, delivery["examples"]
+    assert delivery["unexpected"] == 0, delivery["examples"]
+    assert delivery["received"] == COUNT, delivery
+    assert delivery["duplicate_deliveries"] == len(consumer.received) - COUNT, delivery
+    assert set(delivery["per_node"]) == {"a", "b"}, delivery["per_node"]
