@@ -126,7 +126,9 @@ class Peer(stomp.ConnectionListener):  # type: ignore[misc]
             connection.set_listener("peer", self)
             try:
                 connection.connect(wait=True)
-            except stomp.exception.StompException:
+            except (stomp.exception.StompException, OSError):
+                # no node listens yet, or the one that did went away while stomp.py was
+                # connecting (its receiving thread closed the socket under the CONNECT)
                 time.sleep(RETRY)
                 continue
             self.connection = connection
