@@ -26,6 +26,15 @@ def spark_missing() -> str | None:
     return None
 
 
+def require_spark() -> None:
+    """Skip the calling test where Spark cannot run (no PySpark, no Java); fail on CI."""
+    missing = spark_missing()
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"Spark cannot run on CI: {missing}")
+        pytest.skip(missing)
+
+
 def require(module: str) -> ModuleType:
     """``module`` (of the audit extra), or a skip of the calling test module saying so
     (a failure on CI)."""
@@ -39,11 +48,7 @@ def require(module: str) -> ModuleType:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    missing = spark_missing()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"Spark cannot run on CI: {missing}")
-        pytest.skip(missing)
+    require_spark()
     from bridge.audit.pipeline import spark_session
 
     session = spark_session("local[2]", console_progress=False, app_name="txbridge tests")

@@ -22,7 +22,7 @@ import pytest
 
 from bridge import events
 from bridge.audit.pipeline import audit
-from tests.audit.conftest import spark_missing
+from tests.audit.conftest import require_spark
 from tests.audit.logs import MS, RunLog
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -33,11 +33,7 @@ AUDIT_TIMEOUT = 180.0
 
 @pytest.fixture(scope="module")
 def spark_class() -> Path:
-    missing = spark_missing()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"Spark cannot run on CI: {missing}")
-        pytest.skip(missing)
+    require_spark()
     import pyspark
 
     script = Path(pyspark.__file__).parent / "bin" / "spark-class"

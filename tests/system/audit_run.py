@@ -1,5 +1,5 @@
-"""The audit pipeline run on a system test's event logs, in its own process, for the
-tests that check a run with it (kill -9 under core and under STOMP)."""
+"""The audit pipeline run on a system test's event logs, in its own process, and the
+checks of a failover run with it (kill -9 under core and under STOMP)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.audit.conftest import spark_missing
+from tests.audit.conftest import require_spark
 from tests.processes import ROOT
 
-
-def require_spark() -> None:
-    """Skip where Spark cannot run (a laptop without Java); fail on CI."""
-    missing = spark_missing()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"Spark cannot run on CI: {missing}")
-        pytest.skip(missing)
+__all__ = ["audit", "check_failover", "require_spark"]
 
 
 def audit(run_dir: Path) -> dict[str, Any]:
@@ -40,3 +31,22 @@ def audit(run_dir: Path) -> dict[str, Any]:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report: dict[str, Any] = json.loads((out / "report.json").read_text())
     return report
+
+
+def check_failover(report: dict[str, Any], count: int, received: list[tuple[int, bool]]) -> None:
+    """A run of ``count`` sends across a failover from node a to node b, with the
+    consumer's ``received`` (sequence number, flagged as redelivered): every message
+    confirmed and received, none lost or unexpected, confirmations by both nodes, the
+    audit's repeats the consumer's, and each repeat flagged."""
+    seen: set[int] = set()
+    for seq, redelivered in received:
+        if seq in seen:
+            assert redelivered, f"message {seq} came twice, the second time not as a redelivery"
+        seen.add(seq)
+    delivery = report["delivery"]
+    assert delivery["confirmed"] == count, delivery
+    assert delivery["lost"] == 0, delivery["examples"]
+    assert delivery["unexpected"] == 0, delivery["examples"]
+    assert delivery["received"] == count, delivery
+    assert delivery["duplicate_deliveries"] == len(received) - count, delivery
+    assert set(delivery["per_node"]) == {"a", "b"}, delivery["per_node"]

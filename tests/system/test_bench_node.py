@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from bridge import events
-from tests.audit.conftest import spark_missing
+from tests.audit.conftest import require_spark
 from tests.processes import ROOT
 
 BIN = Path(sys.executable).parent
@@ -34,11 +34,7 @@ def _running_in(folder: Path) -> list[str]:
 @pytest.mark.system
 @pytest.mark.timeout(300)
 def test_the_node_scenario_runs_writes_event_logs_and_audits_them(tmp_path: Path) -> None:
-    missing = spark_missing()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"Spark cannot run on CI: {missing}")
-        pytest.skip(missing)
+    require_spark()
     out = tmp_path / "run"
     result = subprocess.run(
         [

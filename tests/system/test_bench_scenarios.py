@@ -18,7 +18,7 @@ from benchmarks import scenarios
 from benchmarks.scenarios.bridged import schedule
 from bridge import events
 from bridge.ctl.main import main as txbridge
-from tests.audit.conftest import spark_missing
+from tests.audit.conftest import require_spark
 from tests.processes import ROOT
 
 BIN = Path(sys.executable).parent
@@ -69,11 +69,7 @@ def _running_in(folder: Path) -> list[str]:
 
 
 def _bench(out: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    missing = spark_missing()
-    if missing is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"Spark cannot run on CI: {missing}")
-        pytest.skip(missing)
+    require_spark()
     return subprocess.run(
         [str(BIN / "txbridge"), "bench", *argv, "--out", str(out)],
         cwd=ROOT,

@@ -27,7 +27,7 @@ from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
-from tests.system.audit_run import audit, require_spark
+from tests.system.audit_run import audit, check_failover, require_spark
 from tests.system.ha import PING, REAP, SLACK, ha_node
 from transport.reconnect import ReconnectPolicy
 
@@ -111,17 +111,4 @@ async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, pg_schema,
         for each in writers:
             await deferToThread(each.close)
 
-    seen: set[int] = set()
-    for seq, redelivered in received:
-        if seq in seen:
-            assert redelivered, f"message {seq} came twice, the second time not as a redelivery"
-        seen.add(seq)
-
-    report = await deferToThread(audit, run_dir)
-    delivery = report["delivery"]
-    assert delivery["confirmed"] == COUNT, delivery
-    assert delivery["lost"] == 0, delivery["examples"]
-    assert delivery["unexpected"] == 0, delivery["examples"]
-    assert delivery["received"] == COUNT, delivery
-    assert delivery["duplicate_deliveries"] == len(received) - COUNT, delivery
-    assert set(delivery["per_node"]) == {"a", "b"}, delivery["per_node"]
+    check_failover(await deferToThread(audit, run_dir), COUNT, received)
