@@ -1,7 +1,8 @@
 """``[ha]``: shared-store high availability, under ActiveMQ's names (docs/ha.md).
 
-The lease lives in the database of ``[store]`` (``type = "postgresql"``), so ``[ha]``
-without a PostgreSQL store is refused: two nodes on SQLite files cannot share a store.
+The live lock is kept where the shared store is: the lease row in the database of a
+PostgreSQL ``[store]``; for an SQLite store, an exclusive file lock in the store's
+directory (``[store] data-dir``, which the nodes share), with the epoch in the store.
 
 The timings are refused unless they can fence in time: a renewal must fit twice in the
 lease's life (``lease-ping-time < lease-reap-time / 2``: one renewal may fail and the next
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -43,8 +45,10 @@ class HaSettings:
     """``[ha]``, checked; durations in seconds."""
 
     policy: HaPolicy
-    url: str
-    """The PostgreSQL URL of ``[store]``: the lease lives beside the messages."""
+    url: str | None
+    """The PostgreSQL URL of ``[store]``: the lease lives beside the messages (None: the
+    store is SQLite, the lock a file in ``store_dir``)."""
+    store_dir: Path
     ping: float = DEFAULT_PING
     """``lease-ping-time``: how often the live node renews the lease."""
     reap: float = DEFAULT_REAP
@@ -54,6 +58,11 @@ class HaSettings:
     max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW
     """``max-clock-skew``: a node clock further than this from the database's is logged
     and shown in status (the lease never depends on it)."""
+
+    @property
+    def keeper(self) -> str:
+        """Where the live lock is kept, for logs and status."""
+        return "the database's lease" if self.url is not None else f"{self.store_dir}/live.lock"
 
 
 def _positive(table: Mapping[str, Any], key: str, default: float, source: str) -> float:
@@ -67,8 +76,11 @@ def _seconds(value: float) -> str:
     return f"{round(value * 1000)}ms"
 
 
-def parse_ha(table: Mapping[str, Any], source: str, store_url: str | None) -> HaSettings:
-    """Check ``[ha]``; ``store_url`` is ``[store] url`` (None: the store is not PostgreSQL)."""
+def parse_ha(
+    table: Mapping[str, Any], source: str, store_url: str | None, store_dir: Path
+) -> HaSettings:
+    """Check ``[ha]``; ``store_url`` is ``[store] url`` (None: the store is SQLite, in
+    ``store_dir``)."""
     check_keys(table, _KEYS, source, "ha")
     if "policy" not in table:
         raise ConfigError(source, "ha.policy", "is required")
@@ -78,13 +90,6 @@ def parse_ha(table: Mapping[str, Any], source: str, store_url: str | None) -> Ha
     except ValueError:
         choices = ", ".join(member.value for member in HaPolicy)
         raise ConfigError(source, "ha.policy", f"expected one of {choices}, got {text!r}") from None
-    if store_url is None:
-        raise ConfigError(
-            source,
-            "ha",
-            'needs [store] type = "postgresql": the lease and the messages live in one '
-            "shared database (nodes on SQLite files share nothing)",
-        )
     ping = _positive(table, "lease-ping-time", DEFAULT_PING, source)
     reap = _positive(table, "lease-reap-time", DEFAULT_REAP, source)
     query_timeout = _positive(table, "lease-query-timeout", DEFAULT_QUERY_TIMEOUT, source)
@@ -103,4 +108,4 @@ def parse_ha(table: Mapping[str, Any], source: str, store_url: str | None) -> Ha
             f"must be below ha.lease-ping-time ({_seconds(ping)}), got "
             f"{_seconds(query_timeout)}: a statement must give up before the next renewal",
         )
-    return HaSettings(policy, store_url, ping, reap, query_timeout, skew)
+    return HaSettings(policy, store_url, store_dir, ping, reap, query_timeout, skew)

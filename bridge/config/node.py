@@ -175,11 +175,14 @@ class StoreType(StrEnum):
 
 @attrs.frozen
 class StoreSettings:
-    """``[store]``: where durable messages are kept: ``sqlite`` (a file in the data
-    directory) or ``postgresql`` (the database at ``url``, ``postgresql://...``)."""
+    """``[store]``: where durable messages are kept: ``sqlite`` (a file in ``data-dir``,
+    the node's data directory unless given: nodes under ``[ha]`` share one) or
+    ``postgresql`` (the database at ``url``, ``postgresql://...``)."""
 
     type: StoreType = StoreType.SQLITE
     url: str | None = None
+    directory: Path | None = None
+    """``[store] data-dir`` (SQLite only; None: the node's data directory)."""
 
 
 @attrs.frozen
@@ -210,6 +213,12 @@ class NodeConfig:
     """``[ha]``: the node takes part in shared-store high availability (docs/ha.md)."""
     _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
     _declared: Mapping[str, Address] = attrs.field(init=False, eq=False, repr=False)
+
+    @property
+    def store_dir(self) -> Path:
+        """Where an SQLite store keeps its file and large bodies: ``[store] data-dir``, or
+        the node's data directory."""
+        return self.store.directory or self.data_dir
 
     def __attrs_post_init__(self) -> None:
         table: MatchTable[SettingsOverrides] = MatchTable(
@@ -288,7 +297,7 @@ _ADDRESS = (
     "max-delivery-attempts",
 )
 _MANAGEMENT = ("url",)
-_STORE = ("type", "url")
+_STORE = ("type", "url", "data-dir")
 
 
 def _choice(kind: type[_E], value: object, source: str, key: str) -> _E:
@@ -473,13 +482,18 @@ def _management(table: Mapping[str, Any], source: str) -> Management:
     return Management(parts.hostname, port)
 
 
-def _store(table: Mapping[str, Any], source: str) -> StoreSettings:
+def _store(table: Mapping[str, Any], source: str, config_file: Path) -> StoreSettings:
     check_keys(table, _STORE, source, "store")
     kind = _choice(StoreType, table.get("type", "sqlite"), source, "store.type")
     if kind is StoreType.SQLITE:
         if "url" in table:
             raise ConfigError(source, "store.url", 'is only for type = "postgresql"')
+        if "data-dir" in table:
+            directory = _path(table["data-dir"], source, "store.data-dir", config_file)
+            return StoreSettings(directory=directory)
         return StoreSettings()
+    if "data-dir" in table:
+        raise ConfigError(source, "store.data-dir", 'is only for type = "sqlite"')
     # The URL itself is checked when the node starts, by the PostgreSQL client's rules.
     url = expect_str(required(table, "url", source, "store"), source, "store.url")
     return StoreSettings(kind, url)
@@ -540,12 +554,17 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     security_table = expect_table(document.get("security", {"enabled": False}), source, "security")
     security = load_security(security_table, source, base_dir=path.parent)
     store = (
-        _store(expect_table(document["store"], source, "store"), source)
+        _store(expect_table(document["store"], source, "store"), source, path)
         if "store" in document
         else StoreSettings()
     )
     ha = (
-        parse_ha(expect_table(document["ha"], source, "ha"), source, store.url)
+        parse_ha(
+            expect_table(document["ha"], source, "ha"),
+            source,
+            store.url,
+            store.directory or data_dir,
+        )
         if "ha" in document
         else None
     )

@@ -1,5 +1,6 @@
 """The node's side of high availability: runs the activation machine (bridge.ha) against
-the lease in PostgreSQL and the node service's activate / deactivate steps.
+the live lock (the lease in PostgreSQL, or the file lock of a shared SQLite store) and the
+node service's activate / deactivate steps.
 
 A backup tries to acquire every ``lease-ping-time``; once it holds the lease it renews
 every ``lease-ping-time`` (counted from each renewal's start), and a watchdog thread
@@ -25,9 +26,11 @@ from bridge.ctl.status import HaStatus
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
-from bridge.ha.lease import Holder, LeaseRow, LeaseTable, LeaseToken
+from bridge.ha.lease import LeaseTable
+from bridge.ha.lock import Holder, ILiveLock, LeaseRow, LeaseToken
 from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
+from bridge.store.file_lock import FileLock
 
 log = Logger()
 
@@ -57,7 +60,12 @@ class HaNode:
         self._deactivate = deactivate
         self._failed = failed
         self._monotonic = monotonic
-        self.client = LeaseClient(LeaseTable(settings.url, settings.query_timeout), reactor)
+        lock: ILiveLock = (
+            LeaseTable(settings.url, settings.query_timeout)
+            if settings.url is not None
+            else FileLock(settings.store_dir, settings.query_timeout)
+        )
+        self.client = LeaseClient(lock, reactor)
         gap = margin(settings.reap, settings.ping, settings.query_timeout)
         self.machine = Activation(self, Fence(settings.reap, gap, monotonic), self._entered)
         self._watchers: list[tuple[HaState, Deferred[None]]] = []
@@ -80,7 +88,11 @@ class HaNode:
 
     # -- what the node service calls ---------------------------------------------------
     def start(self) -> None:
-        log.info("node {name}: HA {policy}, waiting for the lease", **self._names())
+        log.info(
+            "node {name}: HA {policy}, waiting for the lease ({keeper})",
+            keeper=self.settings.keeper,
+            **self._names(),
+        )
         self._watchdog.start()
         self.machine.inputs.start()
 

@@ -1,5 +1,6 @@
-"""What a node checks before it creates anything: that its data directory can be made or
-written, that an existing store in it can be written, and that the files its security
+"""What a node checks before it creates anything: that its data directory (and the SQLite
+store's, where ``[store] data-dir`` gives one) can be made or written, that an existing
+store in it can be written, and that the files its security
 settings name are there and good.
 
 A node that cannot start says so in one line naming the key, the path and what is wrong,
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bridge.config.node import NodeConfig
+from bridge.config.node import NodeConfig, StoreType
 from bridge.store.sqlite import FILENAME as STORE_FILENAME
 from security import authenticator_for
 from security.config import PREFIX as SECURITY
@@ -20,12 +21,18 @@ from security.errors import ConfigError
 from security.validate import key_path
 
 DATA_DIR_KEY = "node.data-dir"
+STORE_DIR_KEY = "store.data-dir"
 
 
 def check_startable(config: NodeConfig) -> None:
     """Raise ConfigError (file, key, path and problem) if the node cannot start here."""
     source = str(config.source)
-    _check_data_dir(config.data_dir, source)
+    _check_dir(config.data_dir, source, DATA_DIR_KEY)
+    if config.store.directory is not None:
+        _check_dir(config.store.directory, source, STORE_DIR_KEY)
+    if config.store.type is StoreType.SQLITE:
+        key = DATA_DIR_KEY if config.store.directory is None else STORE_DIR_KEY
+        _check_store(config.store_dir, source, key)
     settings = config.security
     if not settings.enabled:
         return
@@ -38,32 +45,30 @@ def check_startable(config: NodeConfig) -> None:
     authenticator_for(settings)  # reads and checks their contents too
 
 
-def _check_data_dir(data_dir: Path, source: str) -> None:
+def _check_dir(data_dir: Path, source: str, key: str) -> None:
     if data_dir.exists():
         if not data_dir.is_dir():
-            raise ConfigError(source, DATA_DIR_KEY, f"{data_dir} is not a directory")
+            raise ConfigError(source, key, f"{data_dir} is not a directory")
         if not _writable(data_dir):
-            raise ConfigError(source, DATA_DIR_KEY, f"{data_dir} {_why_not_writable(data_dir)}")
-        for name in (STORE_FILENAME, STORE_FILENAME + "-wal", STORE_FILENAME + "-shm"):
-            store = data_dir / name
-            if store.exists() and not os.access(store, os.R_OK | os.W_OK):
-                raise ConfigError(
-                    source, DATA_DIR_KEY, f"the store {store} {_why_not_writable(store)}"
-                )
+            raise ConfigError(source, key, f"{data_dir} {_why_not_writable(data_dir)}")
         return
     existing = data_dir.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ConfigError(
-            source, DATA_DIR_KEY, f"cannot create {data_dir}: {existing} is not a directory"
-        )
+        raise ConfigError(source, key, f"cannot create {data_dir}: {existing} is not a directory")
     if not _writable(existing):
         raise ConfigError(
-            source,
-            DATA_DIR_KEY,
-            f"cannot create {data_dir}: {existing} {_why_not_writable(existing)}",
+            source, key, f"cannot create {data_dir}: {existing} {_why_not_writable(existing)}"
         )
+
+
+def _check_store(directory: Path, source: str, key: str) -> None:
+    """An SQLite store already in ``directory`` must be readable and writable."""
+    for name in (STORE_FILENAME, STORE_FILENAME + "-wal", STORE_FILENAME + "-shm"):
+        store = directory / name
+        if store.exists() and not os.access(store, os.R_OK | os.W_OK):
+            raise ConfigError(source, key, f"the store {store} {_why_not_writable(store)}")
 
 
 def _check_readable_file(path: Path, source: str, key: str) -> None:

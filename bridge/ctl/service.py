@@ -438,16 +438,16 @@ async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeni
 
 
 def _store(config: NodeConfig, reactor: Any, ha: HaNode | None) -> MessageStore:
-    """The store ``[store]`` names: SQLite in the data directory, or PostgreSQL (with HA,
-    writing under the lease's fencing token)."""
+    """The store ``[store]`` names: SQLite in its directory, or PostgreSQL; with HA, writing
+    under the live lock's fencing token."""
+    token = ha.token if ha is not None else None
+    fenced = ha.fenced if ha is not None else None
     if config.store.type is StoreType.POSTGRESQL:
         assert config.store.url is not None
-        if ha is not None:
-            return PostgreSQLMessageStore(
-                config.store.url, config.data_dir, reactor, token=ha.token, fenced=ha.fenced
-            )
-        return PostgreSQLMessageStore(config.store.url, config.data_dir, reactor)
-    return SQLiteMessageStore(config.data_dir, reactor)
+        return PostgreSQLMessageStore(
+            config.store.url, config.data_dir, reactor, token=token, fenced=fenced
+        )
+    return SQLiteMessageStore(config.store_dir, reactor, token=token, fenced=fenced)
 
 
 async def _stopped(port: IListeningPort) -> None:

@@ -1,4 +1,4 @@
-"""The lease's statements from the reactor: each runs on the lease's own thread and is
+"""The live lock's calls from the reactor: each runs on the lock's own thread and is
 bounded on the client side too, by ``query_timeout`` (a connection that hangs, or a
 statement the server has not cancelled yet, fails the call in time; its late result is
 dropped).
@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
-from bridge.ha.lease import Holder, LeaseRow, LeaseTable
+from bridge.ha.lock import Holder, ILiveLock, LeaseRow
 
 _T = TypeVar("_T")
 
@@ -47,19 +47,19 @@ class Observed:
 
 
 class LeaseClient:
-    """:class:`LeaseTable` on one thread of its own; every call gives a Deferred that fails
+    """An :class:`ILiveLock` on one thread of its own; every call gives a Deferred that fails
     with ``TimeoutError`` (``defer.TimeoutError``) after ``query_timeout``.
 
     ``wall_clock`` (epoch seconds) is only for measuring skew."""
 
     def __init__(
         self,
-        table: LeaseTable,
+        lock: ILiveLock,
         reactor: Any,
         *,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.table = table
+        self.lock = lock
         self._reactor = reactor
         self._threads = IReactorFromThreads(reactor)
         self._clock = IReactorTime(reactor)
@@ -69,7 +69,7 @@ class LeaseClient:
 
     def _run(self, call: Callable[[], _T]) -> Deferred[_T]:
         result = deferToThreadPool(self._threads, self._pool, call)
-        result.addTimeout(self.table.query_timeout, self._clock)
+        result.addTimeout(self.lock.query_timeout, self._clock)
         return result
 
     def _observed(self, call: Callable[[], LeaseRow | None]) -> Deferred[Observed]:
@@ -83,23 +83,23 @@ class LeaseClient:
         return self._run(measured)
 
     def acquire(self, me: Holder, reap: float) -> Deferred[Observed]:
-        return self._observed(lambda: self.table.acquire(me, reap))
+        return self._observed(lambda: self.lock.acquire(me, reap))
 
     def renew(self, me: Holder, epoch: int, reap: float) -> Deferred[Observed]:
-        return self._observed(lambda: self.table.renew(me, epoch, reap))
+        return self._observed(lambda: self.lock.renew(me, epoch, reap))
 
     def waiting(self, me: Holder | None, window: float) -> Deferred[tuple[str, ...]]:
-        return self._run(lambda: self.table.waiting(me, window))
+        return self._run(lambda: self.lock.waiting(me, window))
 
     def read(self) -> Deferred[Observed]:
-        return self._observed(self.table.read)
+        return self._observed(self.lock.read)
 
     def release(self, me: Holder, epoch: int) -> Deferred[Observed]:
-        return self._observed(lambda: self.table.release(me, epoch))
+        return self._observed(lambda: self.lock.release(me, epoch))
 
     def close(self) -> Deferred[None]:
         """Close the connection on the lease's thread, then end the thread: after the call
         in progress, if any, which the server's and libpq's timeouts end."""
-        closing = deferToThreadPool(self._threads, self._pool, self.table.close)
+        closing = deferToThreadPool(self._threads, self._pool, self.lock.close)
         closing.addCallback(lambda _: self._pool.stop())
         return closing

@@ -18,17 +18,16 @@ The statements are blocking (psycopg 3); :mod:`bridge.ha.client` runs them on a 
 from __future__ import annotations
 
 import math
-import secrets
 from contextlib import suppress
 from typing import Any
 
-import attrs
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from zope.interface import implementer
+
+from bridge.ha.lock import LEASE, Holder, ILiveLock, LeaseRow
 
 TABLE = "txbridge_lease"
-LEASE = "live"
-"""The one lease's name (its row's key): the right to serve as the live node."""
 
 _NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
@@ -95,54 +94,7 @@ _LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
 _READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"
 
 
-@attrs.frozen
-class Holder:
-    """Who holds (or wants) the lease: the node's name and a random id drawn at each process
-    start, so a restarted node is a new holder and never renews its former self's lease."""
-
-    node: str
-    run: str = attrs.field(factory=lambda: secrets.token_hex(8))
-
-    def __str__(self) -> str:
-        return f"{self.node}/{self.run}"
-
-
-@attrs.frozen
-class LeaseToken:
-    """The fencing token a live node's store writes under: the holder and the epoch it
-    acquired (docs/ha.md)."""
-
-    holder: str
-    epoch: int
-    lease: str = LEASE
-
-    def params(self) -> dict[str, object]:
-        """The parameters of :data:`CHECK_TOKEN`."""
-        return {"lease": self.lease, "holder": self.holder, "epoch": self.epoch}
-
-
-@attrs.frozen
-class LeaseRow:
-    """The lease as one statement left it, with the database's time of that statement."""
-
-    holder: str
-    """``node/run`` of the holder; "" when released or never taken."""
-    epoch: int
-    expires: int
-    """Epoch milliseconds of the database's clock."""
-    now: int
-    """The database's clock when the statement ran, in epoch milliseconds."""
-
-    @property
-    def held(self) -> bool:
-        return bool(self.holder) and self.expires >= self.now
-
-    @property
-    def node(self) -> str:
-        """The holder's node name ("" when nobody holds the lease)."""
-        return self.holder.rpartition("/")[0]
-
-
+@implementer(ILiveLock)
 class LeaseTable:
     """The lease row's statements over one connection, each bounded by ``query_timeout``
     on the server (``statement_timeout``, ``lock_timeout``) and when connecting.

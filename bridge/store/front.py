@@ -11,7 +11,7 @@ operation is durable. The writer thread is started by ``open()`` and stopped by
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from threading import Thread
 from typing import IO, Any
 
@@ -27,6 +27,7 @@ from zope.interface import implementer
 from bridge.message import LargeBody, Message, MessageFormatError, encode_message
 from bridge.store.batch import GroupCommit, Outcomes, Then
 from bridge.store.errors import (
+    Fenced,
     InvalidOperation,
     StoreError,
     StoreNotOpen,
@@ -90,11 +91,18 @@ class MessageStore:
     """``IMessageStore`` through a backend's ``writer``.
 
     ``reactor`` gives the turns (``callLater(0, ...)`` ends a turn's batch) and carries
-    results back from the writer thread.
+    results back from the writer thread. With HA, ``fenced`` hears of each batch the
+    writer refused for a stale epoch (``Fenced``): the node must stop serving at once.
     """
 
-    def __init__(self, writer: IStoreWriter, reactor: IReactorTime) -> None:
+    def __init__(
+        self,
+        writer: IStoreWriter,
+        reactor: IReactorTime,
+        fenced: Callable[[], None] | None = None,
+    ) -> None:
         self.name: str = writer.name
+        self._fenced = fenced
         self._threads = IReactorFromThreads(reactor)
         self._pool = _WriterPool(1, 1, name=f"txbridge-store-writer {self.name}")
         self._writer = writer
@@ -342,7 +350,17 @@ class MessageStore:
         return fail(InvalidOperation(reason))
 
     def _run_batch(self, operations: list[Operation]) -> Deferred[Outcomes]:
-        return deferToThreadPool(self._threads, self._pool, self._writer.run, operations)
+        batch: Deferred[Outcomes] = deferToThreadPool(
+            self._threads, self._pool, self._writer.run, operations
+        )
+        if self._fenced is not None:
+            batch.addErrback(self._check_fenced)
+        return batch
+
+    def _check_fenced(self, failure: Failure) -> Failure:
+        if failure.check(Fenced) and self._fenced is not None:
+            self._fenced()
+        return failure
 
 
 def _settle(result: Failure | None, waiters: list[Deferred[None]]) -> Failure | None:

@@ -17,7 +17,8 @@ from pathlib import Path
 import psycopg
 from zope.interface import implementer
 
-from bridge.ha.lease import CHECK_TOKEN, LeaseToken
+from bridge.ha.lease import CHECK_TOKEN
+from bridge.ha.lock import LeaseToken
 from bridge.message import Message
 from bridge.store.errors import CommitFailed, Fenced, StoreError
 from bridge.store.interfaces import IStoreWriter
@@ -122,12 +123,18 @@ class PostgreSQLWriter:
         self._bodies.forget(path)
 
     def close(self) -> None:
-        """Close, recording the clean stop (every delivery count is stored by now)."""
+        """Close, recording the clean stop (every delivery count is stored by now), unless
+        the store is another node's now (a stale node must not mark the new live node's run
+        as cleanly stopped: its crash would then count no redelivery)."""
         connection, self._connection = self._connection, None
         if connection is not None and not connection.closed:
             try:
-                connection.execute(_SET_CLEAN_STOP, (1,))
+                cursor: PgCursor = connection.cursor()
+                cursor.execute(_SET_CLEAN_STOP, (1,))
+                self._check_token(cursor)
                 connection.commit()
+            except Fenced:
+                connection.rollback()  # closed all the same, the mark left to the live node
             finally:
                 connection.close()
 

@@ -5,15 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.python.failure import Failure
 
-from bridge.ha.lease import LeaseToken
-from bridge.store.batch import Outcomes
-from bridge.store.errors import Fenced
+from bridge.ha.lock import LeaseToken
 from bridge.store.front import MessageStore
-from bridge.store.operations import Operation
 from bridge.store.pg_writer import PostgreSQLWriter
 
 
@@ -23,8 +18,8 @@ class PostgreSQLMessageStore(MessageStore):
     bodies are files in ``data_dir``. A malformed ``url``, an unreachable server or
     missing privileges fail ``open()`` with a ``StoreError`` saying which.
 
-    With HA, ``token`` is the fencing token each transaction checks first; a refused
-    batch fails with ``Fenced`` and calls ``fenced`` (docs/ha.md)."""
+    With HA, ``token`` is the fencing token each transaction checks; a refused batch fails
+    with ``Fenced`` and calls ``fenced`` (docs/ha.md)."""
 
     def __init__(
         self,
@@ -35,17 +30,4 @@ class PostgreSQLMessageStore(MessageStore):
         token: LeaseToken | None = None,
         fenced: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(PostgreSQLWriter(url, Path(data_dir), token), reactor)
-        self._fenced = fenced
-
-    def _run_batch(self, operations: list[Operation]) -> Deferred[Outcomes]:
-        """A batch refused for a stale epoch (``Fenced``) also tells ``fenced``: the node
-        must stop serving at once."""
-        batch = super()._run_batch(operations)
-        batch.addErrback(self._check_fenced)
-        return batch
-
-    def _check_fenced(self, failure: Failure) -> Failure:
-        if failure.check(Fenced) and self._fenced is not None:
-            self._fenced()
-        return failure
+        super().__init__(PostgreSQLWriter(url, Path(data_dir), token), reactor, fenced)

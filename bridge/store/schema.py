@@ -17,6 +17,9 @@ Tables:
 - ``message_refs``: which queue holds which message, with its delivery count.
 - ``duplicate_ids``: each address's duplicate-detection ids; ``seq`` orders them, so the
   oldest beyond an address's ``keep`` are trimmed.
+- ``live_lock``: for nodes sharing the store's directory under ``[ha]``, the holder of
+  the file lock and its epoch (:mod:`bridge.store.file_lock`), which every write of a
+  live node checks; empty holder and epoch 0 where no node ever took it.
 """
 
 from __future__ import annotations
@@ -26,9 +29,17 @@ from pathlib import Path
 
 from bridge.store.errors import SchemaTooNew, StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-SCHEMA = """
+_LIVE_LOCK = """
+CREATE TABLE live_lock (
+    name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO live_lock (name, holder, epoch) VALUES ('live', '', 0);
+"""
+
+SCHEMA = (
+    """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
 CREATE TABLE store_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE queues (
@@ -57,6 +68,12 @@ CREATE INDEX duplicate_ids_by_age ON duplicate_ids (address, seq);
 INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0);
 INSERT INTO store_state (key, value) VALUES ('clean_stop', 1);
 """
+    + _LIVE_LOCK
+)
+
+CHECK_TOKEN = "SELECT 1 FROM live_lock WHERE name = :lease AND holder = :holder AND epoch = :epoch"
+"""The fencing token's check, for a writer to run inside each write transaction: a row
+only while the live lock still carries this holder and epoch."""
 
 
 def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
@@ -99,9 +116,7 @@ def _create(connection: sqlite3.Connection, path: Path) -> None:
     others = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     if others:
         raise StoreError(f"{path} is an SQLite database but not a txbridge message store")
-    for statement in SCHEMA.split(";"):
-        if statement.strip():
-            connection.execute(statement)
+    _statements(connection, SCHEMA)
     connection.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
 
 
@@ -117,7 +132,10 @@ def _check_version(connection: sqlite3.Connection, path: Path) -> None:
         )
     if version == 1:
         _migrate_1_to_2(connection)
-        return
+        version = 2
+    if version == 2:
+        _migrate_2_to_3(connection)
+        version = 3
     if version < SCHEMA_VERSION:
         raise StoreError(
             f"{path} holds message store schema version {version}, which no migration "
@@ -133,3 +151,15 @@ def _migrate_1_to_2(connection: sqlite3.Connection) -> None:
         " (id INTEGER PRIMARY KEY, refs INTEGER NOT NULL, data BLOB NOT NULL)"
     )
     connection.execute("UPDATE schema_version SET version = 2")
+
+
+def _migrate_2_to_3(connection: sqlite3.Connection) -> None:
+    """Version 3 adds the live lock's epoch, for nodes sharing the store under [ha]."""
+    _statements(connection, _LIVE_LOCK)
+    connection.execute("UPDATE schema_version SET version = 3")
+
+
+def _statements(connection: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            connection.execute(statement)

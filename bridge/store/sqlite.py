@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from twisted.internet.interfaces import IReactorTime
 
+from bridge.ha.lock import LeaseToken
 from bridge.store.front import MessageStore
 from bridge.store.writer import Writer
 
@@ -17,7 +19,9 @@ class SQLiteMessageStore(MessageStore):
     """``MessageStore`` on ``data_dir/messages.sqlite``, large bodies in files beside it.
 
     ``busy_timeout`` (seconds) is how long a commit waits for another process holding the
-    file's write lock before its batch fails.
+    file's write lock before its batch fails. With HA on a shared store directory,
+    ``token`` is the fencing token each write transaction checks; a refused batch fails
+    with ``Fenced`` and calls ``fenced`` (docs/ha.md).
     """
 
     def __init__(
@@ -27,6 +31,8 @@ class SQLiteMessageStore(MessageStore):
         *,
         filename: str = FILENAME,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        token: LeaseToken | None = None,
+        fenced: Callable[[], None] | None = None,
     ) -> None:
         self.path = Path(data_dir) / filename
-        super().__init__(Writer(self.path, busy_timeout), reactor)
+        super().__init__(Writer(self.path, busy_timeout, token), reactor, fenced)

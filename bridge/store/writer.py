@@ -22,14 +22,15 @@ from pathlib import Path
 
 from zope.interface import implementer
 
+from bridge.ha.lock import LeaseToken
 from bridge.message import Message
-from bridge.store.errors import CommitFailed
+from bridge.store.errors import CommitFailed, Fenced
 from bridge.store.interfaces import IStoreWriter
 from bridge.store.large import BodyFiles, delete_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.records import Recovered
 from bridge.store.recovery import load, missing, stored_message
-from bridge.store.schema import connect
+from bridge.store.schema import CHECK_TOKEN, connect
 from bridge.store.sqlite_operations import apply_all, load_state, save_state
 
 _SET_CLEAN_STOP = "INSERT OR REPLACE INTO store_state (key, value) VALUES ('clean_stop', ?)"
@@ -39,8 +40,11 @@ _SET_CLEAN_STOP = "INSERT OR REPLACE INTO store_state (key, value) VALUES ('clea
 class Writer:
     """Opens, recovers, writes batches and closes, on the writer thread."""
 
-    def __init__(self, path: Path, busy_timeout: float) -> None:
+    def __init__(self, path: Path, busy_timeout: float, token: LeaseToken | None = None) -> None:
         self.path = path
+        self.token = token
+        """With HA on a shared store directory: the fencing token every write transaction
+        checks just before its commit (:mod:`bridge.store.file_lock`)."""
         self.name = str(path)
         self.body_files = BodyFiles(path.parent)
         self._busy_timeout = busy_timeout
@@ -53,7 +57,6 @@ class Writer:
         try:
             cursor = connection.cursor()
             self._state = load_state(cursor)
-            cursor.execute("DELETE FROM paged_messages")
             after_crash = self._mark_running(cursor)
             recovered = self._recover(cursor, load_limit, after_crash)
             self.body_files.remove_orphans(
@@ -79,7 +82,11 @@ class Writer:
             outcomes = apply_all(cursor, state, operations)
             if state.highest_message_id != highest:
                 save_state(cursor, state)
+            self._check_token(cursor)
             cursor.execute("COMMIT")
+        except Fenced:
+            self._undo(cursor)
+            raise
         except sqlite3.Error as error:
             self._undo(cursor)
             raise CommitFailed(
@@ -115,24 +122,48 @@ class Writer:
         return found
 
     def close(self) -> None:
-        """Close, recording the clean stop (every delivery count is stored by now)."""
+        """Close, recording the clean stop (every delivery count is stored by now), unless
+        the store is another node's now."""
         if self._connection is not None:
-            assert self._cursor is not None
+            cursor = self._cursor
+            assert cursor is not None
             try:
-                self._cursor.execute(_SET_CLEAN_STOP, (1,))
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    self._check_token(cursor)
+                    cursor.execute(_SET_CLEAN_STOP, (1,))
+                    cursor.execute("COMMIT")
+                except Fenced:
+                    cursor.execute("ROLLBACK")  # closed all the same, the mark left alone
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
             finally:
                 self._connection.close()
                 self._connection = self._cursor = None
 
-    @staticmethod
-    def _mark_running(cursor: sqlite3.Cursor) -> bool:
-        """Record that the node runs (not stopped cleanly); True if the last run did not
-        stop cleanly either, in which case every stored message counts one delivery more.
-        A store from before the record counts as not stopped cleanly."""
-        row = cursor.execute("SELECT value FROM store_state WHERE key = 'clean_stop'").fetchone()
-        after_crash = row is None or row[0] == 0
+    def _check_token(self, cursor: sqlite3.Cursor) -> None:
+        """Inside the write transaction: the store must still carry this node's holder and
+        epoch, or nothing of the transaction is written."""
+        token = self.token
+        if token is not None and cursor.execute(CHECK_TOKEN, token.params()).fetchone() is None:
+            raise Fenced(
+                f"{self.name}: the live lock no longer carries epoch {token.epoch} of "
+                f"{token.holder}: another node is live; nothing of this batch was written"
+            )
+
+    def _mark_running(self, cursor: sqlite3.Cursor) -> bool:
+        """Record that the node runs (not stopped cleanly), and empty the pages; True if
+        the last run did not stop cleanly either, in which case every stored message counts
+        one delivery more. A store from before the record counts as not stopped cleanly."""
         cursor.execute("BEGIN IMMEDIATE")
         try:
+            self._check_token(cursor)
+            row = cursor.execute(
+                "SELECT value FROM store_state WHERE key = 'clean_stop'"
+            ).fetchone()
+            after_crash = row is None or row[0] == 0
+            cursor.execute("DELETE FROM paged_messages")
             if after_crash:
                 cursor.execute("UPDATE message_refs SET delivery_count = delivery_count + 1")
             cursor.execute(_SET_CLEAN_STOP, (0,))

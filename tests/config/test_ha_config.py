@@ -32,7 +32,13 @@ def test_no_ha_table_no_ha(tmp_path):
 def test_the_defaults_are_ping_1s_reap_5s_query_500ms(tmp_path):
     ha = _load(tmp_path, NODE + STORE + '[ha]\npolicy = "shared-store-backup"\n')
     assert ha == HaSettings(
-        HaPolicy.BACKUP, "postgresql://mq@db:5432/broker", 1.0, 5.0, 0.5, max_clock_skew=1.0
+        HaPolicy.BACKUP,
+        "postgresql://mq@db:5432/broker",
+        tmp_path / "var/a",
+        1.0,
+        5.0,
+        0.5,
+        max_clock_skew=1.0,
     )
 
 
@@ -96,6 +102,23 @@ def test_the_policy_is_required_and_checked(tmp_path, table, error):
         _load(tmp_path, NODE + STORE + f"[ha]\n{table}\n")
 
 
-def test_ha_without_a_postgresql_store_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r'ha: needs \[store\] type = "postgresql"'):
-        _load(tmp_path, NODE + '[ha]\npolicy = "shared-store-primary"\n')
+def test_ha_on_sqlite_keeps_a_file_lock_in_the_shared_store_directory(tmp_path):
+    text = NODE + '[store]\ndata-dir = "/srv/shared"\n[ha]\npolicy = "shared-store-primary"\n'
+    ha = _load(tmp_path, text)
+    assert ha is not None
+    assert (ha.url, ha.store_dir, ha.keeper) == (
+        None,
+        Path("/srv/shared"),
+        "/srv/shared/live.lock",
+    )
+
+
+def test_without_a_store_directory_the_lock_is_in_the_node_data_directory(tmp_path):
+    ha = _load(tmp_path, NODE + '[ha]\npolicy = "shared-store-backup"\n')
+    assert ha is not None
+    assert (ha.url, ha.store_dir) == (None, tmp_path / "var/a")
+
+
+def test_a_store_directory_is_for_sqlite_only(tmp_path):
+    with pytest.raises(ConfigError, match=r'store\.data-dir: is only for type = "sqlite"'):
+        _load(tmp_path, NODE + STORE + 'data-dir = "shared"\n')

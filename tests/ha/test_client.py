@@ -12,7 +12,8 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 
 from bridge.ha.client import LeaseClient
-from bridge.ha.lease import Holder, LeaseTable
+from bridge.ha.lease import LeaseTable
+from bridge.ha.lock import Holder
 
 HOUR_MS = 3_600_000
 

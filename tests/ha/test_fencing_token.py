@@ -11,7 +11,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
-from bridge.ha.lease import Holder, LeaseTable, LeaseToken
+from bridge.ha.lease import LeaseTable
+from bridge.ha.lock import Holder, LeaseToken
 from bridge.store import Fenced, PostgreSQLMessageStore
 from tests.postgresql import execute
 from tests.store.conftest import anycast, message
@@ -53,6 +54,11 @@ async def test_a_write_under_a_stale_epoch_fails_and_writes_nothing(
             await store.add(message(2, "orders"), ["orders"])
         assert told == ["fenced"]
         assert _rows(pg_schema, "messages") == 1
+        # b's run is under way: a's close must not mark it cleanly stopped
+        execute(pg_schema, "UPDATE store_state SET value = 0 WHERE key = 'clean_stop'")
+        await store.close()
+        clean = "SELECT value FROM store_state WHERE key = 'clean_stop'"
+        assert execute(pg_schema, clean) == [(0,)]
     finally:
         await store.close()
 

@@ -20,7 +20,7 @@ async def _nothing() -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_failed_tries_are_a_ping_apart(tmp_path: Path) -> None:
-    settings = HaSettings(HaPolicy.PRIMARY, "postgresql://postgres@127.0.0.1:1/test")
+    settings = HaSettings(HaPolicy.PRIMARY, "postgresql://postgres@127.0.0.1:1/test", tmp_path)
     node = HaNode(
         "a", settings, reactor, activate=_nothing, deactivate=_nothing, failed=lambda f: None
     )

@@ -11,7 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from bridge.ha import lease as lease_module
-from bridge.ha.lease import TABLE, Holder, LeaseTable
+from bridge.ha.lease import TABLE, LeaseTable
+from bridge.ha.lock import Holder
 from tests.postgresql import execute
 
 Tables = Callable[[], LeaseTable]

@@ -161,7 +161,7 @@ INSERT INTO queues (name, address, routing) VALUES ('orders', 'orders', 'anycast
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_version_1_store_is_migrated(sqlite_stores: Stores) -> None:
+async def test_a_version_1_store_is_migrated_to_version_3(sqlite_stores: Stores) -> None:
     stores = sqlite_stores
     stores.data_dir.mkdir(parents=True)
     connection = sqlite3.connect(stores.data_dir / "messages.sqlite")
@@ -170,10 +170,10 @@ async def test_a_version_1_store_is_migrated(sqlite_stores: Stores) -> None:
     store, recovered = await stores.open()
     assert [q.name for q in recovered.queues] == ["orders"]
     await store.page(message(1, durable=False), ["orders"])
-    version = sqlite3.connect(stores.data_dir / "messages.sqlite").execute(
-        "SELECT version FROM schema_version"
-    )
-    assert version.fetchone() == (2,)
+    migrated = sqlite3.connect(stores.data_dir / "messages.sqlite")
+    assert migrated.execute("SELECT version FROM schema_version").fetchone() == (3,)
+    assert migrated.execute("SELECT * FROM live_lock").fetchall() == [("live", "", 0)]
+    migrated.close()
 
 
 @pytest_twisted.ensureDeferred

@@ -11,6 +11,8 @@ import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred
 
+from tests.postgresql import schema_url
+from tests.system.ha import Shared
 from tests.system.nodes import NodeProcess
 
 
@@ -37,3 +39,13 @@ def nodes(tmp_path: Path) -> Iterator[Nodes]:
     yield made
     for process in made.started:
         pytest_twisted.blockon(Deferred.fromCoroutine(process.stop(signal.SIGKILL)))
+
+
+@pytest.fixture(params=["postgresql", "file-lock"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shared]:
+    """Each test once on a PostgreSQL schema (the lease row) and once on an SQLite store
+    directory (the file lock)."""
+    if request.param == "postgresql":
+        yield schema_url(request.getfixturevalue("pg_schema"))
+    else:
+        yield tmp_path / "shared-store"

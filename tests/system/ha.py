@@ -1,10 +1,12 @@
-"""Two nodes with [ha] on one PostgreSQL schema, for the system tests of high
-availability: their configuration (fast lease timings) and the start of a pair, node a
-live and node b waiting as its backup."""
+"""Two nodes with [ha] on one shared store, for the system tests of high availability:
+their configuration (fast lease timings), the shared store (a PostgreSQL schema, or an
+SQLite store directory with its file lock) and the start of a pair, node a live and node
+b waiting as its backup."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from twisted.internet.threads import deferToThread
@@ -18,11 +20,20 @@ SLACK = 30.0
 are PING and REAP."""
 
 
-def ha_node(name: str, url: str, policy: str) -> dict[str, Any]:
+Shared = str | Path
+"""The store the nodes share: a PostgreSQL URL, or an SQLite store directory."""
+
+
+def ha_node(name: str, url: Shared, policy: str) -> dict[str, Any]:
+    store = (
+        {"type": "sqlite", "data-dir": str(url)}
+        if isinstance(url, Path)
+        else {"type": "postgresql", "url": url}
+    )
     return node_document(
         name,
         address=[{"name": "orders", "routing": "anycast"}],
-        store={"type": "postgresql", "url": url},
+        store=store,
         ha={
             "policy": policy,
             "lease-ping-time": f"{round(PING * 1000)}ms",
@@ -33,7 +44,7 @@ def ha_node(name: str, url: str, policy: str) -> dict[str, Any]:
 
 
 async def live_and_backup(
-    nodes: Any, url: str, capsys: Any, primary_url: str | None = None
+    nodes: Any, url: Shared, capsys: Any, primary_url: str | None = None
 ) -> tuple[Any, Any]:
     """Node a live (it started first), node b waiting for the lease; a reaches the
     database at ``primary_url`` if given (through a proxy), else at ``url``."""

@@ -1,8 +1,9 @@
 """kill -9 of the live node in the middle of a durable send run: nodes a (primary) and b
-(backup) share one PostgreSQL schema; a traced producer and a traced consumer work
-through a; a is killed; b is live within reap + ping of the kill; both clients carry on
-with b; the audit of their event logs finds nothing confirmed lost, and every message
-received twice came the second time as a redelivery.
+(backup) share one store (a PostgreSQL schema, or an SQLite store directory under a file
+lock); a traced producer and a traced consumer work through a; a is killed; b is live
+within reap + ping of the kill; both clients carry on with b; the audit of their event
+logs finds nothing confirmed lost, and every message received twice came the second time
+as a redelivery.
 
 Here the backup listens on the live node's core port: it binds the port when it becomes
 live, as a node behind one virtual address would, and the clients' own reconnect policy
@@ -26,7 +27,6 @@ from bridge import events
 from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError
 from tests.forward.conftest import eventually
-from tests.postgresql import schema_url
 from tests.system.audit_run import audit, check_failover, require_spark
 from tests.system.ha import PING, REAP, SLACK, ha_node
 from transport.reconnect import ReconnectPolicy
@@ -63,9 +63,9 @@ async def _produce(
 @pytest.mark.system
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
-async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, pg_schema, tmp_path):
+async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, shared_store, tmp_path):
     require_spark()
-    url = schema_url(pg_schema)
+    url = shared_store
     primary = nodes(ha_node("a", url, "shared-store-primary"), name="a")
     await primary.wait_for(r"node a: LIVE, epoch 1", SLACK)
     await primary.wait_started(SLACK)

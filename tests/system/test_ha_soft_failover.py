@@ -1,8 +1,8 @@
 """``txbridge ctl ha failover`` twenty times in a row under load: nodes a and b share one
-PostgreSQL schema, a producer sends durable messages with duplicate ids and a consumer
-acknowledges them the whole time, and the lease goes back and forth between the nodes.
-Every send is confirmed, every message arrives, and a message that arrives twice comes
-the second time as a redelivery.
+store (a PostgreSQL schema, or an SQLite store directory), a producer sends durable
+messages with duplicate ids and a consumer acknowledges them the whole time, and the lease
+goes back and forth between the nodes. Every send is confirmed, every message arrives,
+and a message that arrives twice comes the second time as a redelivery.
 
 As in ``test_ha_failover_audit``, the clients connect to one URL: both nodes are given the
 same core port, which the live one binds (a node behind one virtual address)."""
@@ -24,7 +24,6 @@ from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError
 from bridge.ctl.main import main
 from tests.forward.conftest import eventually
-from tests.postgresql import schema_url
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK, ha_node
 from transport.reconnect import ReconnectPolicy
@@ -92,8 +91,8 @@ async def _next_live(nodes: dict[str, Any], epoch: int) -> str:
 @pytest.mark.system
 @pytest.mark.timeout(600)
 @pytest_twisted.ensureDeferred
-async def test_twenty_soft_failovers_under_load_lose_nothing(pg_schema, nodes, capsys):
-    url = schema_url(pg_schema)
+async def test_twenty_soft_failovers_under_load_lose_nothing(shared_store, nodes, capsys):
+    url = shared_store
     port = free_port()  # a port, not 0: each node binds it again whenever it is live
     documents = {
         name: ha_node(name, url, f"shared-store-{role}")
