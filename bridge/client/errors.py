@@ -100,3 +100,11 @@ class StaleDelivery(ClientError):
 
 class NotAcknowledgeable(ClientError):
     """An ack or nack of a message from a browse-only consumer, or one already settled."""
+
+
+class TransactionRolledBack(ClientError):
+    """The transaction had sent or acknowledged something when its connection was lost
+    (its node died, or failed over): the node rolled it back, so it is rollback-only. Its
+    commit and every further send or ack in it raise this; roll it back (which succeeds)
+    and run the work again in a new transaction (Artemis's
+    ``TransactionRolledBackException``)."""

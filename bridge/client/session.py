@@ -36,6 +36,7 @@ from bridge.client.errors import (
     StaleDelivery,
     refused,
 )
+from bridge.client.transactions import Transactions
 from bridge.message import Message, MessageFormatError, encode_message
 from bridge.protocol import (
     BATCH_BYTES,
@@ -394,7 +395,7 @@ class ClientSession:
         self._next_consumer = 1
         self._consumers: dict[int, _Consumer] = {}
         self._next_tx = 1
-        self._transactions: set[int] = set()
+        self._transactions = Transactions()
         self._lifecycle = _Machine(self)
         self._handlers: dict[type[Packet], Callable[[Packet], None]] = {
             SendConfirmed: self._on_confirmed,  # type: ignore[dict-item]
@@ -552,6 +553,8 @@ class ClientSession:
         self._sequence = self._confirmed = 0
         for consumer in self._consumers.values():
             self._create_consumer(consumer)
+        for tx_id in self._transactions.begin_again():
+            self._request(_Kind.TX_BEGIN, f"begin transaction {tx_id} again", None, _begin(tx_id))
         for request_id, request in sorted(self._requests.items()):
             if not request.sent and request.kind not in (_Kind.COMMIT, _Kind.ROLLBACK):
                 self._put_request(request_id, request)
@@ -570,7 +573,9 @@ class ClientSession:
         self._epoch += 1
         self._out.clear()
         self._run = []
-        self._transactions.clear()  # the node rolls back what was open
+        self._transactions.lost(  # the node rolls back what was open
+            {r.subject for r in self._requests.values() if r.kind == _Kind.TX_BEGIN}
+        )
         for request_id, request in list(self._requests.items()):
             kind = request.kind
             if kind == _Kind.QUEUE and not request.sent:
@@ -586,6 +591,8 @@ class ClientSession:
                 self._settle(request.callback, None)
             elif kind == _Kind.ROLLBACK:
                 self._settle(request.callback, None)  # the node rolled it back
+            elif kind == _Kind.COMMIT and not request.sent:
+                self._settle(request.callback, Transactions.rolled_back(request.subject))
             elif request.sent:
                 self._settle(
                     request.callback,
@@ -614,13 +621,7 @@ class ClientSession:
                 if item.request_id in self._requests:
                     kept.append(item)
             elif item.tx_id is not None:
-                self._settle(
-                    item.callback,
-                    ConnectionLost(
-                        f"send to {item.message.address!r} in transaction {item.tx_id}: the "
-                        "connection was lost and the node rolled the transaction back"
-                    ),
-                )
+                self._settle(item.callback, Transactions.rolled_back(item.tx_id))
             elif item.file is not None and not self._rewind(item):
                 continue
             else:
@@ -740,7 +741,7 @@ class ClientSession:
             if consumer is not None and consumer.large is not None:
                 consumer.large.file.close()
         elif kind == _Kind.TX_BEGIN and error is not None:
-            self._transactions.discard(request.subject)
+            self._transactions.refused(request.subject)
         self._settle(request.callback, error)
 
     def create_queue(
@@ -805,14 +806,8 @@ class ClientSession:
         self._check_open()
         tx_id = self._next_tx
         self._next_tx += 1
-        self._request(
-            _Kind.TX_BEGIN,
-            f"begin transaction {tx_id}",
-            callback,
-            lambda rid: TxBegin(rid, tx_id),
-            tx_id,
-        )
-        self._transactions.add(tx_id)
+        self._request(_Kind.TX_BEGIN, f"begin transaction {tx_id}", callback, _begin(tx_id), tx_id)
+        self._transactions.begun(tx_id)
         return tx_id
 
     def commit(self, tx_id: int, callback: Settle | None) -> None:
@@ -826,14 +821,11 @@ class ClientSession:
     def _end_transaction(self, tx_id: int, kind: str, callback: Settle | None) -> None:
         self._check_open()
         if tx_id not in self._transactions:
-            if kind == _Kind.ROLLBACK:
-                self._settle(callback, None)  # a lost transaction was rolled back already
-                return
-            raise ConnectionLost(
-                f"transaction {tx_id} is not open: the connection was lost and the node "
-                "rolled it back, or it was committed or rolled back already"
-            )
-        self._transactions.discard(tx_id)
+            # rolled back with a lost connection, or done already: nothing goes to the node
+            commit = kind == _Kind.COMMIT
+            self._settle(callback, self._transactions.outcome(tx_id, commit=commit))
+            return
+        self._transactions.ended(tx_id)
         packet = TxCommit if kind == _Kind.COMMIT else TxRollback
         request_id = self._request(
             kind,
@@ -847,11 +839,8 @@ class ClientSession:
         self._drain()
 
     def _check_tx(self, tx_id: int | None) -> None:
-        if tx_id is not None and tx_id not in self._transactions:
-            raise ConnectionLost(
-                f"transaction {tx_id} is not open: the connection was lost and the node "
-                "rolled it back, or it was committed or rolled back already"
-            )
+        if tx_id is not None:
+            self._transactions.use(tx_id)
 
     # -- producing --------------------------------------------------------------------
 
@@ -1323,3 +1312,7 @@ def _lost_after_close(lifecycle: _Lifecycle, session: ClientSession) -> None:
 
 
 _Machine = _builder.build()
+
+
+def _begin(tx_id: int) -> Callable[[int], Packet]:
+    return lambda request_id: TxBegin(request_id, tx_id)
