@@ -61,7 +61,7 @@ class HaNode:
         self._failed = failed
         self._monotonic = monotonic
         lock: ILiveLock = (
-            LeaseTable(settings.url, settings.query_timeout)
+            LeaseTable(settings.url, settings.query_timeout, holder=self.holder)
             if settings.url is not None
             else FileLock(settings.store_dir, settings.query_timeout)
         )

@@ -17,6 +17,7 @@ from twisted.python import usage
 from twisted.scripts.twistd import ServerOptions, runApp  # type: ignore[attr-defined]
 
 from bridge.config.node import load_node_config
+from bridge.ctl.logs import observer
 from bridge.ctl.preflight import check_startable
 from bridge.ctl.twistd import ServiceMaker
 from security.errors import ConfigError
@@ -48,7 +49,16 @@ def run(args: argparse.Namespace) -> int:
     options: Any = ServerOptions()
     options._getPlugins = _the_node
     try:
-        options.parseOptions(["--nodaemon", "--pidfile=", "txbridge", "--config", str(args.config)])
+        options.parseOptions(
+            [
+                "--nodaemon",
+                "--pidfile=",
+                f"--logger={observer.__module__}.{observer.__name__}",
+                "txbridge",
+                "--config",
+                str(args.config),
+            ]
+        )
     except usage.UsageError as error:
         print(f"txbridge node: {error}", file=sys.stderr)
         return 2

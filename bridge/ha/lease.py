@@ -90,6 +90,21 @@ before the commit: a row only while the lease still carries this holder and epoc
 the store only after every write checked under the old epoch has committed or rolled
 back."""
 
+SESSION_PREFIX = "txbridge "
+"""The ``application_name`` of a node's database sessions is this and its ``node/run``, so
+that the next holder can end them (:data:`_END_STALE`)."""
+_END_STALE = f"""
+SELECT count(pg_terminate_backend(s.pid)) FROM pg_stat_activity AS s, {TABLE} AS l
+WHERE l.name = %(lease)s AND l.holder <> '' AND l.holder <> %(me)s AND l.expires < {_NOW_MS}
+    AND s.datname = current_database() AND s.pid <> pg_backend_pid()
+    AND s.application_name = left(%(prefix)s || l.holder, 63)"""
+"""Before each acquisition: end the sessions of a holder whose lease has expired. Cut off
+by a partition in the middle of a transaction, such a session waits for the rest of it
+for as long as the server's TCP keepalive allows (hours), holding the row locks its
+statements took; the new holder's store would wait on them, and it could never finish
+activating. The old holder stopped serving before its lease expired (its deadline), so
+nothing it still does may land anyway."""
+
 _LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
 _READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"
 
@@ -103,10 +118,14 @@ class LeaseTable:
     call opens a new one. The table is created, if missing, in the schema the URL's
     connection uses first (its search path)."""
 
-    def __init__(self, url: str, query_timeout: float, lease: str = LEASE) -> None:
+    def __init__(
+        self, url: str, query_timeout: float, lease: str = LEASE, holder: Holder | None = None
+    ) -> None:
+        """``holder``: the node's, named in its sessions (:func:`session_name`)."""
         self.url = url
         self.query_timeout = query_timeout
         self.lease = lease
+        self.holder = holder
         self._connection: psycopg.Connection[tuple[Any, ...]] | None = None
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -114,6 +133,9 @@ class LeaseTable:
             return self._connection
         ms = max(1, round(self.query_timeout * 1000))
         given = conninfo_to_dict(self.url).get("options") or ""
+        named: dict[str, Any] = (  # else the URL's own, if any
+            {"application_name": session_name(str(self.holder))} if self.holder else {}
+        )
         connection = psycopg.connect(
             self.url,
             autocommit=True,
@@ -122,6 +144,7 @@ class LeaseTable:
             connect_timeout=max(2, math.ceil(self.query_timeout)),
             # after the URL's own options (a search path), which a keyword would replace
             options=f"{given} -c statement_timeout={ms} -c lock_timeout={ms}",
+            **named,
         )
         for create in (_CREATE, _CREATE_WAITING):
             with suppress(psycopg.errors.UniqueViolation):  # another node made it at once
@@ -153,8 +176,21 @@ class LeaseTable:
 
     def acquire(self, me: Holder, reap: float) -> LeaseRow | None:
         """Take the lease for ``reap`` seconds of the database's clock: the row as taken, or
-        None when another holder's lease has not expired."""
+        None when another holder's lease has not expired. First end the expired holder's
+        sessions, where this database user may (its own role's, or with
+        ``pg_signal_backend``)."""
+        self._end_stale(me)
         return self._one(_ACQUIRE, {"me": str(me), "reap": _ms(reap)})
+
+    def _end_stale(self, me: Holder) -> None:
+        values = {"lease": self.lease, "me": str(me), "prefix": SESSION_PREFIX}
+        try:
+            connection = self._connect()
+            with suppress(psycopg.errors.InsufficientPrivilege):
+                connection.execute(_END_STALE, values)
+        except BaseException:
+            self.close()
+            raise
 
     def renew(self, me: Holder, epoch: int, reap: float) -> LeaseRow | None:
         """Extend the lease by ``reap`` from the database's now: None when it is no longer
@@ -194,6 +230,12 @@ class LeaseTable:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+
+def session_name(holder: str) -> str:
+    """The ``application_name`` of the sessions of ``holder`` (``node/run``), cut to the
+    63 bytes PostgreSQL keeps, as :data:`_END_STALE` compares it."""
+    return (SESSION_PREFIX + holder).encode()[:63].decode(errors="ignore")
 
 
 def _ms(seconds: float) -> int:

@@ -85,17 +85,19 @@ def describe(url: str) -> str:
     return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}{options}"
 
 
-def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
+def connect(url: str, session: str = "") -> psycopg.Connection[tuple[object, ...]]:
     """Connect to ``url`` with the schema created or checked, commits durable
-    (``synchronous_commit``) whatever the server's default; ``StoreError`` saying why not."""
+    (``synchronous_commit``) whatever the server's default; ``StoreError`` saying why not.
+    ``session``: the connection's ``application_name`` ("": the URL's, if it gives one)."""
     where = describe(url)
-    timeout = (
-        {}
-        if "connect_timeout" in conninfo_to_dict(url)
-        else {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
+    given = conninfo_to_dict(url)
+    options: dict[str, object] = (
+        {} if "connect_timeout" in given else {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
     )
+    if session:  # else the URL's own, if any
+        options["application_name"] = session
     try:
-        connection = psycopg.connect(url, autocommit=False, **timeout)  # type: ignore[arg-type]
+        connection = psycopg.connect(url, autocommit=False, **options)  # type: ignore[arg-type]
     except psycopg.Error as error:
         raise StoreError(f"{where}: cannot connect: {one_line(error)}") from None
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 from zope.interface import implementer
 
-from bridge.ha.lease import CHECK_TOKEN
+from bridge.ha.lease import CHECK_TOKEN, session_name
 from bridge.ha.lock import LeaseToken
 from bridge.message import Message
 from bridge.store.errors import CommitFailed, Fenced, StoreError
@@ -48,6 +48,9 @@ class PostgreSQLWriter:
         self.url = url
         self.token = token
         """With HA: the fencing token every transaction checks first (docs/ha.md)."""
+        self._session = session_name(token.holder) if token is not None else ""
+        """The sessions' ``application_name``: with HA, the node's, so that the next live
+        node can end them if this node is cut off mid-transaction."""
         try:
             self.name = describe(url)
         except StoreError:
@@ -58,7 +61,7 @@ class PostgreSQLWriter:
         self._state = WriterState(queues=set(), highest_message_id=0)
 
     def open(self, load_limit: int = -1) -> Recovered:
-        connection = connect(self.url)
+        connection = connect(self.url, self._session)
         try:
             cursor: PgCursor = connection.cursor()
             self._state = load_state(cursor)
@@ -158,7 +161,7 @@ class PostgreSQLWriter:
             if connection is not None:
                 connection.close()
             self._connection = None
-            connection = connect(self.url)
+            connection = connect(self.url, self._session)
             self._state = load_state(connection.cursor())
             connection.commit()
             self._connection = connection

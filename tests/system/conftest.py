@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,17 @@ class Nodes:
         self.started: list[NodeProcess] = []
 
     def __call__(
-        self, document: dict[str, Any], *, name: str = "node", twistd: bool = False
+        self,
+        document: dict[str, Any],
+        *,
+        name: str = "node",
+        twistd: bool = False,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        host: str = "127.0.0.1",
     ) -> NodeProcess:
         directory = self.tmp_path / name
         directory.mkdir(exist_ok=True)
-        process = NodeProcess(directory, document, twistd).start()
+        process = NodeProcess(directory, document, twistd, wrap=wrap, host=host).start()
         self.started.append(process)
         return process
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +44,17 @@ class NodeProcess(ProcessProtocol):
         directory: Path,
         document: dict[str, Any],
         twistd: bool = False,
+        *,
         bin_dir: Path | None = None,
         path_first: Path | None = None,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.directory = directory
+        self.wrap = wrap
+        """Turns the node's command into the one to run (in a network namespace, say)."""
+        self.host = host
+        """Where the node's acceptors are reached."""
         self.bin_dir = bin_dir
         """Where ``txbridge`` and ``twistd`` are, for an install other than this checkout's
         (run then without the checkout on ``PYTHONPATH``)."""
@@ -98,6 +107,9 @@ class NodeProcess(ProcessProtocol):
         if self.path_first is not None:
             before = [str(self.path_first), env.get("PYTHONPATH", "")]
             env["PYTHONPATH"] = os.pathsep.join(part for part in before if part)
+        if self.wrap is not None:
+            argv = self.wrap(argv)
+            argv[0] = shutil.which(argv[0]) or argv[0]
         transport = reactor.spawnProcess(  # type: ignore[attr-defined]
             self, argv[0], argv, env=env, path=str(self.directory)
         )
@@ -142,11 +154,11 @@ class NodeProcess(ProcessProtocol):
 
     @property
     def core_url(self) -> str:
-        return f"tcp://127.0.0.1:{self.ports['core']}"
+        return f"tcp://{self.host}:{self.ports['core']}"
 
     @property
     def management_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['management']}"
+        return f"http://{self.host}:{self.ports['management']}"
 
     async def wait_output(self, text: str, since: int = 0, timeout: float = 30.0) -> None:
         """Wait until the node's output from character ``since`` on (``len(output)``

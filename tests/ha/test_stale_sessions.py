@@ -1,0 +1,68 @@
+"""The sessions of a holder whose lease expired are ended by the next acquisition: cut off
+in the middle of a transaction, such a session would hold its row locks for as long as
+the server's TCP keepalive allows, and the new live node's store would wait on them."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from bridge.ha.lease import LeaseTable, session_name
+from bridge.ha.lock import Holder
+from tests.postgresql import schema_url
+
+REAP = 0.3
+
+
+def _zombie(url: str, holder: Holder) -> psycopg.Connection[tuple[object, ...]]:
+    """A session of ``holder`` stuck in a transaction that holds a row lock."""
+    connection = psycopg.connect(url, application_name=session_name(str(holder)))
+    connection.execute("CREATE TABLE IF NOT EXISTS locked (id int PRIMARY KEY)")
+    connection.execute("INSERT INTO locked VALUES (1) ON CONFLICT DO NOTHING")
+    connection.commit()
+    connection.execute("SELECT id FROM locked WHERE id = 1 FOR UPDATE")
+    return connection
+
+
+def _alive(connection: psycopg.Connection[tuple[object, ...]]) -> bool:
+    try:
+        connection.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+def test_the_next_holder_ends_the_expired_holders_sessions(pg_schema: str) -> None:
+    url = schema_url(pg_schema)
+    old, new, bystander = Holder("a"), Holder("b"), Holder("c")
+    a = LeaseTable(url, 5.0, holder=old)
+    b = LeaseTable(url, 5.0, holder=new)
+    opened: list[psycopg.Connection[tuple[object, ...]]] = []
+    try:
+        assert a.acquire(old, REAP) is not None
+        stuck = _zombie(url, old)
+        other = psycopg.connect(url, application_name=session_name(str(bystander)))
+        opened += [stuck, other]
+        assert b.acquire(new, 30) is None  # not expired yet: a's sessions are left alone
+        assert _alive(stuck)
+        time.sleep(REAP * 2)  # the lease expires by the database's clock
+        taken = b.acquire(new, 30)
+        assert taken is not None and taken.epoch == 2
+        assert not _alive(stuck)
+        assert _alive(other)
+        # the lock is free for the new holder's store
+        with psycopg.connect(url) as mine:
+            mine.execute("SET lock_timeout = 2000")
+            mine.execute("SELECT id FROM locked WHERE id = 1 FOR UPDATE")
+    finally:
+        for each in (a, b):
+            each.close()
+        for connection in opened:
+            connection.close()
+
+
+@pytest.mark.parametrize("name", ["a", "x" * 80])
+def test_session_names_fit_what_postgresql_keeps(name: str) -> None:
+    assert len(session_name(f"{name}/0123456789abcdef").encode()) <= 63
