@@ -25,7 +25,6 @@ listener or the credit grant; the consumer takes nothing else meanwhile.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from enum import Enum, auto
 from functools import partial
@@ -51,6 +50,7 @@ from bridge.node.broker import (
     Transaction,
 )
 from bridge.node.duplicates import duplicate_id
+from bridge.node.order import Place, SendOrder
 from bridge.node.queue import Delivery, Entry, Queue, QueueError
 from bridge.node.session import ServerSession
 from bridge.protocol import packets as p
@@ -143,16 +143,13 @@ class _LargeSend:
 
 
 @attrs.define(eq=False)
-class _Pending:
-    """A send in line for its confirmation: waiting for its store write, or ``held``
-    behind an earlier one that waits (routed when its turn comes, so that a connection's
-    sends reach their queues in the order sent, whatever their durability)."""
+class _Pending(Place):
+    """A send in line for its confirmation; a held one (``message``) is routed when its
+    turn comes, then its ``grant`` of producer credit goes back."""
 
     sequence: int
-    done: bool = False
-    held: Message | None = None
+    message: Message | None = None
     grant: int = 0
-    """Producer credit to give back once the held send is routed (0: given already)."""
 
 
 class CoreSession:
@@ -206,8 +203,7 @@ class CoreSession:
         self.protocol_version = p.PROTOCOL_VERSION
         """The version the client speaks (one of ``SUPPORTED_VERSIONS``)."""
         self._last_sequence = 0
-        self._pending: deque[_Pending] = deque()
-        self._advancing = False
+        self._order: SendOrder[_Pending] = SendOrder(self._done, self._due)
         self._confirmable = 0
         self._confirmed = 0
         self._confirm_call: IDelayedCall | None = None
@@ -277,10 +273,9 @@ class CoreSession:
         self._run = []
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
-        for pending in self._pending:  # held sends were never routed, nor confirmed
-            if pending.held is not None:
-                self._broker.discard(pending.held)
-        self._pending.clear()
+        for pending in self._order.close():  # held sends were never routed, nor confirmed
+            assert pending.message is not None
+            self._broker.discard(pending.message)
         if self._large is not None:
             self._drop_large(self._large)
             self._large = None
@@ -540,22 +535,22 @@ class CoreSession:
             self._route_in(tx, sequence, message)
             return False
         pending = _Pending(sequence)
-        if self._pending and not message.durable:
+        if not message.durable and self._order.waiting:
             # Routed now, it would reach its queue before the earlier sends that wait for
             # their writes (a durable one is queued after its write, behind those).
-            pending.held, pending.grant = message, credit
-            self._pending.append(pending)
-            return True
+            pending.message, pending.grant = message, credit
+            return self._order.hold(pending)
         self._publish(pending, message)
         if pending.done:
-            self._done_at_once(sequence)
+            self._order.enter_done(pending)
         else:
-            self._pending.append(pending)
+            self._order.enter(pending)
         return False
 
     def _publish(self, pending: _Pending, message: Message) -> None:
-        """Route a send outside a transaction. ``pending.done`` once it may be confirmed:
-        at once (routed, or refused with SEND_FAILED), else when its write ends."""
+        """Route a send outside a transaction. ``pending`` is written once it may be
+        confirmed: at once (routed, or refused with SEND_FAILED), else when its write
+        ends."""
         try:
             routed = self._broker.publish_then(message, partial(self._written, pending))
         except AddressNotFound as missing:
@@ -572,6 +567,14 @@ class CoreSession:
             if routed is not None:
                 pending.done = True
 
+    def _due(self, pending: _Pending) -> None:
+        """A held send's turn came: route it, and give its producer credit back."""
+        message, pending.message = pending.message, None
+        assert message is not None
+        self._publish(pending, message)
+        if pending.grant:
+            self._grant(message.address, pending.grant)
+
     def _route_in(self, tx: Transaction, sequence: int, message: Message) -> None:
         """A send in a transaction: it takes effect when the transaction commits."""
         try:
@@ -587,10 +590,10 @@ class CoreSession:
             self._refuse(sequence, p.ErrorCode.INVALID, str(refused))
             return
         if isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
-            self._done_at_once(sequence)
+            self._order.enter_done(_Pending(sequence))
             return
         pending = _Pending(sequence)
-        self._pending.append(pending)
+        self._order.enter(pending)
         routed.addCallbacks(
             lambda _: self._written(pending),
             lambda failure: self._written(pending, failure),
@@ -599,50 +602,18 @@ class CoreSession:
     def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
         """SEND_FAILED now; the confirmation range passes over it in its turn."""
         self._emit(p.SendFailed(sequence, code, message))
-        self._done_at_once(sequence)
-
-    def _done_at_once(self, sequence: int) -> None:
-        """A send that needs no store write is done: confirmed in order with the others."""
-        if self._pending:
-            self._pending.append(_Pending(sequence, done=True))
-        else:
-            self._done(sequence)
+        self._order.enter_done(_Pending(sequence))
 
     def _written(self, pending: _Pending, failure: Failure | None = None) -> None:
         if self.state is _CLOSED:
             return
         if failure is not None:
             self._emit(_send_failed(pending.sequence, failure))
-        pending.done = True
-        if not self._advancing:
-            self._advance()
+        self._order.written(pending)
 
-    def _advance(self) -> None:
-        """Confirm the sends done at the head of the line, routing each held one as its
-        turn comes (one whose write must wait stops the line again)."""
-        line, last = self._pending, None
-        self._advancing = True
-        try:
-            while line:
-                first = line[0]
-                held = first.held
-                if held is not None:
-                    first.held = None
-                    self._publish(first, held)
-                    if first.grant:
-                        self._grant(held.address, first.grant)
-                if not first.done:
-                    break
-                line.popleft()
-                last = first.sequence
-        finally:
-            self._advancing = False
-        if last is not None:
-            self._done(last)
-
-    def _done(self, sequence: int) -> None:
-        """Every send up to ``sequence`` is done: confirm them at the end of this turn."""
-        self._confirmable = sequence
+    def _done(self, pending: _Pending) -> None:
+        """Every send up to ``pending`` is done: confirm them at the end of this turn."""
+        self._confirmable = pending.sequence
         self._end_of_turn()
 
     def _end_of_turn(self) -> None:

@@ -21,7 +21,6 @@ docs/stomp.md describes what a client sees; the choices in short:
 from __future__ import annotations
 
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping
 from enum import Enum, auto
 from functools import partial
@@ -57,6 +56,7 @@ from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.bodies import BodySink
 from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
+from bridge.node.order import Place, SendOrder
 from bridge.node.queue import Delivery, QueueError
 from bridge.node.session import ServerSession
 from bridge.selector import SelectorError, compile_selector
@@ -197,15 +197,18 @@ class _LargeSend:
 
 
 @attrs.define(eq=False)
-class _Outstanding:
-    """A frame's effect waiting for the store; the receipt (if any) goes out in turn."""
+class _Outstanding(Place):
+    """A frame's effect in line (waiting for the store, or held); its receipt (if any)
+    goes out in turn."""
 
     receipt: str | None
     size: int = 0
-    done: bool = False
     close: bool = False
     then: Callable[[], None] | None = None
     """Run once the receipt has gone: a subscription starts delivering after it."""
+    message: Message | None = None
+    """A non-persistent SEND held behind the places before it (its receipt moves to a
+    place of its own when it is published)."""
 
 
 @attrs.define(eq=False)
@@ -248,13 +251,9 @@ class StompSession:
         self._by_key: dict[int, _Subscription] = {}
         self._keys = 0
         self._transactions: dict[str, _Transaction] = {}
-        self._outstanding: deque[_Outstanding] = deque()
+        self._order: SendOrder[_Outstanding] = SendOrder(self._released, self._due)
         self._unstored = 0
         self._store_paused = False
-        self._writing = 0
-        """Persistent SENDs outside transactions whose store write has not ended."""
-        self._behind_writes: tuple[Message, str | None] | None = None
-        """A non-persistent SEND (and its receipt) held until ``_writing`` is 0."""
         self._auto_ack_call: IDelayedCall | None = None
         self._auto_acks: list[_Subscription] = []
         self._node: ServerSession | None = None
@@ -340,7 +339,9 @@ class StompSession:
         self._by_key.clear()
         transactions = list(self._transactions.values())
         self._transactions.clear()
-        self._outstanding.clear()
+        for held in self._order.close():  # never published: a large body's file goes
+            assert held.message is not None
+            self._broker.discard(held.message)
         self._handlers.clear()  # (its bound methods refer back to the session)
         return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
 
@@ -420,37 +421,32 @@ class StompSession:
     ) -> None:
         """Send the receipt (if any) once ``work`` is stored and every earlier frame's
         receipt has gone, then run ``then``; a failure to store is an ERROR."""
-        if work is None and not self._outstanding:
-            if receipt is not None:
-                self._emit(Frame(Command.RECEIPT, (("receipt-id", receipt),)))
-            if then is not None:
-                then()
+        entry = _Outstanding(receipt, size, then=then)
+        if work is None:
+            self._order.enter_done(entry)
             return
-        entry = _Outstanding(receipt, size, done=work is None, then=then)
         self._track(entry)
-        if work is not None:
-            work.addCallbacks(
-                lambda _: self._stored(entry),
-                lambda failure: self._store_failed(entry, failure),
-            )
+        work.addCallbacks(
+            lambda _: self._stored(entry),
+            lambda failure: self._store_failed(entry, failure),
+        )
 
     def _after_each(self, work: Deferred[Any], receipts: list[str | None]) -> None:
         """Send ``receipts`` in order once ``work`` is stored and every earlier frame's
         receipt has gone (a transaction's SENDs', then its COMMIT's or ABORT's)."""
         entries = [_Outstanding(receipt) for receipt in receipts]
         for entry in entries:
-            self._track(entry)
+            self._order.enter(entry)
 
         def stored(_: object) -> None:
             for entry in entries:
-                entry.done = True
-            self._stored(entries[-1])
+                self._order.written(entry)
 
         work.addCallbacks(stored, lambda failure: self._store_failed(entries[-1], failure))
 
     def _track(self, entry: _Outstanding) -> None:
         """``entry`` waits in line; its bytes count towards pausing this connection."""
-        self._outstanding.append(entry)
+        self._order.enter(entry)
         if entry.size:
             self._unstored += entry.size
             if self._unstored > self.settings.max_unstored and not self._store_paused:
@@ -459,54 +455,63 @@ class StompSession:
 
     def _send_settled(self, entry: _Outstanding, failure: Failure | None) -> None:
         """A persistent SEND's store write ended (``publish_then``'s callable)."""
-        self._writing -= 1
         if failure is None:
             self._stored(entry)
         else:
             self._store_failed(entry, failure)
-        if not self._writing and self._behind_writes is not None:
-            self._release_behind_writes()
 
-    def _hold_behind_writes(self, message: Message, receipt: str | None) -> None:
-        """Keep a non-persistent SEND until the persistent SENDs before it are queued, and
-        read nothing more meanwhile (so it is the only one held), as the core head holds
-        such a send and Artemis keeps a session's sends in order."""
-        self._behind_writes = (message, receipt)
+    def _hold_in_order(self, message: Message, receipt: str | None) -> bool:
+        """Keep a non-persistent SEND behind the frames before it that wait for the store
+        (False if none does), and read nothing more meanwhile (so it is the only one
+        held), as the core head holds such a send and Artemis keeps a session's sends in
+        order."""
+        if not self._order.hold(_Outstanding(receipt, message=message)):
+            return False
         self._transport.pause_reading(ORDER)
+        return True
 
-    def _release_behind_writes(self) -> None:
-        assert self._behind_writes is not None
-        message, receipt = self._behind_writes
-        self._behind_writes = None
-        if self.state is State.OPEN:  # else a write before it failed: the connection ends
-            self._publish_held(message, None, receipt, ORDER)
+    def _due(self, entry: _Outstanding) -> None:
+        """The held SEND's turn came: publish it, then read on."""
+        message, entry.message = entry.message, None
+        receipt, entry.receipt = entry.receipt, None  # its own place, once published
+        assert message is not None
+        if self.state is State.OPEN:
+            self._publish_held(message, None, receipt, ORDER, due=True)
+        else:
+            self._broker.discard(message)
+        self._order.written(entry)
 
     def _publish_held(
-        self, message: Message, tx: _Transaction | None, receipt: str | None, reason: str
+        self,
+        message: Message,
+        tx: _Transaction | None,
+        receipt: str | None,
+        reason: str,
+        due: bool = False,
     ) -> None:
         """Publish a SEND held while reading paused for ``reason``, then read on."""
         try:
-            self._publish(message, tx, receipt)
+            self._publish(message, tx, receipt, due)
         except StompError as error:
             self._fail(error.message, error.detail, receipt)
         self._transport.resume_reading(reason)
 
     def _stored(self, entry: _Outstanding) -> None:
-        entry.done = True
         if entry.size:
             self._unstored -= entry.size
             if self._store_paused and self._unstored <= self.settings.max_unstored // 2:
                 self._store_paused = False
                 self._transport.resume_reading(STORE)
-        outstanding = self._outstanding
-        while outstanding and outstanding[0].done:
-            first = outstanding.popleft()
-            if first.receipt is not None:
-                self._emit(Frame(Command.RECEIPT, (("receipt-id", first.receipt),)))
-            if first.then is not None:
-                first.then()
-            if first.close:
-                self._closing()
+        self._order.written(entry)
+
+    def _released(self, entry: _Outstanding) -> None:
+        """Every frame before ``entry`` has had its effect and its receipt: its turn."""
+        if entry.receipt is not None:
+            self._emit(Frame(Command.RECEIPT, (("receipt-id", entry.receipt),)))
+        if entry.then is not None:
+            entry.then()
+        if entry.close:
+            self._closing()
 
     def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
         if self.state is State.CLOSED:
@@ -753,13 +758,16 @@ class StompSession:
             self._broker.create_queue(name, name, durable=True, routing=Routing.ANYCAST)
         )
 
-    def _publish(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
+    def _publish(
+        self, message: Message, tx: _Transaction | None, receipt: str | None, due: bool = False
+    ) -> None:
+        """Publish a SEND, or hold it: for room on its address, or (unless it is ``due``,
+        its turn come) behind the frames before it."""
         assert self._node is not None
         if self._node.full_under_block(message.address):
             self._hold(message, tx, receipt)
             return
-        if tx is None and not message.durable and self._writing:
-            self._hold_behind_writes(message, receipt)
+        if tx is None and not (message.durable or due) and self._hold_in_order(message, receipt):
             return
         try:
             if tx is None and message.durable:
@@ -779,18 +787,12 @@ class StompSession:
 
     def _publish_persistent(self, message: Message, receipt: str | None) -> None:
         """The hot path of persistent sends: no Deferred, one entry in line (in it before
-        publishing, whenever the store tells of its write), counted in ``_writing`` until
-        the store tells (which it may do before ``publish_then`` returns)."""
+        publishing, whenever the store tells of its write, which it may do before
+        ``publish_then`` returns)."""
         entry = _Outstanding(receipt, len(message.body))
         self._track(entry)
-        self._writing += 1
-        try:
-            routed = self._broker.publish_then(message, partial(self._send_settled, entry))
-        except BaseException:
-            self._writing -= 1
-            raise
+        routed = self._broker.publish_then(message, partial(self._send_settled, entry))
         if routed is not None:  # routed at once: no write to wait for
-            self._writing -= 1
             self._stored(entry)
 
     def _hold(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
@@ -1245,11 +1247,7 @@ class StompSession:
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
         """Answer the receipt once every earlier frame's effect is stored, then close."""
         self.state = State.DISCONNECTING
-        self._after(None, headers.get("receipt"))
-        if self._outstanding:
-            self._outstanding[-1].close = True
-        else:
-            self._closing()
+        self._order.enter_done(_Outstanding(headers.get("receipt"), close=True))
 
 
 def _negotiate(accepted: str | None) -> Version | None:
