@@ -25,7 +25,7 @@ listener or the credit grant; the consumer takes nothing else meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum, auto
 from functools import partial
 from typing import Any
@@ -35,10 +35,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from bridge.config.node import Routing as ConfigRouting
-from bridge.message import HeaderValue, LargeBody, Message
-from bridge.node.bodies import CHUNK_SIZE, BodySink, BodySource
+from bridge.message import HeaderValue, Message
+from bridge.node.bodies import CHUNK_SIZE, BodySink
 from bridge.node.broker import (
     AddressFull,
     AddressNotFound,
@@ -49,9 +50,10 @@ from bridge.node.broker import (
     Routed,
     Transaction,
 )
+from bridge.node.consumer import Consumer, IStreamListener, settle_failed
 from bridge.node.duplicates import duplicate_id
 from bridge.node.order import Place, SendOrder
-from bridge.node.queue import Delivery, Entry, Queue, QueueError
+from bridge.node.queue import Queue, QueueError
 from bridge.node.session import ServerSession
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
@@ -105,30 +107,6 @@ _SEND = Permission.SEND
 
 
 @attrs.define(eq=False)
-class _Consumer:
-    """A consumer of this connection: the client's id, the node's, and its queue."""
-
-    client_id: int
-    node_id: int
-    queue: str
-    browse: Iterator[Entry] | None = None
-    """The snapshot a browse-only consumer still has to deliver."""
-    credits: int | None = None
-    """A browse-only consumer's credit (a consuming one's lives in its queue)."""
-    next_delivery_id: int = 1
-    stream: _Stream | None = None
-    """The large delivery whose chunks are going out."""
-
-
-@attrs.define(eq=False)
-class _Stream:
-    """A large delivery between its DELIVER_LARGE_BEGIN and its last chunk."""
-
-    delivery_id: int
-    source: BodySource
-
-
-@attrs.define(eq=False)
 class _LargeSend:
     """A large send between its SEND_LARGE_BEGIN and its last chunk: its body goes to
     ``body`` (None once refused: the chunks are counted, not kept)."""
@@ -152,6 +130,7 @@ class _Pending(Place):
     grant: int = 0
 
 
+@implementer(IStreamListener)
 class CoreSession:
     """The node's side of one core-protocol connection."""
 
@@ -210,7 +189,8 @@ class CoreSession:
         self._large: _LargeSend | None = None
         self._login: Deferred[Subject] | None = None
         """The login under way; cancelled if the connection goes first."""
-        self._consumers: dict[int, _Consumer] = {}
+        self._consumers: dict[int, Consumer[int]] = {}
+        """The node's consumers by the client's ids (their tags)."""
         self._transactions: dict[int, Transaction] = {}
         self._temporary: set[str] = set()
         self._handlers: dict[type, Callable[[p.Packet], None]] = {
@@ -251,12 +231,7 @@ class CoreSession:
         """The connection can take more (True) or should not be given more."""
         self._writable = writable
         for consumer in list(self._consumers.values()):
-            if writable and consumer.stream is not None:
-                self._pump(consumer)
-            if consumer.browse is None:
-                self._broker.queue(consumer.queue).set_ready(consumer.node_id, writable)
-            elif writable:
-                self._browse(consumer)
+            consumer.writability_changed(writable)
 
     @property
     def producers_blocked(self) -> int:
@@ -283,10 +258,7 @@ class CoreSession:
             self._node.close()
         self._withheld.clear()
         work: list[Deferred[None]] = []
-        for consumer in self._consumers.values():
-            self._end_stream(consumer)
-            if consumer.browse is None:
-                work.append(self._broker.close_consumer(consumer.queue, consumer.node_id))
+        work.extend(consumer.close() for consumer in self._consumers.values())
         self._consumers.clear()
         for tx in self._transactions.values():
             work.append(Deferred.fromCoroutine(self._broker.rollback(tx)))
@@ -765,25 +737,23 @@ class CoreSession:
         permission = Permission.BROWSE if packet.browse_only else Permission.CONSUME
         self._check(queue.address, permission, name)
         matches = _compile(packet.filter)
-        consumer = _Consumer(packet.consumer_id, self._broker.next_consumer_id(), name)
+        consumer = Consumer(
+            self._broker,
+            name,
+            self,
+            packet.consumer_id,
+            writable=self._writable,
+            is_writable=self._is_writable,
+            window=packet.window_size,
+            streamer=self,
+        )
         self._consumers[packet.consumer_id] = consumer
         self._emit(p.Ok(packet.request_id))
-        window = packet.window_size
         if packet.browse_only:
             entries = queue.browse()
-            consumer.browse = (e for e in entries if matches is None or matches(e.message.headers))
-            consumer.credits = None if window == p.UNLIMITED else window
-            self._browse(consumer)
-            return
-        self._broker.consume(
-            name,
-            consumer.node_id,
-            lambda delivery: self._deliver(consumer, delivery),
-            credits=window,
-            filter=packet.filter,
-        )
-        if not self._writable:
-            queue.set_ready(consumer.node_id, False)
+            consumer.browse(e for e in entries if matches is None or matches(e.message.headers))
+        else:
+            consumer.start(packet.filter)
 
     def _auto_create_queue(self, name: str) -> None:
         """Consuming from a missing queue of an anycast address creates both, as sending
@@ -797,18 +767,12 @@ class CoreSession:
         self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
         self._broker.auto_create(name)
 
-    def _deliver(self, consumer: _Consumer, delivery: Delivery) -> None:
-        self._emit_delivery(
-            consumer, delivery.delivery_id, delivery.delivery_count, delivery.message
-        )
+    # -- deliveries (what the consumers tell) ---------------------------------------------
 
-    def _emit_delivery(
-        self, consumer: _Consumer, delivery_id: int, count: int, message: Message
+    def deliver(
+        self, consumer: Consumer[int], delivery_id: int, count: int, message: Message
     ) -> None:
-        consumer_id = consumer.client_id
-        if message.large is not None:
-            self._start_stream(consumer, delivery_id, count, message, message.large)
-            return
+        consumer_id = consumer.tag
         if len(message.body) < MIN_LARGE_MESSAGE_SIZE:
             self._deliver_in_run(consumer_id, delivery_id, count, message)
             return
@@ -819,6 +783,17 @@ class CoreSession:
             end = start + LARGE_CHUNK_SIZE
             chunk = bytes(body[start:end])
             self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
+
+    def begin_large(
+        self, consumer: Consumer[int], delivery_id: int, count: int, header: Message, size: int
+    ) -> None:
+        self._emit(p.DeliverLargeBegin(consumer.tag, delivery_id, count, header, size))
+
+    def chunk(self, consumer: Consumer[int], delivery_id: int, data: bytes, last: bool) -> None:
+        self._emit(p.DeliverLargeChunk(consumer.tag, delivery_id, data, last))
+
+    def stream_failed(self, consumer: Consumer[int], delivery_id: int) -> None:
+        self._abort(f"the body file of large delivery {delivery_id} is short")
 
     def _deliver_in_run(
         self, consumer_id: int, delivery_id: int, count: int, message: Message
@@ -864,97 +839,17 @@ class CoreSession:
             self._flush_run()
         self._emit_packet(packet)
 
-    # -- large deliveries -----------------------------------------------------------------
-
-    def _start_stream(
-        self, consumer: _Consumer, delivery_id: int, count: int, message: Message, body: LargeBody
-    ) -> None:
-        consumer.stream = _Stream(delivery_id, BodySource(self._broker, body))
-        header = attrs.evolve(message, large=None)
-        self._emit(p.DeliverLargeBegin(consumer.client_id, delivery_id, count, header, body.size))
-        if consumer.browse is None:
-            self._broker.queue(consumer.queue).hold(consumer.node_id, True)
-        self._pump(consumer)
-
-    def _pump(self, consumer: _Consumer) -> None:
-        """Send a large delivery's next chunks while the connection is writable and the
-        consumer has credit; when the last is out, the consumer takes messages again."""
-        stream = consumer.stream
-        assert stream is not None
-        queue = None if consumer.browse is not None else self._broker.queue(consumer.queue)
-        while self._is_writable() and self._has_credit(consumer, queue):
-            source = stream.source
-            try:
-                data = source.read()
-            except OSError:
-                self._end_stream(consumer)
-                self._abort(f"the body file of large delivery {stream.delivery_id} is short")
-                return
-            last = source.remaining == 0
-            self._emit(p.DeliverLargeChunk(consumer.client_id, stream.delivery_id, data, last))
-            if queue is not None:
-                queue.spend(consumer.node_id, len(data))
-            elif consumer.credits is not None:
-                consumer.credits -= len(data)
-            if last:
-                self._end_stream(consumer)
-                if queue is not None:
-                    queue.hold(consumer.node_id, False)
-                else:
-                    self._browse(consumer)
-                return
-
-    @staticmethod
-    def _has_credit(consumer: _Consumer, queue: Queue | None) -> bool:
-        if queue is not None:
-            return queue.has_credit(consumer.node_id)
-        return consumer.credits is None or consumer.credits > 0
-
-    @staticmethod
-    def _end_stream(consumer: _Consumer) -> None:
-        if consumer.stream is not None:
-            consumer.stream.source.close()
-            consumer.stream = None
-
-    def _browse(self, consumer: _Consumer) -> None:
-        """Deliver a browse-only consumer's snapshot while it has credit and the connection
-        is writable; it goes on when either returns."""
-        assert consumer.browse is not None
-        while (
-            consumer.stream is None
-            and self._writable
-            and (consumer.credits is None or consumer.credits > 0)
-        ):
-            entry = next(consumer.browse, None)
-            if entry is None:
-                return
-            delivery_id = consumer.next_delivery_id
-            consumer.next_delivery_id += 1
-            if consumer.credits is not None:
-                consumer.credits -= entry.message.size
-            self._emit_delivery(consumer, delivery_id, entry.delivery_count, entry.message)
-
-    def _consumer(self, consumer_id: int, what: str) -> _Consumer:
+    def _consumer(self, consumer_id: int, what: str) -> Consumer[int]:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
             raise SessionError(f"{what} for consumer {consumer_id}, which is not open")
         return consumer
 
     def _consumer_credits(self, packet: p.ConsumerCredits) -> None:
-        consumer = self._consumer(packet.consumer_id, "CONSUMER_CREDITS")
-        if consumer.browse is None:
-            self._broker.queue(consumer.queue).add_credits(consumer.node_id, packet.credits)
-        elif consumer.credits is not None:
-            consumer.credits += packet.credits
-        if consumer.stream is not None:
-            self._pump(consumer)
-        if consumer.browse is not None:
-            self._browse(consumer)
+        self._consumer(packet.consumer_id, "CONSUMER_CREDITS").add_credits(packet.credits)
 
     def _close_consumer(self, packet: p.CloseConsumer) -> None:
         consumer = self._consumers.pop(packet.consumer_id, None)
-        if consumer is not None:
-            self._end_stream(consumer)
         if consumer is None:
             self._emit(
                 p.Failed(
@@ -964,17 +859,11 @@ class CoreSession:
                 )
             )
             return
-        if consumer.browse is not None:
-            self._emit(p.Ok(packet.request_id))
-            return
-        self._answer(
-            packet.request_id,
-            lambda: self._broker.close_consumer(consumer.queue, consumer.node_id),
-        )
+        self._answer(packet.request_id, consumer.close)
 
-    def _settle(self, consumer_id: int, what: str) -> _Consumer:
+    def _settle(self, consumer_id: int, what: str) -> Consumer[int]:
         consumer = self._consumer(consumer_id, what)
-        if consumer.browse is not None:
+        if consumer.browsing:
             raise SessionError(f"{what} for browse-only consumer {consumer_id}")
         return consumer
 
@@ -990,13 +879,7 @@ class CoreSession:
             self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
             return
         try:
-            done = self._broker.acknowledge(
-                consumer.queue,
-                consumer.node_id,
-                packet.delivery_id,
-                cumulative=packet.cumulative,
-                tx=tx,
-            )
+            done = consumer.acknowledge(packet.delivery_id, cumulative=packet.cumulative, tx=tx)
         except QueueError:
             raise SessionError(
                 f"ACK of delivery {packet.delivery_id} of consumer {packet.consumer_id}, "
@@ -1005,25 +888,18 @@ class CoreSession:
         if packet.request_id is not None:
             self._answer(packet.request_id, lambda: done)
         else:
-            done.addErrback(self._settle_failed)
+            done.addErrback(settle_failed)
 
     def _nack(self, packet: p.Nack) -> None:
         consumer = self._settle(packet.consumer_id, "NACK")
         try:
-            done = self._broker.nack(
-                consumer.queue, consumer.node_id, packet.delivery_id, requeue=packet.requeue
-            )
+            done = consumer.nack(packet.delivery_id, requeue=packet.requeue)
         except QueueError:
             raise SessionError(
                 f"NACK of delivery {packet.delivery_id} of consumer {packet.consumer_id}, "
                 "which is not unsettled"
             ) from None
-        done.addErrback(self._settle_failed)
-
-    @staticmethod
-    def _settle_failed(failure: Failure) -> None:
-        if not failure.check(NotStored):  # the broker put the message back and logged why
-            log.failure("storing an acknowledgement failed", failure)
+        done.addErrback(settle_failed)
 
     # -- transactions ---------------------------------------------------------------------
 

@@ -28,9 +28,10 @@ from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from bridge.config.node import Routing
 from bridge.heads.stomp.destinations import (
@@ -55,9 +56,10 @@ from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.bodies import BodySink
 from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
+from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from bridge.node.order import Place, SendOrder
-from bridge.node.queue import Delivery, QueueError
+from bridge.node.queue import QueueError
 from bridge.node.session import ServerSession
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
@@ -159,6 +161,9 @@ class StompSettings:
     delayed acknowledgement of the last one (``TCP_NODELAY``)."""
 
 
+_NOTHING: Mapping[int, int] = {}
+
+
 @attrs.define(eq=False)
 class _Subscription:
     """A SUBSCRIBE of this connection, a consumer on one queue."""
@@ -166,23 +171,29 @@ class _Subscription:
     id: str
     key: int
     """The connection's number for it, the first part of its ack ids."""
-    queue: str
-    consumer_id: int
     ack: AckMode
-    prefetch: int | None
     destination: str
     """The destination its MESSAGE frames carry."""
     address: str
     temporary: bool = False
     durable: bool = False
-    active: bool = False
-    ready: bool = True
-    unacked: dict[int, int] = attrs.Factory(dict)
-    """Delivery id -> message id, oldest first."""
     by_message: dict[int, int] = attrs.Factory(dict)
     """Message id -> delivery id (for the ACK of STOMP 1.0 and 1.1, by message-id)."""
-    auto_acked: int = 0
-    """The last delivery of an auto subscription, acknowledged at the end of the turn."""
+    consumer: Consumer[_Subscription] = attrs.field(init=False)
+    """The node's consumer, which counts what awaits acknowledgement."""
+
+    @property
+    def queue(self) -> str:
+        return self.consumer.queue
+
+    @queue.setter
+    def queue(self, name: str) -> None:
+        self.consumer.queue = name
+
+    @property
+    def unacked(self) -> Mapping[int, int]:
+        """Delivery id -> message id of what awaits acknowledgement, oldest first."""
+        return self.consumer.unacked or _NOTHING
 
 
 @attrs.define(eq=False)
@@ -222,6 +233,7 @@ class _Transaction:
 Authenticate = Callable[[SecurityAuth], "Deferred[Subject]"]
 
 
+@implementer(IConsumerListener)
 class StompSession:
     """The node's side of one STOMP connection."""
 
@@ -254,8 +266,7 @@ class StompSession:
         self._order: SendOrder[_Outstanding] = SendOrder(self._released, self._due)
         self._unstored = 0
         self._store_paused = False
-        self._auto_ack_call: IDelayedCall | None = None
-        self._auto_acks: list[_Subscription] = []
+        self._auto_acks = AutoAcks(clock)
         self._node: ServerSession | None = None
         """The node's side of this connection, once logged in."""
         self._large: _LargeSend | None = None
@@ -311,7 +322,7 @@ class StompSession:
         """Deliveries stop while the connection is not writable and go on once it is."""
         self._writable = writable
         for subscription in list(self._subscriptions.values()):
-            self._update_ready(subscription)
+            subscription.consumer.writability_changed(writable)
 
     def close(self, reason: str) -> None:
         """The node ends the connection (shutting down): an ERROR saying why, then close."""
@@ -329,9 +340,7 @@ class StompSession:
         if self._large is not None:
             self._large.sink.discard()
             self._large = None
-        self._flush_auto_acks()
-        if self._auto_ack_call is not None and self._auto_ack_call.active():
-            self._auto_ack_call.cancel()
+        self._auto_acks.close()
         if self._node is not None:
             self._node.close()  # a SEND held for room is dropped with its connection
         subscriptions = list(self._subscriptions.values())
@@ -837,13 +846,21 @@ class StompSession:
         subscription = _Subscription(
             sub_id,
             self._keys,
-            queue="",
-            consumer_id=self._broker.next_consumer_id(),
             ack=ack,
-            prefetch=prefetch,
             destination=str(destination),
             address=destination.name,
             durable=durable,
+        )
+        auto = ack is _AUTO
+        subscription.consumer = Consumer(
+            self._broker,
+            "",
+            self,
+            subscription,
+            writable=self._writable,
+            prefetch=prefetch,
+            counts_unacked=not auto,
+            auto_acks=self._auto_acks if auto else None,
         )
         creating = self._subscription_queue(subscription, destination, headers, selector)
         self._subscriptions[sub_id] = subscription
@@ -956,51 +973,24 @@ class StompSession:
             self._subscriptions.get(subscription.id) is not subscription
         ):
             return  # unsubscribed, or the connection ends, while the receipt waited
-        subscription.active = True
-        self._broker.consume(
-            subscription.queue,
-            subscription.consumer_id,
-            lambda delivery: self._deliver(subscription, delivery),
-            filter=consumer_filter,
-        )
-        self._update_ready(subscription)
+        subscription.consumer.start(consumer_filter)
 
-    def _update_ready(self, subscription: _Subscription) -> None:
-        """A consumer takes messages while the connection is writable and its
-        unacknowledged messages are fewer than its prefetch."""
-        if not subscription.active:
-            return
-        ready = self._writable and (
-            subscription.prefetch is None or len(subscription.unacked) < subscription.prefetch
-        )
-        if ready is not subscription.ready:
-            subscription.ready = ready
-            self._broker.queue(subscription.queue).set_ready(subscription.consumer_id, ready)
-
-    def _deliver(self, subscription: _Subscription, delivery: Delivery) -> None:
-        message = delivery.message
-        count = delivery.delivery_count
+    def deliver(
+        self, consumer: Consumer[_Subscription], delivery_id: int, count: int, message: Message
+    ) -> None:
+        """A MESSAGE frame for what a subscription's consumer delivers."""
+        subscription = consumer.tag
         body = message.body
         headers = [
             ("subscription", subscription.id),
             ("message-id", str(message.id)),
             ("destination", subscription.destination),
         ]
-        if subscription.ack is _AUTO:
-            subscription.auto_acked = delivery.delivery_id
-            self._auto_acks.append(subscription)
-            if self._auto_ack_call is None:
-                self._auto_ack_call = self._clock.callLater(0, self._flush_auto_acks)
-        else:
-            subscription.unacked[delivery.delivery_id] = message.id
+        if subscription.ack is not _AUTO:
             if self.version is _V1_2:
-                headers.append(("ack", f"{subscription.key}-{delivery.delivery_id}"))
+                headers.append(("ack", f"{subscription.key}-{delivery_id}"))
             else:
-                subscription.by_message[message.id] = delivery.delivery_id
-            if subscription.prefetch is not None and (
-                len(subscription.unacked) >= subscription.prefetch
-            ):
-                self._update_ready(subscription)
+                subscription.by_message[message.id] = delivery_id
         large = message.large
         headers += (
             ("content-length", str(len(body) if large is None else large.size)),
@@ -1015,23 +1005,6 @@ class StompSession:
             self._emit(Frame(_MESSAGE, tuple(headers), body))
         elif self.state is not State.CLOSED:
             self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
-
-    def _flush_auto_acks(self) -> None:
-        """Acknowledge, for each auto subscription, what it was sent this turn: one
-        cumulative acknowledgement each."""
-        self._auto_ack_call = None
-        acks, self._auto_acks = self._auto_acks, []
-        for subscription in dict.fromkeys(acks):
-            if not subscription.auto_acked:
-                continue
-            last, subscription.auto_acked = subscription.auto_acked, 0
-            try:
-                done = self._broker.acknowledge(
-                    subscription.queue, subscription.consumer_id, last, cumulative=True
-                )
-            except QueueError:
-                continue  # the consumer has gone, its messages returned
-            done.addErrback(_log_settle_failure)
 
     def _unsubscribe(self, frame: Frame, headers: dict[str, str]) -> None:
         sub_id = headers.get("id")
@@ -1052,7 +1025,6 @@ class StompSession:
             self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, subscription.queue)
         del self._subscriptions[sub_id]
         del self._by_key[subscription.key]
-        self._flush_auto_acks()
         removing = Deferred.fromCoroutine(self._remove(subscription, forget))
         self._then(removing, lambda _: self._after(None, receipt), receipt)
 
@@ -1060,8 +1032,7 @@ class StompSession:
         """Stop a subscription's consumer; delete its queue if it was temporary, or
         durable and ``forget``."""
         name = subscription.queue
-        if subscription.active and name in self._broker.queues:
-            await self._broker.close_consumer(name, subscription.consumer_id)
+        await subscription.consumer.close()
         delete = subscription.temporary or (forget and subscription.durable)
         if delete and name in self._broker.queues:
             queue = self._broker.queue(name)
@@ -1147,11 +1118,10 @@ class StompSession:
         NACKed message may already be out again under a new delivery id, recorded under
         the same message id, and that entry stays."""
         by_message = subscription.by_message
-        for delivery_id in delivery_ids:
-            message_id = subscription.unacked.pop(delivery_id)
+        message_ids = subscription.consumer.settled(delivery_ids)
+        for delivery_id, message_id in zip(delivery_ids, message_ids, strict=True):
             if by_message.get(message_id) == delivery_id:
                 del by_message[message_id]
-        self._update_ready(subscription)
 
     def _ack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.ACK, headers)
@@ -1159,9 +1129,7 @@ class StompSession:
         last = deliveries[-1]
         self._settled(subscription, deliveries)
         try:
-            done = self._broker.acknowledge(
-                subscription.queue,
-                subscription.consumer_id,
+            done = subscription.consumer.acknowledge(
                 last,
                 cumulative=subscription.ack is AckMode.CLIENT,
                 tx=tx.tx if tx is not None else None,
@@ -1172,7 +1140,7 @@ class StompSession:
         if receipt is not None:
             self._after(done, receipt)
         else:
-            done.addErrback(_log_settle_failure)
+            done.addErrback(settle_failed)
 
     def _nack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.NACK, headers)
@@ -1191,12 +1159,10 @@ class StompSession:
         deliveries = [d for d in deliveries if d in subscription.unacked]
         for delivery_id in deliveries:
             try:
-                done = self._broker.nack(
-                    subscription.queue, subscription.consumer_id, delivery_id, requeue=requeue
-                )
+                done = subscription.consumer.nack(delivery_id, requeue=requeue)
             except QueueError:
                 continue
-            done.addErrback(_log_settle_failure)
+            done.addErrback(settle_failed)
         # Settled once back in the queue: a prefetch slot it frees takes it again first.
         self._settled(subscription, deliveries)
 
@@ -1342,8 +1308,3 @@ def _describe(failure: Failure) -> tuple[str, str]:
         return "refused", failure.getErrorMessage()
     log.failure("a STOMP request failed", failure)
     return "internal error", f"the node failed: {failure.getErrorMessage()}"
-
-
-def _log_settle_failure(failure: Failure) -> None:
-    if not failure.check(NotStored):  # the broker put the message back and logged why
-        log.failure("storing a STOMP acknowledgement failed", failure)
