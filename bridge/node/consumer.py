@@ -362,10 +362,10 @@ class AutoAcks:
 
     def close(self) -> None:
         """The connection is gone: acknowledge what was sent, and nothing more."""
+        call = self._call
         self.flush()
-        if self._call is not None and self._call.active():
-            self._call.cancel()
-        self._call = None
+        if call is not None and call.active():
+            call.cancel()
 
 
 def settle_failed(failure: Failure) -> None:
