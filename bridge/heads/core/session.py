@@ -52,6 +52,7 @@ from bridge.node.broker import (
 )
 from bridge.node.consumer import Consumer, IStreamListener, settle_failed
 from bridge.node.duplicates import duplicate_id
+from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place, SendOrder
 from bridge.node.queue import Queue, QueueError
 from bridge.node.session import ServerSession
@@ -191,7 +192,9 @@ class CoreSession:
         """The login under way; cancelled if the connection goes first."""
         self._consumers: dict[int, Consumer[int]] = {}
         """The node's consumers by the client's ids (their tags)."""
-        self._transactions: dict[int, Transaction] = {}
+        self._transactions: LocalTransactions[int, LocalTransaction] = LocalTransactions(
+            broker, LocalTransaction
+        )
         self._temporary: set[str] = set()
         self._handlers: dict[type, Callable[[p.Packet], None]] = {
             p.CreateQueue: self._create_queue,  # type: ignore[dict-item]
@@ -260,9 +263,7 @@ class CoreSession:
         work: list[Deferred[None]] = []
         work.extend(consumer.close() for consumer in self._consumers.values())
         self._consumers.clear()
-        for tx in self._transactions.values():
-            work.append(Deferred.fromCoroutine(self._broker.rollback(tx)))
-        self._transactions.clear()
+        work.extend(map(self._transactions.rollback, self._transactions.close()))
         for name in sorted(self._temporary):
             if name in self._broker.queues and not self._broker.queue(name).consumer_ids:
                 work.append(Deferred.fromCoroutine(self._broker.delete_queue(name)))
@@ -714,10 +715,10 @@ class CoreSession:
     def _transaction(self, tx_id: int | None) -> Transaction | None:
         if tx_id is None:
             return None
-        try:
-            return self._transactions[tx_id]
-        except KeyError:
-            raise Refused(p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}") from None
+        local = self._transactions.get(tx_id)
+        if local is None:
+            raise Refused(p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}")
+        return local.tx
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -904,39 +905,32 @@ class CoreSession:
     # -- transactions ---------------------------------------------------------------------
 
     def _tx_begin(self, packet: p.TxBegin) -> None:
-        if packet.tx_id in self._transactions:
-            self._emit(
-                p.Failed(
-                    packet.request_id,
-                    p.ErrorCode.ALREADY_EXISTS,
-                    f"transaction {packet.tx_id} is open",
-                )
-            )
+        if self._transactions.begin(packet.tx_id):
+            self._emit(p.Ok(packet.request_id))
             return
-        self._transactions[packet.tx_id] = self._broker.begin()
-        self._emit(p.Ok(packet.request_id))
+        self._emit(
+            p.Failed(
+                packet.request_id,
+                p.ErrorCode.ALREADY_EXISTS,
+                f"transaction {packet.tx_id} is open",
+            )
+        )
 
-    def _tx_end(self, request_id: int, tx_id: int) -> Transaction | None:
-        tx = self._transactions.pop(tx_id, None)
-        if tx is None:
+    def _tx_end(self, request_id: int, tx_id: int) -> LocalTransaction | None:
+        local = self._transactions.end(tx_id)
+        if local is None:
             self._emit(p.Failed(request_id, p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}"))
-        return tx
+        return local
 
     def _tx_commit(self, packet: p.TxCommit) -> None:
-        tx = self._tx_end(packet.request_id, packet.tx_id)
-        if tx is not None:
-            self._answer(
-                packet.request_id,
-                lambda: Deferred.fromCoroutine(self._broker.commit(tx)),
-            )
+        local = self._tx_end(packet.request_id, packet.tx_id)
+        if local is not None:
+            self._answer(packet.request_id, lambda: self._transactions.commit(local))
 
     def _tx_rollback(self, packet: p.TxRollback) -> None:
-        tx = self._tx_end(packet.request_id, packet.tx_id)
-        if tx is not None:
-            self._answer(
-                packet.request_id,
-                lambda: Deferred.fromCoroutine(self._broker.rollback(tx)),
-            )
+        local = self._tx_end(packet.request_id, packet.tx_id)
+        if local is not None:
+            self._answer(packet.request_id, lambda: self._transactions.rollback(local))
 
 
 def _compile(text: str | None) -> Callable[[Mapping[str, HeaderValue]], bool] | None:

@@ -55,9 +55,10 @@ from bridge.heads.stomp.frames import (
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.bodies import BodySink
-from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
+from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
+from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place, SendOrder
 from bridge.node.queue import QueueError
 from bridge.node.session import ServerSession
@@ -223,9 +224,7 @@ class _Outstanding(Place):
 
 
 @attrs.define(eq=False)
-class _Transaction:
-    tx: Transaction
-    nacks: list[tuple[_Subscription, list[int], bool]] = attrs.Factory(list)
+class _Transaction(LocalTransaction):
     receipts: list[str] = attrs.Factory(list)
     """The receipts its SENDs asked for, sent at COMMIT (or ABORT), in order."""
 
@@ -262,7 +261,9 @@ class StompSession:
         self._subscriptions: dict[str, _Subscription] = {}
         self._by_key: dict[int, _Subscription] = {}
         self._keys = 0
-        self._transactions: dict[str, _Transaction] = {}
+        self._transactions: LocalTransactions[str, _Transaction] = LocalTransactions(
+            broker, _Transaction
+        )
         self._order: SendOrder[_Outstanding] = SendOrder(self._released, self._due)
         self._unstored = 0
         self._store_paused = False
@@ -346,8 +347,7 @@ class StompSession:
         subscriptions = list(self._subscriptions.values())
         self._subscriptions.clear()
         self._by_key.clear()
-        transactions = list(self._transactions.values())
-        self._transactions.clear()
+        transactions = self._transactions.close()
         for held in self._order.close():  # never published: a large body's file goes
             assert held.message is not None
             self._broker.discard(held.message)
@@ -358,7 +358,7 @@ class StompSession:
         self, subscriptions: list[_Subscription], transactions: list[_Transaction]
     ) -> None:
         for transaction in transactions:
-            await self._quietly(Deferred.fromCoroutine(self._broker.rollback(transaction.tx)))
+            await self._quietly(self._transactions.rollback(transaction))
         for subscription in subscriptions:
             await self._quietly(Deferred.fromCoroutine(self._remove(subscription, False)))
 
@@ -1147,7 +1147,7 @@ class StompSession:
         tx = self._transaction(headers.get("transaction"))
         requeue = _requeue(headers.get("requeue", "true"))
         if tx is not None:
-            tx.nacks.append((subscription, deliveries, requeue))
+            tx.at_commit.append(partial(self._give_up, subscription, deliveries, requeue))
         else:
             self._give_up(subscription, deliveries, requeue)
         self._after(None, headers.get("receipt"))
@@ -1184,30 +1184,27 @@ class StompSession:
 
     def _begin(self, frame: Frame, headers: dict[str, str]) -> None:
         name = self._transaction_name(Command.BEGIN, headers)
-        if name in self._transactions:
+        if not self._transactions.begin(name):
             raise StompError("transaction in use", f"transaction {name!r} is already open")
-        self._transactions[name] = _Transaction(self._broker.begin())
         self._after(None, headers.get("receipt"))
 
     def _end(self, command: Command, headers: dict[str, str]) -> _Transaction:
         name = self._transaction_name(command, headers)
         tx = self._transaction(name)
         assert tx is not None
-        del self._transactions[name]
+        self._transactions.end(name)
         return tx
 
     def _commit(self, frame: Frame, headers: dict[str, str]) -> None:
         tx = self._end(Command.COMMIT, headers)
-        for subscription, deliveries, requeue in tx.nacks:
-            self._give_up(subscription, deliveries, requeue)
-        committing = Deferred.fromCoroutine(self._broker.commit(tx.tx))
+        committing = self._transactions.commit(tx)
         self._after_each(committing, [*tx.receipts, headers.get("receipt")])
 
     def _abort(self, frame: Frame, headers: dict[str, str]) -> None:
         """Roll back; the receipts of its SENDs go too (each frame was handled, as the
         client asked: the ABORT undid them), then the ABORT's."""
         tx = self._end(Command.ABORT, headers)
-        rolling_back = Deferred.fromCoroutine(self._broker.rollback(tx.tx))
+        rolling_back = self._transactions.rollback(tx)
         self._after_each(rolling_back, [*tx.receipts, headers.get("receipt")])
 
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
