@@ -55,12 +55,12 @@ from bridge.node.duplicates import duplicate_id
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place, SendOrder
 from bridge.node.queue import Queue, QueueError
-from bridge.node.session import ServerSession
+from bridge.node.session import ServerSession, cancel_login, refusal
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
 from security import SecurityStore
-from security.errors import AuthenticationFailed, PermissionDenied
+from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import Subject
 
@@ -246,8 +246,7 @@ class CoreSession:
         open transactions roll back, its non-durable queues go. Fires when stored."""
         self.state = State.CLOSED
         login, self._login = self._login, None
-        if login is not None and not login.called:
-            login.cancel()  # a login still waiting for a hash never takes its turn
+        cancel_login(login)
         self._run = []
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
@@ -318,12 +317,7 @@ class CoreSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        reason = "authentication failed"
-        if failure.check(AuthenticationFailed):
-            reason = str(failure.value)  # the same whatever the cause, unless the node is busy
-        else:
-            log.failure("authentication failed unexpectedly", failure)
-        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
+        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, refusal(failure)))
         self._abort("")
 
     # -- permissions ----------------------------------------------------------------------

@@ -61,11 +61,11 @@ from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place, SendOrder
 from bridge.node.queue import QueueError
-from bridge.node.session import ServerSession
+from bridge.node.session import ServerSession, cancel_login, refusal
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
 from security import SecurityStore
-from security.errors import AuthenticationFailed, PermissionDenied
+from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import SecurityAuth, Subject
 
@@ -336,8 +336,7 @@ class StompSession:
         non-durable topic subscriptions go. Fires once that is stored."""
         self.state = State.CLOSED
         login, self._login = self._login, None
-        if login is not None and not login.called:
-            login.cancel()  # a login still waiting for a hash never takes its turn
+        cancel_login(login)
         if self._large is not None:
             self._large.sink.discard()
             self._large = None
@@ -599,12 +598,7 @@ class StompSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        detail = "authentication failed"
-        if failure.check(AuthenticationFailed):
-            detail = str(failure.value)  # the same whatever the cause, unless the node is busy
-        else:
-            log.failure("a STOMP login failed unexpectedly", failure)
-        self._fail("authentication failed", detail)
+        self._fail("authentication failed", refusal(failure))
 
     # -- permissions and destinations -----------------------------------------------------
 
