@@ -201,7 +201,11 @@ class Consumer(Generic[T]):
                 self._update_ready()
         elif self._auto_acks is not None:
             self._auto_acks.delivered(self, delivery_id)
-        self._send(delivery_id, delivery.delivery_count, delivery.message)
+        message = delivery.message
+        if message.large is None or self._streamer is None:  # (the hot path: one call less)
+            self._listener.deliver(self, delivery_id, delivery.delivery_count, message)
+        else:
+            self._send(delivery_id, delivery.delivery_count, message)
 
     def _send(self, delivery_id: int, count: int, message: Message) -> None:
         large = message.large
