@@ -51,6 +51,7 @@ from bridge.node.broker import (
     Transaction,
 )
 from bridge.node.consumer import Consumer, IStreamListener, settle_failed
+from bridge.node.credits import ProducerCredits
 from bridge.node.duplicates import duplicate_id
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place, SendOrder
@@ -171,10 +172,8 @@ class CoreSession:
         self._producer_window = producer_window_size
         self._writable = True
         self._is_writable = is_writable or (lambda: self._writable)
-        self._grants: dict[str, int] = {}
-        self._withheld: dict[str, int] = {}
-        """Producer credits held back from addresses full under BLOCK, until they have
-        room."""
+        self._credits: ProducerCredits | None = None
+        """Producer credit given back, once logged in."""
         self._node: ServerSession | None = None
         """The node's side of this connection, once logged in."""
         self.state = State.AWAITING_CONNECT
@@ -258,7 +257,7 @@ class CoreSession:
             self._large = None
         if self._node is not None:
             self._node.close()
-        self._withheld.clear()
+        self._credits = None  # (it refers back to the session)
         work: list[Deferred[None]] = []
         work.extend(consumer.close() for consumer in self._consumers.values())
         self._consumers.clear()
@@ -303,6 +302,7 @@ class CoreSession:
             return
         self.subject = subject
         self._node = ServerSession(self._broker, self._security, subject, self._clock)
+        self._credits = ProducerCredits(self._node, self._give)
         self.state = State.OPEN
         self._emit(
             p.Connected(
@@ -594,36 +594,21 @@ class CoreSession:
         if self._confirmable > self._confirmed:
             self._confirmed = self._confirmable
             self._emit(p.SendConfirmed(self._confirmed))
-        if self._grants:
-            grants, self._grants = self._grants, {}
-            for address, credits in grants.items():
-                self._give(address, credits)
+        credits = self._credits
+        if credits is not None and credits.gathered:
+            credits.flush()
 
     # -- producer credits -----------------------------------------------------------------
 
     def _grant(self, address: str, credits: int) -> None:
         """Give ``credits`` back to ``address``'s producer at the end of this turn."""
-        self._grants[address] = self._grants.get(address, 0) + credits
+        assert self._credits is not None
+        self._credits.grant(address, credits)
         self._end_of_turn()
 
     def _give(self, address: str, credits: int) -> None:
-        """Grant now, unless the address is full under BLOCK: then once it has room."""
-        node = self._node
-        assert node is not None
-        if node.waiting_for_room(address):
-            self._withheld[address] += credits
-            return
-        if not node.full_under_block(address):
+        if self.state is _OPEN:
             self._emit(p.ProducerCredits(address, credits))
-            return
-
-        def room() -> None:
-            total = self._withheld.pop(address)
-            if self.state is State.OPEN:
-                self._emit(p.ProducerCredits(address, total))
-
-        self._withheld[address] = credits
-        node.wait_for_room(address, room)
 
     # -- large sends ----------------------------------------------------------------------
 
