@@ -16,16 +16,39 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, AddressSettings, Routing
 from bridge.node.broker import Broker
 from bridge.node.memory import AddressMemory
 from security import SecurityStore
+from security.errors import AuthenticationFailed
 from security.permissions import Permission
 from security.subject import Subject
 
+log = Logger()
+
 _BLOCK = AddressFullPolicy.BLOCK
+
+
+def refusal(failure: Failure) -> str:
+    """What a client is told of a failed login: the ``AuthenticationFailed``'s words (the
+    same whatever the cause, unless the node is busy); anything else is logged, and told
+    as no more than that the login failed."""
+    if failure.check(AuthenticationFailed):
+        return str(failure.value)
+    log.failure("a login failed unexpectedly", failure)
+    return "authentication failed"
+
+
+def cancel_login(login: Deferred[Subject] | None) -> None:
+    """The connection went during its login: one still waiting for a hash never takes
+    its turn."""
+    if login is not None and not login.called:
+        login.cancel()
 
 
 @attrs.frozen

@@ -25,8 +25,7 @@ listener or the credit grant; the consumer takes nothing else meanwhile.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum, auto
 from functools import partial
 from typing import Any
@@ -36,10 +35,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from bridge.config.node import Routing as ConfigRouting
-from bridge.message import HeaderValue, LargeBody, Message
-from bridge.node.bodies import CHUNK_SIZE, BodySink, BodySource
+from bridge.message import HeaderValue, Message
+from bridge.node.bodies import CHUNK_SIZE, BodySink
 from bridge.node.broker import (
     AddressFull,
     AddressNotFound,
@@ -50,14 +50,18 @@ from bridge.node.broker import (
     Routed,
     Transaction,
 )
+from bridge.node.consumer import Consumer, IStreamListener, settle_failed
+from bridge.node.credits import ProducerCredits
 from bridge.node.duplicates import duplicate_id
-from bridge.node.queue import Delivery, Entry, Queue, QueueError
-from bridge.node.session import ServerSession
+from bridge.node.local import LocalTransaction, LocalTransactions
+from bridge.node.order import Place, SendOrder
+from bridge.node.queue import Queue, QueueError
+from bridge.node.session import ServerSession, cancel_login, refusal
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
 from security import SecurityStore
-from security.errors import AuthenticationFailed, PermissionDenied
+from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import Subject
 
@@ -105,30 +109,6 @@ _SEND = Permission.SEND
 
 
 @attrs.define(eq=False)
-class _Consumer:
-    """A consumer of this connection: the client's id, the node's, and its queue."""
-
-    client_id: int
-    node_id: int
-    queue: str
-    browse: Iterator[Entry] | None = None
-    """The snapshot a browse-only consumer still has to deliver."""
-    credits: int | None = None
-    """A browse-only consumer's credit (a consuming one's lives in its queue)."""
-    next_delivery_id: int = 1
-    stream: _Stream | None = None
-    """The large delivery whose chunks are going out."""
-
-
-@attrs.define(eq=False)
-class _Stream:
-    """A large delivery between its DELIVER_LARGE_BEGIN and its last chunk."""
-
-    delivery_id: int
-    source: BodySource
-
-
-@attrs.define(eq=False)
 class _LargeSend:
     """A large send between its SEND_LARGE_BEGIN and its last chunk: its body goes to
     ``body`` (None once refused: the chunks are counted, not kept)."""
@@ -143,18 +123,16 @@ class _LargeSend:
 
 
 @attrs.define(eq=False)
-class _Pending:
-    """A send in line for its confirmation: waiting for its store write, or ``held``
-    behind an earlier one that waits (routed when its turn comes, so that a connection's
-    sends reach their queues in the order sent, whatever their durability)."""
+class _Pending(Place):
+    """A send in line for its confirmation; a held one (``message``) is routed when its
+    turn comes, then its ``grant`` of producer credit goes back."""
 
     sequence: int
-    done: bool = False
-    held: Message | None = None
+    message: Message | None = None
     grant: int = 0
-    """Producer credit to give back once the held send is routed (0: given already)."""
 
 
+@implementer(IStreamListener)
 class CoreSession:
     """The node's side of one core-protocol connection."""
 
@@ -194,10 +172,8 @@ class CoreSession:
         self._producer_window = producer_window_size
         self._writable = True
         self._is_writable = is_writable or (lambda: self._writable)
-        self._grants: dict[str, int] = {}
-        self._withheld: dict[str, int] = {}
-        """Producer credits held back from addresses full under BLOCK, until they have
-        room."""
+        self._credits: ProducerCredits | None = None
+        """Producer credit given back, once logged in."""
         self._node: ServerSession | None = None
         """The node's side of this connection, once logged in."""
         self.state = State.AWAITING_CONNECT
@@ -206,16 +182,18 @@ class CoreSession:
         self.protocol_version = p.PROTOCOL_VERSION
         """The version the client speaks (one of ``SUPPORTED_VERSIONS``)."""
         self._last_sequence = 0
-        self._pending: deque[_Pending] = deque()
-        self._advancing = False
+        self._order: SendOrder[_Pending] = SendOrder(self._done, self._due)
         self._confirmable = 0
         self._confirmed = 0
         self._confirm_call: IDelayedCall | None = None
         self._large: _LargeSend | None = None
         self._login: Deferred[Subject] | None = None
         """The login under way; cancelled if the connection goes first."""
-        self._consumers: dict[int, _Consumer] = {}
-        self._transactions: dict[int, Transaction] = {}
+        self._consumers: dict[int, Consumer[int]] = {}
+        """The node's consumers by the client's ids (their tags)."""
+        self._transactions: LocalTransactions[int, LocalTransaction] = LocalTransactions(
+            broker, LocalTransaction
+        )
         self._temporary: set[str] = set()
         self._handlers: dict[type, Callable[[p.Packet], None]] = {
             p.CreateQueue: self._create_queue,  # type: ignore[dict-item]
@@ -255,12 +233,7 @@ class CoreSession:
         """The connection can take more (True) or should not be given more."""
         self._writable = writable
         for consumer in list(self._consumers.values()):
-            if writable and consumer.stream is not None:
-                self._pump(consumer)
-            if consumer.browse is None:
-                self._broker.queue(consumer.queue).set_ready(consumer.node_id, writable)
-            elif writable:
-                self._browse(consumer)
+            consumer.writability_changed(writable)
 
     @property
     def producers_blocked(self) -> int:
@@ -272,30 +245,23 @@ class CoreSession:
         open transactions roll back, its non-durable queues go. Fires when stored."""
         self.state = State.CLOSED
         login, self._login = self._login, None
-        if login is not None and not login.called:
-            login.cancel()  # a login still waiting for a hash never takes its turn
+        cancel_login(login)
         self._run = []
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
-        for pending in self._pending:  # held sends were never routed, nor confirmed
-            if pending.held is not None:
-                self._broker.discard(pending.held)
-        self._pending.clear()
+        for pending in self._order.close():  # held sends were never routed, nor confirmed
+            assert pending.message is not None
+            self._broker.discard(pending.message)
         if self._large is not None:
             self._drop_large(self._large)
             self._large = None
         if self._node is not None:
             self._node.close()
-        self._withheld.clear()
+        self._credits = None  # (it refers back to the session)
         work: list[Deferred[None]] = []
-        for consumer in self._consumers.values():
-            self._end_stream(consumer)
-            if consumer.browse is None:
-                work.append(self._broker.close_consumer(consumer.queue, consumer.node_id))
+        work.extend(consumer.close() for consumer in self._consumers.values())
         self._consumers.clear()
-        for tx in self._transactions.values():
-            work.append(Deferred.fromCoroutine(self._broker.rollback(tx)))
-        self._transactions.clear()
+        work.extend(map(self._transactions.rollback, self._transactions.close()))
         for name in sorted(self._temporary):
             if name in self._broker.queues and not self._broker.queue(name).consumer_ids:
                 work.append(Deferred.fromCoroutine(self._broker.delete_queue(name)))
@@ -336,6 +302,7 @@ class CoreSession:
             return
         self.subject = subject
         self._node = ServerSession(self._broker, self._security, subject, self._clock)
+        self._credits = ProducerCredits(self._node, self._give)
         self.state = State.OPEN
         self._emit(
             p.Connected(
@@ -350,12 +317,7 @@ class CoreSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        reason = "authentication failed"
-        if failure.check(AuthenticationFailed):
-            reason = str(failure.value)  # the same whatever the cause, unless the node is busy
-        else:
-            log.failure("authentication failed unexpectedly", failure)
-        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
+        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, refusal(failure)))
         self._abort("")
 
     # -- permissions ----------------------------------------------------------------------
@@ -540,22 +502,22 @@ class CoreSession:
             self._route_in(tx, sequence, message)
             return False
         pending = _Pending(sequence)
-        if self._pending and not message.durable:
+        if not message.durable and self._order.waiting:
             # Routed now, it would reach its queue before the earlier sends that wait for
             # their writes (a durable one is queued after its write, behind those).
-            pending.held, pending.grant = message, credit
-            self._pending.append(pending)
-            return True
+            pending.message, pending.grant = message, credit
+            return self._order.hold(pending)
         self._publish(pending, message)
         if pending.done:
-            self._done_at_once(sequence)
+            self._order.enter_done(pending)
         else:
-            self._pending.append(pending)
+            self._order.enter(pending)
         return False
 
     def _publish(self, pending: _Pending, message: Message) -> None:
-        """Route a send outside a transaction. ``pending.done`` once it may be confirmed:
-        at once (routed, or refused with SEND_FAILED), else when its write ends."""
+        """Route a send outside a transaction. ``pending`` is written once it may be
+        confirmed: at once (routed, or refused with SEND_FAILED), else when its write
+        ends."""
         try:
             routed = self._broker.publish_then(message, partial(self._written, pending))
         except AddressNotFound as missing:
@@ -572,6 +534,14 @@ class CoreSession:
             if routed is not None:
                 pending.done = True
 
+    def _due(self, pending: _Pending) -> None:
+        """A held send's turn came: route it, and give its producer credit back."""
+        message, pending.message = pending.message, None
+        assert message is not None
+        self._publish(pending, message)
+        if pending.grant:
+            self._grant(message.address, pending.grant)
+
     def _route_in(self, tx: Transaction, sequence: int, message: Message) -> None:
         """A send in a transaction: it takes effect when the transaction commits."""
         try:
@@ -587,10 +557,10 @@ class CoreSession:
             self._refuse(sequence, p.ErrorCode.INVALID, str(refused))
             return
         if isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
-            self._done_at_once(sequence)
+            self._order.enter_done(_Pending(sequence))
             return
         pending = _Pending(sequence)
-        self._pending.append(pending)
+        self._order.enter(pending)
         routed.addCallbacks(
             lambda _: self._written(pending),
             lambda failure: self._written(pending, failure),
@@ -599,50 +569,18 @@ class CoreSession:
     def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
         """SEND_FAILED now; the confirmation range passes over it in its turn."""
         self._emit(p.SendFailed(sequence, code, message))
-        self._done_at_once(sequence)
-
-    def _done_at_once(self, sequence: int) -> None:
-        """A send that needs no store write is done: confirmed in order with the others."""
-        if self._pending:
-            self._pending.append(_Pending(sequence, done=True))
-        else:
-            self._done(sequence)
+        self._order.enter_done(_Pending(sequence))
 
     def _written(self, pending: _Pending, failure: Failure | None = None) -> None:
         if self.state is _CLOSED:
             return
         if failure is not None:
             self._emit(_send_failed(pending.sequence, failure))
-        pending.done = True
-        if not self._advancing:
-            self._advance()
+        self._order.written(pending)
 
-    def _advance(self) -> None:
-        """Confirm the sends done at the head of the line, routing each held one as its
-        turn comes (one whose write must wait stops the line again)."""
-        line, last = self._pending, None
-        self._advancing = True
-        try:
-            while line:
-                first = line[0]
-                held = first.held
-                if held is not None:
-                    first.held = None
-                    self._publish(first, held)
-                    if first.grant:
-                        self._grant(held.address, first.grant)
-                if not first.done:
-                    break
-                line.popleft()
-                last = first.sequence
-        finally:
-            self._advancing = False
-        if last is not None:
-            self._done(last)
-
-    def _done(self, sequence: int) -> None:
-        """Every send up to ``sequence`` is done: confirm them at the end of this turn."""
-        self._confirmable = sequence
+    def _done(self, pending: _Pending) -> None:
+        """Every send up to ``pending`` is done: confirm them at the end of this turn."""
+        self._confirmable = pending.sequence
         self._end_of_turn()
 
     def _end_of_turn(self) -> None:
@@ -656,36 +594,21 @@ class CoreSession:
         if self._confirmable > self._confirmed:
             self._confirmed = self._confirmable
             self._emit(p.SendConfirmed(self._confirmed))
-        if self._grants:
-            grants, self._grants = self._grants, {}
-            for address, credits in grants.items():
-                self._give(address, credits)
+        credits = self._credits
+        if credits is not None and credits.gathered:
+            credits.flush()
 
     # -- producer credits -----------------------------------------------------------------
 
     def _grant(self, address: str, credits: int) -> None:
         """Give ``credits`` back to ``address``'s producer at the end of this turn."""
-        self._grants[address] = self._grants.get(address, 0) + credits
+        assert self._credits is not None
+        self._credits.grant(address, credits)
         self._end_of_turn()
 
     def _give(self, address: str, credits: int) -> None:
-        """Grant now, unless the address is full under BLOCK: then once it has room."""
-        node = self._node
-        assert node is not None
-        if node.waiting_for_room(address):
-            self._withheld[address] += credits
-            return
-        if not node.full_under_block(address):
+        if self.state is _OPEN:
             self._emit(p.ProducerCredits(address, credits))
-            return
-
-        def room() -> None:
-            total = self._withheld.pop(address)
-            if self.state is State.OPEN:
-                self._emit(p.ProducerCredits(address, total))
-
-        self._withheld[address] = credits
-        node.wait_for_room(address, room)
 
     # -- large sends ----------------------------------------------------------------------
 
@@ -771,10 +694,10 @@ class CoreSession:
     def _transaction(self, tx_id: int | None) -> Transaction | None:
         if tx_id is None:
             return None
-        try:
-            return self._transactions[tx_id]
-        except KeyError:
-            raise Refused(p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}") from None
+        local = self._transactions.get(tx_id)
+        if local is None:
+            raise Refused(p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}")
+        return local.tx
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -794,25 +717,23 @@ class CoreSession:
         permission = Permission.BROWSE if packet.browse_only else Permission.CONSUME
         self._check(queue.address, permission, name)
         matches = _compile(packet.filter)
-        consumer = _Consumer(packet.consumer_id, self._broker.next_consumer_id(), name)
+        consumer = Consumer(
+            self._broker,
+            name,
+            self,
+            packet.consumer_id,
+            writable=self._writable,
+            is_writable=self._is_writable,
+            window=packet.window_size,
+            streamer=self,
+        )
         self._consumers[packet.consumer_id] = consumer
         self._emit(p.Ok(packet.request_id))
-        window = packet.window_size
         if packet.browse_only:
             entries = queue.browse()
-            consumer.browse = (e for e in entries if matches is None or matches(e.message.headers))
-            consumer.credits = None if window == p.UNLIMITED else window
-            self._browse(consumer)
-            return
-        self._broker.consume(
-            name,
-            consumer.node_id,
-            lambda delivery: self._deliver(consumer, delivery),
-            credits=window,
-            filter=packet.filter,
-        )
-        if not self._writable:
-            queue.set_ready(consumer.node_id, False)
+            consumer.browse(e for e in entries if matches is None or matches(e.message.headers))
+        else:
+            consumer.start(packet.filter)
 
     def _auto_create_queue(self, name: str) -> None:
         """Consuming from a missing queue of an anycast address creates both, as sending
@@ -826,18 +747,12 @@ class CoreSession:
         self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
         self._broker.auto_create(name)
 
-    def _deliver(self, consumer: _Consumer, delivery: Delivery) -> None:
-        self._emit_delivery(
-            consumer, delivery.delivery_id, delivery.delivery_count, delivery.message
-        )
+    # -- deliveries (what the consumers tell) ---------------------------------------------
 
-    def _emit_delivery(
-        self, consumer: _Consumer, delivery_id: int, count: int, message: Message
+    def deliver(
+        self, consumer: Consumer[int], delivery_id: int, count: int, message: Message
     ) -> None:
-        consumer_id = consumer.client_id
-        if message.large is not None:
-            self._start_stream(consumer, delivery_id, count, message, message.large)
-            return
+        consumer_id = consumer.tag
         if len(message.body) < MIN_LARGE_MESSAGE_SIZE:
             self._deliver_in_run(consumer_id, delivery_id, count, message)
             return
@@ -848,6 +763,17 @@ class CoreSession:
             end = start + LARGE_CHUNK_SIZE
             chunk = bytes(body[start:end])
             self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
+
+    def begin_large(
+        self, consumer: Consumer[int], delivery_id: int, count: int, header: Message, size: int
+    ) -> None:
+        self._emit(p.DeliverLargeBegin(consumer.tag, delivery_id, count, header, size))
+
+    def chunk(self, consumer: Consumer[int], delivery_id: int, data: bytes, last: bool) -> None:
+        self._emit(p.DeliverLargeChunk(consumer.tag, delivery_id, data, last))
+
+    def stream_failed(self, consumer: Consumer[int], delivery_id: int) -> None:
+        self._abort(f"the body file of large delivery {delivery_id} is short")
 
     def _deliver_in_run(
         self, consumer_id: int, delivery_id: int, count: int, message: Message
@@ -893,97 +819,17 @@ class CoreSession:
             self._flush_run()
         self._emit_packet(packet)
 
-    # -- large deliveries -----------------------------------------------------------------
-
-    def _start_stream(
-        self, consumer: _Consumer, delivery_id: int, count: int, message: Message, body: LargeBody
-    ) -> None:
-        consumer.stream = _Stream(delivery_id, BodySource(self._broker, body))
-        header = attrs.evolve(message, large=None)
-        self._emit(p.DeliverLargeBegin(consumer.client_id, delivery_id, count, header, body.size))
-        if consumer.browse is None:
-            self._broker.queue(consumer.queue).hold(consumer.node_id, True)
-        self._pump(consumer)
-
-    def _pump(self, consumer: _Consumer) -> None:
-        """Send a large delivery's next chunks while the connection is writable and the
-        consumer has credit; when the last is out, the consumer takes messages again."""
-        stream = consumer.stream
-        assert stream is not None
-        queue = None if consumer.browse is not None else self._broker.queue(consumer.queue)
-        while self._is_writable() and self._has_credit(consumer, queue):
-            source = stream.source
-            try:
-                data = source.read()
-            except OSError:
-                self._end_stream(consumer)
-                self._abort(f"the body file of large delivery {stream.delivery_id} is short")
-                return
-            last = source.remaining == 0
-            self._emit(p.DeliverLargeChunk(consumer.client_id, stream.delivery_id, data, last))
-            if queue is not None:
-                queue.spend(consumer.node_id, len(data))
-            elif consumer.credits is not None:
-                consumer.credits -= len(data)
-            if last:
-                self._end_stream(consumer)
-                if queue is not None:
-                    queue.hold(consumer.node_id, False)
-                else:
-                    self._browse(consumer)
-                return
-
-    @staticmethod
-    def _has_credit(consumer: _Consumer, queue: Queue | None) -> bool:
-        if queue is not None:
-            return queue.has_credit(consumer.node_id)
-        return consumer.credits is None or consumer.credits > 0
-
-    @staticmethod
-    def _end_stream(consumer: _Consumer) -> None:
-        if consumer.stream is not None:
-            consumer.stream.source.close()
-            consumer.stream = None
-
-    def _browse(self, consumer: _Consumer) -> None:
-        """Deliver a browse-only consumer's snapshot while it has credit and the connection
-        is writable; it goes on when either returns."""
-        assert consumer.browse is not None
-        while (
-            consumer.stream is None
-            and self._writable
-            and (consumer.credits is None or consumer.credits > 0)
-        ):
-            entry = next(consumer.browse, None)
-            if entry is None:
-                return
-            delivery_id = consumer.next_delivery_id
-            consumer.next_delivery_id += 1
-            if consumer.credits is not None:
-                consumer.credits -= entry.message.size
-            self._emit_delivery(consumer, delivery_id, entry.delivery_count, entry.message)
-
-    def _consumer(self, consumer_id: int, what: str) -> _Consumer:
+    def _consumer(self, consumer_id: int, what: str) -> Consumer[int]:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
             raise SessionError(f"{what} for consumer {consumer_id}, which is not open")
         return consumer
 
     def _consumer_credits(self, packet: p.ConsumerCredits) -> None:
-        consumer = self._consumer(packet.consumer_id, "CONSUMER_CREDITS")
-        if consumer.browse is None:
-            self._broker.queue(consumer.queue).add_credits(consumer.node_id, packet.credits)
-        elif consumer.credits is not None:
-            consumer.credits += packet.credits
-        if consumer.stream is not None:
-            self._pump(consumer)
-        if consumer.browse is not None:
-            self._browse(consumer)
+        self._consumer(packet.consumer_id, "CONSUMER_CREDITS").add_credits(packet.credits)
 
     def _close_consumer(self, packet: p.CloseConsumer) -> None:
         consumer = self._consumers.pop(packet.consumer_id, None)
-        if consumer is not None:
-            self._end_stream(consumer)
         if consumer is None:
             self._emit(
                 p.Failed(
@@ -993,17 +839,11 @@ class CoreSession:
                 )
             )
             return
-        if consumer.browse is not None:
-            self._emit(p.Ok(packet.request_id))
-            return
-        self._answer(
-            packet.request_id,
-            lambda: self._broker.close_consumer(consumer.queue, consumer.node_id),
-        )
+        self._answer(packet.request_id, consumer.close)
 
-    def _settle(self, consumer_id: int, what: str) -> _Consumer:
+    def _settle(self, consumer_id: int, what: str) -> Consumer[int]:
         consumer = self._consumer(consumer_id, what)
-        if consumer.browse is not None:
+        if consumer.browsing:
             raise SessionError(f"{what} for browse-only consumer {consumer_id}")
         return consumer
 
@@ -1019,13 +859,7 @@ class CoreSession:
             self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
             return
         try:
-            done = self._broker.acknowledge(
-                consumer.queue,
-                consumer.node_id,
-                packet.delivery_id,
-                cumulative=packet.cumulative,
-                tx=tx,
-            )
+            done = consumer.acknowledge(packet.delivery_id, cumulative=packet.cumulative, tx=tx)
         except QueueError:
             raise SessionError(
                 f"ACK of delivery {packet.delivery_id} of consumer {packet.consumer_id}, "
@@ -1034,62 +868,48 @@ class CoreSession:
         if packet.request_id is not None:
             self._answer(packet.request_id, lambda: done)
         else:
-            done.addErrback(self._settle_failed)
+            done.addErrback(settle_failed)
 
     def _nack(self, packet: p.Nack) -> None:
         consumer = self._settle(packet.consumer_id, "NACK")
         try:
-            done = self._broker.nack(
-                consumer.queue, consumer.node_id, packet.delivery_id, requeue=packet.requeue
-            )
+            done = consumer.nack(packet.delivery_id, requeue=packet.requeue)
         except QueueError:
             raise SessionError(
                 f"NACK of delivery {packet.delivery_id} of consumer {packet.consumer_id}, "
                 "which is not unsettled"
             ) from None
-        done.addErrback(self._settle_failed)
-
-    @staticmethod
-    def _settle_failed(failure: Failure) -> None:
-        if not failure.check(NotStored):  # the broker put the message back and logged why
-            log.failure("storing an acknowledgement failed", failure)
+        done.addErrback(settle_failed)
 
     # -- transactions ---------------------------------------------------------------------
 
     def _tx_begin(self, packet: p.TxBegin) -> None:
-        if packet.tx_id in self._transactions:
-            self._emit(
-                p.Failed(
-                    packet.request_id,
-                    p.ErrorCode.ALREADY_EXISTS,
-                    f"transaction {packet.tx_id} is open",
-                )
-            )
+        if self._transactions.begin(packet.tx_id):
+            self._emit(p.Ok(packet.request_id))
             return
-        self._transactions[packet.tx_id] = self._broker.begin()
-        self._emit(p.Ok(packet.request_id))
+        self._emit(
+            p.Failed(
+                packet.request_id,
+                p.ErrorCode.ALREADY_EXISTS,
+                f"transaction {packet.tx_id} is open",
+            )
+        )
 
-    def _tx_end(self, request_id: int, tx_id: int) -> Transaction | None:
-        tx = self._transactions.pop(tx_id, None)
-        if tx is None:
+    def _tx_end(self, request_id: int, tx_id: int) -> LocalTransaction | None:
+        local = self._transactions.end(tx_id)
+        if local is None:
             self._emit(p.Failed(request_id, p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}"))
-        return tx
+        return local
 
     def _tx_commit(self, packet: p.TxCommit) -> None:
-        tx = self._tx_end(packet.request_id, packet.tx_id)
-        if tx is not None:
-            self._answer(
-                packet.request_id,
-                lambda: Deferred.fromCoroutine(self._broker.commit(tx)),
-            )
+        local = self._tx_end(packet.request_id, packet.tx_id)
+        if local is not None:
+            self._answer(packet.request_id, lambda: self._transactions.commit(local))
 
     def _tx_rollback(self, packet: p.TxRollback) -> None:
-        tx = self._tx_end(packet.request_id, packet.tx_id)
-        if tx is not None:
-            self._answer(
-                packet.request_id,
-                lambda: Deferred.fromCoroutine(self._broker.rollback(tx)),
-            )
+        local = self._tx_end(packet.request_id, packet.tx_id)
+        if local is not None:
+            self._answer(packet.request_id, lambda: self._transactions.rollback(local))
 
 
 def _compile(text: str | None) -> Callable[[Mapping[str, HeaderValue]], bool] | None:

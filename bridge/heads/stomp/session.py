@@ -21,7 +21,6 @@ docs/stomp.md describes what a client sees; the choices in short:
 from __future__ import annotations
 
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping
 from enum import Enum, auto
 from functools import partial
@@ -29,9 +28,10 @@ from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from bridge.config.node import Routing
 from bridge.heads.stomp.destinations import (
@@ -55,14 +55,17 @@ from bridge.heads.stomp.frames import (
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.bodies import BodySink
-from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored, Transaction
+from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored
+from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
-from bridge.node.queue import Delivery, QueueError
-from bridge.node.session import ServerSession
+from bridge.node.local import LocalTransaction, LocalTransactions
+from bridge.node.order import Place, SendOrder
+from bridge.node.queue import QueueError
+from bridge.node.session import ServerSession, cancel_login, refusal
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
 from security import SecurityStore
-from security.errors import AuthenticationFailed, PermissionDenied
+from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import SecurityAuth, Subject
 
@@ -159,6 +162,9 @@ class StompSettings:
     delayed acknowledgement of the last one (``TCP_NODELAY``)."""
 
 
+_NOTHING: Mapping[int, int] = {}
+
+
 @attrs.define(eq=False)
 class _Subscription:
     """A SUBSCRIBE of this connection, a consumer on one queue."""
@@ -166,23 +172,29 @@ class _Subscription:
     id: str
     key: int
     """The connection's number for it, the first part of its ack ids."""
-    queue: str
-    consumer_id: int
     ack: AckMode
-    prefetch: int | None
     destination: str
     """The destination its MESSAGE frames carry."""
     address: str
     temporary: bool = False
     durable: bool = False
-    active: bool = False
-    ready: bool = True
-    unacked: dict[int, int] = attrs.Factory(dict)
-    """Delivery id -> message id, oldest first."""
     by_message: dict[int, int] = attrs.Factory(dict)
     """Message id -> delivery id (for the ACK of STOMP 1.0 and 1.1, by message-id)."""
-    auto_acked: int = 0
-    """The last delivery of an auto subscription, acknowledged at the end of the turn."""
+    consumer: Consumer[_Subscription] = attrs.field(init=False)
+    """The node's consumer, which counts what awaits acknowledgement."""
+
+    @property
+    def queue(self) -> str:
+        return self.consumer.queue
+
+    @queue.setter
+    def queue(self, name: str) -> None:
+        self.consumer.queue = name
+
+    @property
+    def unacked(self) -> Mapping[int, int]:
+        """Delivery id -> message id of what awaits acknowledgement, oldest first."""
+        return self.consumer.unacked or _NOTHING
 
 
 @attrs.define(eq=False)
@@ -197,21 +209,22 @@ class _LargeSend:
 
 
 @attrs.define(eq=False)
-class _Outstanding:
-    """A frame's effect waiting for the store; the receipt (if any) goes out in turn."""
+class _Outstanding(Place):
+    """A frame's effect in line (waiting for the store, or held); its receipt (if any)
+    goes out in turn."""
 
     receipt: str | None
     size: int = 0
-    done: bool = False
     close: bool = False
     then: Callable[[], None] | None = None
     """Run once the receipt has gone: a subscription starts delivering after it."""
+    message: Message | None = None
+    """A non-persistent SEND held behind the places before it (its receipt moves to a
+    place of its own when it is published)."""
 
 
 @attrs.define(eq=False)
-class _Transaction:
-    tx: Transaction
-    nacks: list[tuple[_Subscription, list[int], bool]] = attrs.Factory(list)
+class _Transaction(LocalTransaction):
     receipts: list[str] = attrs.Factory(list)
     """The receipts its SENDs asked for, sent at COMMIT (or ABORT), in order."""
 
@@ -219,6 +232,7 @@ class _Transaction:
 Authenticate = Callable[[SecurityAuth], "Deferred[Subject]"]
 
 
+@implementer(IConsumerListener)
 class StompSession:
     """The node's side of one STOMP connection."""
 
@@ -247,16 +261,13 @@ class StompSession:
         self._subscriptions: dict[str, _Subscription] = {}
         self._by_key: dict[int, _Subscription] = {}
         self._keys = 0
-        self._transactions: dict[str, _Transaction] = {}
-        self._outstanding: deque[_Outstanding] = deque()
+        self._transactions: LocalTransactions[str, _Transaction] = LocalTransactions(
+            broker, _Transaction
+        )
+        self._order: SendOrder[_Outstanding] = SendOrder(self._released, self._due)
         self._unstored = 0
         self._store_paused = False
-        self._writing = 0
-        """Persistent SENDs outside transactions whose store write has not ended."""
-        self._behind_writes: tuple[Message, str | None] | None = None
-        """A non-persistent SEND (and its receipt) held until ``_writing`` is 0."""
-        self._auto_ack_call: IDelayedCall | None = None
-        self._auto_acks: list[_Subscription] = []
+        self._auto_acks = AutoAcks(clock)
         self._node: ServerSession | None = None
         """The node's side of this connection, once logged in."""
         self._large: _LargeSend | None = None
@@ -312,7 +323,7 @@ class StompSession:
         """Deliveries stop while the connection is not writable and go on once it is."""
         self._writable = writable
         for subscription in list(self._subscriptions.values()):
-            self._update_ready(subscription)
+            subscription.consumer.writability_changed(writable)
 
     def close(self, reason: str) -> None:
         """The node ends the connection (shutting down): an ERROR saying why, then close."""
@@ -325,22 +336,20 @@ class StompSession:
         non-durable topic subscriptions go. Fires once that is stored."""
         self.state = State.CLOSED
         login, self._login = self._login, None
-        if login is not None and not login.called:
-            login.cancel()  # a login still waiting for a hash never takes its turn
+        cancel_login(login)
         if self._large is not None:
             self._large.sink.discard()
             self._large = None
-        self._flush_auto_acks()
-        if self._auto_ack_call is not None and self._auto_ack_call.active():
-            self._auto_ack_call.cancel()
+        self._auto_acks.close()
         if self._node is not None:
             self._node.close()  # a SEND held for room is dropped with its connection
         subscriptions = list(self._subscriptions.values())
         self._subscriptions.clear()
         self._by_key.clear()
-        transactions = list(self._transactions.values())
-        self._transactions.clear()
-        self._outstanding.clear()
+        transactions = self._transactions.close()
+        for held in self._order.close():  # never published: a large body's file goes
+            assert held.message is not None
+            self._broker.discard(held.message)
         self._handlers.clear()  # (its bound methods refer back to the session)
         return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
 
@@ -348,7 +357,7 @@ class StompSession:
         self, subscriptions: list[_Subscription], transactions: list[_Transaction]
     ) -> None:
         for transaction in transactions:
-            await self._quietly(Deferred.fromCoroutine(self._broker.rollback(transaction.tx)))
+            await self._quietly(self._transactions.rollback(transaction))
         for subscription in subscriptions:
             await self._quietly(Deferred.fromCoroutine(self._remove(subscription, False)))
 
@@ -420,37 +429,32 @@ class StompSession:
     ) -> None:
         """Send the receipt (if any) once ``work`` is stored and every earlier frame's
         receipt has gone, then run ``then``; a failure to store is an ERROR."""
-        if work is None and not self._outstanding:
-            if receipt is not None:
-                self._emit(Frame(Command.RECEIPT, (("receipt-id", receipt),)))
-            if then is not None:
-                then()
+        entry = _Outstanding(receipt, size, then=then)
+        if work is None:
+            self._order.enter_done(entry)
             return
-        entry = _Outstanding(receipt, size, done=work is None, then=then)
         self._track(entry)
-        if work is not None:
-            work.addCallbacks(
-                lambda _: self._stored(entry),
-                lambda failure: self._store_failed(entry, failure),
-            )
+        work.addCallbacks(
+            lambda _: self._stored(entry),
+            lambda failure: self._store_failed(entry, failure),
+        )
 
     def _after_each(self, work: Deferred[Any], receipts: list[str | None]) -> None:
         """Send ``receipts`` in order once ``work`` is stored and every earlier frame's
         receipt has gone (a transaction's SENDs', then its COMMIT's or ABORT's)."""
         entries = [_Outstanding(receipt) for receipt in receipts]
         for entry in entries:
-            self._track(entry)
+            self._order.enter(entry)
 
         def stored(_: object) -> None:
             for entry in entries:
-                entry.done = True
-            self._stored(entries[-1])
+                self._order.written(entry)
 
         work.addCallbacks(stored, lambda failure: self._store_failed(entries[-1], failure))
 
     def _track(self, entry: _Outstanding) -> None:
         """``entry`` waits in line; its bytes count towards pausing this connection."""
-        self._outstanding.append(entry)
+        self._order.enter(entry)
         if entry.size:
             self._unstored += entry.size
             if self._unstored > self.settings.max_unstored and not self._store_paused:
@@ -459,54 +463,63 @@ class StompSession:
 
     def _send_settled(self, entry: _Outstanding, failure: Failure | None) -> None:
         """A persistent SEND's store write ended (``publish_then``'s callable)."""
-        self._writing -= 1
         if failure is None:
             self._stored(entry)
         else:
             self._store_failed(entry, failure)
-        if not self._writing and self._behind_writes is not None:
-            self._release_behind_writes()
 
-    def _hold_behind_writes(self, message: Message, receipt: str | None) -> None:
-        """Keep a non-persistent SEND until the persistent SENDs before it are queued, and
-        read nothing more meanwhile (so it is the only one held), as the core head holds
-        such a send and Artemis keeps a session's sends in order."""
-        self._behind_writes = (message, receipt)
+    def _hold_in_order(self, message: Message, receipt: str | None) -> bool:
+        """Keep a non-persistent SEND behind the frames before it that wait for the store
+        (False if none does), and read nothing more meanwhile (so it is the only one
+        held), as the core head holds such a send and Artemis keeps a session's sends in
+        order."""
+        if not self._order.hold(_Outstanding(receipt, message=message)):
+            return False
         self._transport.pause_reading(ORDER)
+        return True
 
-    def _release_behind_writes(self) -> None:
-        assert self._behind_writes is not None
-        message, receipt = self._behind_writes
-        self._behind_writes = None
-        if self.state is State.OPEN:  # else a write before it failed: the connection ends
-            self._publish_held(message, None, receipt, ORDER)
+    def _due(self, entry: _Outstanding) -> None:
+        """The held SEND's turn came: publish it, then read on."""
+        message, entry.message = entry.message, None
+        receipt, entry.receipt = entry.receipt, None  # its own place, once published
+        assert message is not None
+        if self.state is State.OPEN:
+            self._publish_held(message, None, receipt, ORDER, due=True)
+        else:
+            self._broker.discard(message)
+        self._order.written(entry)
 
     def _publish_held(
-        self, message: Message, tx: _Transaction | None, receipt: str | None, reason: str
+        self,
+        message: Message,
+        tx: _Transaction | None,
+        receipt: str | None,
+        reason: str,
+        due: bool = False,
     ) -> None:
         """Publish a SEND held while reading paused for ``reason``, then read on."""
         try:
-            self._publish(message, tx, receipt)
+            self._publish(message, tx, receipt, due)
         except StompError as error:
             self._fail(error.message, error.detail, receipt)
         self._transport.resume_reading(reason)
 
     def _stored(self, entry: _Outstanding) -> None:
-        entry.done = True
         if entry.size:
             self._unstored -= entry.size
             if self._store_paused and self._unstored <= self.settings.max_unstored // 2:
                 self._store_paused = False
                 self._transport.resume_reading(STORE)
-        outstanding = self._outstanding
-        while outstanding and outstanding[0].done:
-            first = outstanding.popleft()
-            if first.receipt is not None:
-                self._emit(Frame(Command.RECEIPT, (("receipt-id", first.receipt),)))
-            if first.then is not None:
-                first.then()
-            if first.close:
-                self._closing()
+        self._order.written(entry)
+
+    def _released(self, entry: _Outstanding) -> None:
+        """Every frame before ``entry`` has had its effect and its receipt: its turn."""
+        if entry.receipt is not None:
+            self._emit(Frame(Command.RECEIPT, (("receipt-id", entry.receipt),)))
+        if entry.then is not None:
+            entry.then()
+        if entry.close:
+            self._closing()
 
     def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
         if self.state is State.CLOSED:
@@ -585,12 +598,7 @@ class StompSession:
     def _refused(self, failure: Failure) -> None:
         if self.state is not State.AUTHENTICATING:
             return
-        detail = "authentication failed"
-        if failure.check(AuthenticationFailed):
-            detail = str(failure.value)  # the same whatever the cause, unless the node is busy
-        else:
-            log.failure("a STOMP login failed unexpectedly", failure)
-        self._fail("authentication failed", detail)
+        self._fail("authentication failed", refusal(failure))
 
     # -- permissions and destinations -----------------------------------------------------
 
@@ -753,13 +761,16 @@ class StompSession:
             self._broker.create_queue(name, name, durable=True, routing=Routing.ANYCAST)
         )
 
-    def _publish(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
+    def _publish(
+        self, message: Message, tx: _Transaction | None, receipt: str | None, due: bool = False
+    ) -> None:
+        """Publish a SEND, or hold it: for room on its address, or (unless it is ``due``,
+        its turn come) behind the frames before it."""
         assert self._node is not None
         if self._node.full_under_block(message.address):
             self._hold(message, tx, receipt)
             return
-        if tx is None and not message.durable and self._writing:
-            self._hold_behind_writes(message, receipt)
+        if tx is None and not (message.durable or due) and self._hold_in_order(message, receipt):
             return
         try:
             if tx is None and message.durable:
@@ -779,18 +790,12 @@ class StompSession:
 
     def _publish_persistent(self, message: Message, receipt: str | None) -> None:
         """The hot path of persistent sends: no Deferred, one entry in line (in it before
-        publishing, whenever the store tells of its write), counted in ``_writing`` until
-        the store tells (which it may do before ``publish_then`` returns)."""
+        publishing, whenever the store tells of its write, which it may do before
+        ``publish_then`` returns)."""
         entry = _Outstanding(receipt, len(message.body))
         self._track(entry)
-        self._writing += 1
-        try:
-            routed = self._broker.publish_then(message, partial(self._send_settled, entry))
-        except BaseException:
-            self._writing -= 1
-            raise
+        routed = self._broker.publish_then(message, partial(self._send_settled, entry))
         if routed is not None:  # routed at once: no write to wait for
-            self._writing -= 1
             self._stored(entry)
 
     def _hold(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
@@ -835,13 +840,21 @@ class StompSession:
         subscription = _Subscription(
             sub_id,
             self._keys,
-            queue="",
-            consumer_id=self._broker.next_consumer_id(),
             ack=ack,
-            prefetch=prefetch,
             destination=str(destination),
             address=destination.name,
             durable=durable,
+        )
+        auto = ack is _AUTO
+        subscription.consumer = Consumer(
+            self._broker,
+            "",
+            self,
+            subscription,
+            writable=self._writable,
+            prefetch=prefetch,
+            counts_unacked=not auto,
+            auto_acks=self._auto_acks if auto else None,
         )
         creating = self._subscription_queue(subscription, destination, headers, selector)
         self._subscriptions[sub_id] = subscription
@@ -954,51 +967,24 @@ class StompSession:
             self._subscriptions.get(subscription.id) is not subscription
         ):
             return  # unsubscribed, or the connection ends, while the receipt waited
-        subscription.active = True
-        self._broker.consume(
-            subscription.queue,
-            subscription.consumer_id,
-            lambda delivery: self._deliver(subscription, delivery),
-            filter=consumer_filter,
-        )
-        self._update_ready(subscription)
+        subscription.consumer.start(consumer_filter)
 
-    def _update_ready(self, subscription: _Subscription) -> None:
-        """A consumer takes messages while the connection is writable and its
-        unacknowledged messages are fewer than its prefetch."""
-        if not subscription.active:
-            return
-        ready = self._writable and (
-            subscription.prefetch is None or len(subscription.unacked) < subscription.prefetch
-        )
-        if ready is not subscription.ready:
-            subscription.ready = ready
-            self._broker.queue(subscription.queue).set_ready(subscription.consumer_id, ready)
-
-    def _deliver(self, subscription: _Subscription, delivery: Delivery) -> None:
-        message = delivery.message
-        count = delivery.delivery_count
+    def deliver(
+        self, consumer: Consumer[_Subscription], delivery_id: int, count: int, message: Message
+    ) -> None:
+        """A MESSAGE frame for what a subscription's consumer delivers."""
+        subscription = consumer.tag
         body = message.body
         headers = [
             ("subscription", subscription.id),
             ("message-id", str(message.id)),
             ("destination", subscription.destination),
         ]
-        if subscription.ack is _AUTO:
-            subscription.auto_acked = delivery.delivery_id
-            self._auto_acks.append(subscription)
-            if self._auto_ack_call is None:
-                self._auto_ack_call = self._clock.callLater(0, self._flush_auto_acks)
-        else:
-            subscription.unacked[delivery.delivery_id] = message.id
+        if subscription.ack is not _AUTO:
             if self.version is _V1_2:
-                headers.append(("ack", f"{subscription.key}-{delivery.delivery_id}"))
+                headers.append(("ack", f"{subscription.key}-{delivery_id}"))
             else:
-                subscription.by_message[message.id] = delivery.delivery_id
-            if subscription.prefetch is not None and (
-                len(subscription.unacked) >= subscription.prefetch
-            ):
-                self._update_ready(subscription)
+                subscription.by_message[message.id] = delivery_id
         large = message.large
         headers += (
             ("content-length", str(len(body) if large is None else large.size)),
@@ -1013,23 +999,6 @@ class StompSession:
             self._emit(Frame(_MESSAGE, tuple(headers), body))
         elif self.state is not State.CLOSED:
             self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
-
-    def _flush_auto_acks(self) -> None:
-        """Acknowledge, for each auto subscription, what it was sent this turn: one
-        cumulative acknowledgement each."""
-        self._auto_ack_call = None
-        acks, self._auto_acks = self._auto_acks, []
-        for subscription in dict.fromkeys(acks):
-            if not subscription.auto_acked:
-                continue
-            last, subscription.auto_acked = subscription.auto_acked, 0
-            try:
-                done = self._broker.acknowledge(
-                    subscription.queue, subscription.consumer_id, last, cumulative=True
-                )
-            except QueueError:
-                continue  # the consumer has gone, its messages returned
-            done.addErrback(_log_settle_failure)
 
     def _unsubscribe(self, frame: Frame, headers: dict[str, str]) -> None:
         sub_id = headers.get("id")
@@ -1050,7 +1019,6 @@ class StompSession:
             self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, subscription.queue)
         del self._subscriptions[sub_id]
         del self._by_key[subscription.key]
-        self._flush_auto_acks()
         removing = Deferred.fromCoroutine(self._remove(subscription, forget))
         self._then(removing, lambda _: self._after(None, receipt), receipt)
 
@@ -1058,8 +1026,7 @@ class StompSession:
         """Stop a subscription's consumer; delete its queue if it was temporary, or
         durable and ``forget``."""
         name = subscription.queue
-        if subscription.active and name in self._broker.queues:
-            await self._broker.close_consumer(name, subscription.consumer_id)
+        await subscription.consumer.close()
         delete = subscription.temporary or (forget and subscription.durable)
         if delete and name in self._broker.queues:
             queue = self._broker.queue(name)
@@ -1145,11 +1112,10 @@ class StompSession:
         NACKed message may already be out again under a new delivery id, recorded under
         the same message id, and that entry stays."""
         by_message = subscription.by_message
-        for delivery_id in delivery_ids:
-            message_id = subscription.unacked.pop(delivery_id)
+        message_ids = subscription.consumer.settled(delivery_ids)
+        for delivery_id, message_id in zip(delivery_ids, message_ids, strict=True):
             if by_message.get(message_id) == delivery_id:
                 del by_message[message_id]
-        self._update_ready(subscription)
 
     def _ack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.ACK, headers)
@@ -1157,9 +1123,7 @@ class StompSession:
         last = deliveries[-1]
         self._settled(subscription, deliveries)
         try:
-            done = self._broker.acknowledge(
-                subscription.queue,
-                subscription.consumer_id,
+            done = subscription.consumer.acknowledge(
                 last,
                 cumulative=subscription.ack is AckMode.CLIENT,
                 tx=tx.tx if tx is not None else None,
@@ -1170,14 +1134,14 @@ class StompSession:
         if receipt is not None:
             self._after(done, receipt)
         else:
-            done.addErrback(_log_settle_failure)
+            done.addErrback(settle_failed)
 
     def _nack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.NACK, headers)
         tx = self._transaction(headers.get("transaction"))
         requeue = _requeue(headers.get("requeue", "true"))
         if tx is not None:
-            tx.nacks.append((subscription, deliveries, requeue))
+            tx.at_commit.append(partial(self._give_up, subscription, deliveries, requeue))
         else:
             self._give_up(subscription, deliveries, requeue)
         self._after(None, headers.get("receipt"))
@@ -1189,12 +1153,10 @@ class StompSession:
         deliveries = [d for d in deliveries if d in subscription.unacked]
         for delivery_id in deliveries:
             try:
-                done = self._broker.nack(
-                    subscription.queue, subscription.consumer_id, delivery_id, requeue=requeue
-                )
+                done = subscription.consumer.nack(delivery_id, requeue=requeue)
             except QueueError:
                 continue
-            done.addErrback(_log_settle_failure)
+            done.addErrback(settle_failed)
         # Settled once back in the queue: a prefetch slot it frees takes it again first.
         self._settled(subscription, deliveries)
 
@@ -1216,40 +1178,33 @@ class StompSession:
 
     def _begin(self, frame: Frame, headers: dict[str, str]) -> None:
         name = self._transaction_name(Command.BEGIN, headers)
-        if name in self._transactions:
+        if not self._transactions.begin(name):
             raise StompError("transaction in use", f"transaction {name!r} is already open")
-        self._transactions[name] = _Transaction(self._broker.begin())
         self._after(None, headers.get("receipt"))
 
     def _end(self, command: Command, headers: dict[str, str]) -> _Transaction:
         name = self._transaction_name(command, headers)
         tx = self._transaction(name)
         assert tx is not None
-        del self._transactions[name]
+        self._transactions.end(name)
         return tx
 
     def _commit(self, frame: Frame, headers: dict[str, str]) -> None:
         tx = self._end(Command.COMMIT, headers)
-        for subscription, deliveries, requeue in tx.nacks:
-            self._give_up(subscription, deliveries, requeue)
-        committing = Deferred.fromCoroutine(self._broker.commit(tx.tx))
+        committing = self._transactions.commit(tx)
         self._after_each(committing, [*tx.receipts, headers.get("receipt")])
 
     def _abort(self, frame: Frame, headers: dict[str, str]) -> None:
         """Roll back; the receipts of its SENDs go too (each frame was handled, as the
         client asked: the ABORT undid them), then the ABORT's."""
         tx = self._end(Command.ABORT, headers)
-        rolling_back = Deferred.fromCoroutine(self._broker.rollback(tx.tx))
+        rolling_back = self._transactions.rollback(tx)
         self._after_each(rolling_back, [*tx.receipts, headers.get("receipt")])
 
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
         """Answer the receipt once every earlier frame's effect is stored, then close."""
         self.state = State.DISCONNECTING
-        self._after(None, headers.get("receipt"))
-        if self._outstanding:
-            self._outstanding[-1].close = True
-        else:
-            self._closing()
+        self._order.enter_done(_Outstanding(headers.get("receipt"), close=True))
 
 
 def _negotiate(accepted: str | None) -> Version | None:
@@ -1344,8 +1299,3 @@ def _describe(failure: Failure) -> tuple[str, str]:
         return "refused", failure.getErrorMessage()
     log.failure("a STOMP request failed", failure)
     return "internal error", f"the node failed: {failure.getErrorMessage()}"
-
-
-def _log_settle_failure(failure: Failure) -> None:
-    if not failure.check(NotStored):  # the broker put the message back and logged why
-        log.failure("storing a STOMP acknowledgement failed", failure)
