@@ -2,6 +2,11 @@
 its backups: each attempt goes where the last one succeeded, and after
 ``attempts_per_endpoint`` failures in a row there, to the next in the list (wrapping).
 
+An attempt succeeds when the layer above says so (``established``: its login was
+accepted), not when TCP connects: a connection lost before that (something else answers
+at the address, a node closing, a partition's leaked route) is a failure (``failed``), or
+a client would keep going back to an address that accepts and never serves.
+
 ClientService drives it as it drives one endpoint, so the reconnect policy (the waits, the
 attempts before giving up) counts attempts across the whole list. With shared-store high
 availability only the live node accepts connections, so trying a backup is harmless: it
@@ -40,17 +45,22 @@ class FailoverEndpoint:
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
         attempt = self._endpoints[self.current].connect(protocolFactory)
-        return attempt.addCallbacks(self._connected, self._failed)
+        return attempt.addErrback(self._not_connected)
 
-    def _connected(self, protocol: IProtocol) -> IProtocol:
+    def established(self) -> None:
+        """The last connection did what it was for (the node accepted the login): its
+        endpoint's failures start again from none."""
         self._failures = 0
-        return protocol
 
-    def _failed(self, failure: Failure) -> Failure:
+    def failed(self) -> None:
+        """An attempt failed: not connected, or lost before it was established."""
         self._failures += 1
         if self._failures >= self._per_endpoint:
             self._failures = 0
             self.current = (self.current + 1) % len(self._endpoints)
+
+    def _not_connected(self, failure: Failure) -> Failure:
+        self.failed()
         return failure
 
     def __repr__(self) -> str:

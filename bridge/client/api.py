@@ -364,6 +364,8 @@ class Client:
         self.urls = tuple(urls)
         """The node and its backups, tried in turn (``transport.failover``)."""
         self._connection: IFrameConnection | None = None
+        self._established = False
+        """Whether the node accepted the login on the current connection."""
         self._consumers: dict[int, Consumer] = {}
         self._writable_waiters: list[tuple[str | None, Deferred[None]]] = []
         self._closed_waiters: list[Deferred[ClientError]] = []
@@ -734,6 +736,7 @@ class Client:
             connection.close()
             return
         self._connection = connection
+        self._established = False
         connection.add_writability_listener(self._writability_changed)
         self._session.connection_made()
         self._flush()
@@ -755,6 +758,8 @@ class Client:
             consumer._connection_lost()
         if not self._closed:
             log.info("connection to {url} lost: {reason}", url=self.url, reason=reason)
+        if not self._established:
+            self._endpoint.failed()  # never logged in there: the next attempt may move on
         self._after()
 
     def _writability_changed(self, writable: bool) -> None:
@@ -840,6 +845,8 @@ class Client:
             log.failure("a send or request callback failed")
 
     def _ready(self, event: Ready) -> None:
+        self._established = True
+        self._endpoint.established()
         if event.reconnected:
             log.info(
                 "reconnected to {url} (node {node}); unconfirmed sends resent, consumers "

@@ -77,8 +77,16 @@ def hosts(count: int) -> Iterator[list[Host]]:
             _ip(*inner, "addr", "add", f"{host.address}/24", "dev", inside)
             _ip(*inner, "link", "set", inside, "up")
             _ip(*inner, "link", "set", "lo", "up")
+            # with the link down its route goes: keep the host's addresses from leaking to
+            # the default route (to whatever answers there), as a cut-off host is unreachable
+            _ip("route", "add", "unreachable", f"10.{second}.{index}.0/24", "metric", "4242")
         yield made
     finally:
         for host in made:
-            for undo in (["netns", "del", host.netns], ["link", "del", host.link]):
+            subnet = host.address.rsplit(".", 1)[0] + ".0/24"
+            for undo in (
+                ["netns", "del", host.netns],
+                ["link", "del", host.link],
+                ["route", "del", "unreachable", subnet, "metric", "4242"],
+            ):
                 subprocess.run(["ip", *undo], check=False, capture_output=True, timeout=30)

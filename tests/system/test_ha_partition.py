@@ -1,12 +1,20 @@
 """A real network partition: nodes a (live) and b (backup) run on hosts of their own
 (network namespaces), each reaching PostgreSQL through its link to the test's namespace.
+
+The first test is about the nodes.
 a's link is cut (``ip link set down``) while both nodes run, a producer's transaction
 possibly in the middle of a store write: a loses the database, stops serving at its
 deadline, and b takes the lease once it expired, ends a's sessions (left in the middle of
 a transaction, holding row locks, they would keep b's store from loading), and serves
 every message a confirmed. Never two live nodes at once, by the nodes' own logs (a's
 "stops serving" stamped before b's "LIVE"). Healed, a comes back as b's backup and never
-serves."""
+serves.
+
+The second is about the clients: traced core clients given both nodes' URLs produce and
+consume through a when its link is cut; they hear nothing for their TTL, find a
+unreachable and carry on with b (an address that accepts but never logs them in would
+not keep them either: the URL list moves on until a login is accepted). The audit of
+their event logs finds nothing confirmed lost and every repeat flagged."""
 
 from __future__ import annotations
 
@@ -21,18 +29,31 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.task import deferLater
+from twisted.internet.threads import deferToThread
 
-from bridge.client.api import Client, connect
+from bridge import events
+from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError
 from bridge.ctl.logs import TIME_FORMAT
 from tests.forward.conftest import eventually
 from tests.ha.proxy import Cuttable
 from tests.postgresql import SERVER, schema_url
+from tests.system.audit_run import audit, check_failover, require_spark
 from tests.system.ha import PING, REAP, SLACK, ha_node
 from tests.system.netns import Host, hosts, require_netns
+from transport.reconnect import ReconnectPolicy
+from transport.settings import ConnectionSettings
 
 PORT = 61616
 """Each host has ports of its own: both nodes listen on this one, at their own address."""
+COUNT = 2000
+CUT_AFTER = 600
+LEAD = 200
+QUICK = ReconnectPolicy(retry_interval=0.2, retry_interval_multiplier=1.0, max_retry_interval=0.2)
+TTL = 3.0
+"""The nodes' connection-ttl (they ping every third of it) and the clients': a client of
+the cut-off node hears nothing for this long and moves on."""
+CLIENT = ConnectionSettings(heartbeat_interval=TTL / 3, ttl=TTL)
 WARM = 300
 """Confirmed sends before the cut; the load goes on until it."""
 IN_FLIGHT = 100
@@ -70,9 +91,27 @@ class _Load:
         host.cut()
 
 
+async def _produce(
+    client: Client, settled: list[ClientError | None], received: list[tuple[int, bool]]
+) -> None:
+    for seq in range(COUNT):
+        while seq - len(received) > LEAD:
+            await deferLater(reactor, 0.005, lambda: None)
+        if not client.is_writable:
+            await client.when_writable()
+        client.send_nowait(
+            "orders",
+            b"%d" % seq,
+            {events.TRACE_PRODUCER: "producer", events.TRACE_SEQ: seq},
+            duplicate_id=b"seq-%d" % seq,
+            on_settled=settled.append,
+        )
+
+
 def _document(name: str, policy: str, url: str, host: Host) -> dict[str, object]:
     document = ha_node(name, url, policy)
     document["acceptor"][0]["url"] = f"tcp://{host.address}:{PORT}"
+    document["acceptor"][0]["connection-ttl"] = f"{round(TTL * 1000)}ms"
     document["management"] = {"url": f"http://{host.address}:0"}
     document["address"].append({"name": "acked", "routing": "anycast"})
     return document
@@ -162,3 +201,93 @@ async def test_a_partitioned_live_node_stops_serving_before_its_backup_is_live(p
                 stopping = port.stopListening()
                 if stopping is not None:
                     await stopping
+
+
+@pytest.mark.system
+@pytest.mark.timeout(400)
+@pytest_twisted.ensureDeferred
+async def test_clients_of_a_partitioned_live_node_carry_on_with_its_backup(
+    pg_schema, nodes, tmp_path
+):
+    require_netns()
+    require_spark()
+    server = urlsplit(SERVER).netloc.rpartition("@")[2]
+    forwarders: list[tuple[Cuttable, IListeningPort]] = []
+    with hosts(2) as (host_a, host_b):
+        urls = {}
+        for name, host in (("a", host_a), ("b", host_b)):
+            forwarder = Cuttable()  # to PostgreSQL, from the host's link
+            port = await TCP4ServerEndpoint(reactor, 0, interface=host.gateway).listen(forwarder)
+            forwarders.append((forwarder, port))
+            where = f"{host.gateway}:{port.getHost().port}"
+            urls[name] = schema_url(pg_schema).replace(server, where, 1)
+        a = nodes(
+            _document("a", "shared-store-primary", urls["a"], host_a),
+            name="a",
+            wrap=host_a.wrap,
+            host=host_a.address,
+        )
+        await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
+        await a.wait_started(SLACK)
+        b = nodes(
+            _document("b", "shared-store-backup", urls["b"], host_b),
+            name="b",
+            wrap=host_b.wrap,
+            host=host_b.address,
+        )
+        await b.wait_for(r"node b: live is a, epoch 1", SLACK)
+        both = [f"tcp://{host.address}:{PORT}" for host in (host_a, host_b)]
+
+        run_dir = tmp_path / "run"
+        writers = [
+            events.EventWriter(run_dir, "partition", who) for who in ("producer", "consumer")
+        ]
+        received: list[tuple[int, bool]] = []
+
+        def on_message(message: ReceivedMessage) -> None:
+            received.append((int(message.headers[events.TRACE_SEQ]), message.redelivered))
+            message.ack()
+
+        options = {"reconnect": QUICK, "settings": CLIENT}
+        reader = await connect(reactor, both, trace=writers[1], **options)
+        await reader.consumer("orders", on_message=on_message)
+        writer = await connect(reactor, both, trace=writers[0], **options)
+        settled: list[ClientError | None] = []
+        producing = Deferred.fromCoroutine(_produce(writer, settled, received))
+        try:
+            await eventually(lambda: len(settled) >= CUT_AFTER, timeout=120)
+            live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+            stopped = a.wait_for(r"node a: stops serving: (.*)", REAP + SLACK)
+            host_a.cut()
+            assert len(settled) < COUNT, "the producer finished before the cut: raise COUNT"
+            why = (await stopped).group(1)
+            assert why == "no renewal of the lease before the deadline", a.output
+            await live
+            await b.wait_started(SLACK)
+            await producing
+            await eventually(lambda: len(settled) == COUNT, timeout=120)
+            assert settled == [None] * COUNT, [error for error in settled if error][:3]
+            await eventually(lambda: len({seq for seq, _ in received}) == COUNT, timeout=120)
+            assert (reader.url, writer.url) == (reader.urls[1], writer.urls[1])
+
+            # never two live nodes: a had stopped serving before b was live
+            stopped_at = _stamp(a.output, r"node a: stops serving")
+            live_at = _stamp(b.output, r"node b: LIVE, epoch 2")
+            assert stopped_at < live_at, (stopped_at, live_at)
+
+            since = len(a.output)
+            host_a.heal()
+            await a.wait_for(r"node a: live is b, epoch 2", SLACK, since=since)
+            assert "node a: LIVE" not in a.output[since:]
+        finally:
+            await writer.close()
+            await reader.close()
+            for each in writers:
+                await deferToThread(each.close)
+            for forwarder, port in forwarders:  # no session left for the schema's drop
+                forwarder.cut()
+                stopping = port.stopListening()
+                if stopping is not None:
+                    await stopping
+
+    check_failover(await deferToThread(audit, run_dir), COUNT, received)

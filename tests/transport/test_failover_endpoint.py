@@ -32,11 +32,27 @@ class Scripted:
 
 
 def run(count: int, per_endpoint: int, outcomes: list[bool]) -> list[int]:
+    """Attempts as ``outcomes`` say; each that connects is established (logged in)."""
     tried: list[int] = []
     endpoint = FailoverEndpoint([Scripted(n, tried, outcomes) for n in range(count)], per_endpoint)
     for _ in range(len(outcomes)):
-        endpoint.connect(Factory.forProtocol(Protocol)).addErrback(lambda _: None)
+        attempt = endpoint.connect(Factory.forProtocol(Protocol))
+        attempt.addCallbacks(lambda _: endpoint.established(), lambda _: None)
     return tried
+
+
+def test_a_connection_lost_before_it_was_established_is_a_failure():
+    """Something that accepts at the address but never logs the client in (another
+    service, a node closing) does not keep the client there."""
+    tried: list[int] = []
+    outcomes = [True, True, True]
+    endpoint = FailoverEndpoint([Scripted(n, tried, outcomes) for n in range(2)])
+    endpoint.connect(Factory.forProtocol(Protocol))
+    endpoint.failed()  # connected, then lost before the login was accepted
+    endpoint.connect(Factory.forProtocol(Protocol))
+    endpoint.established()
+    endpoint.connect(Factory.forProtocol(Protocol))
+    assert tried == [0, 1, 1]
 
 
 def test_each_failure_moves_to_the_next_endpoint_and_a_success_stays():
