@@ -9,8 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 
+from bridge import events
 from bridge.ctl.main import main
 from tests.system.nodes import node_document
 
@@ -62,3 +65,26 @@ async def live_and_backup(
     shown = json.loads(capsys.readouterr().out)
     assert (shown["state"], shown["live"], shown["epoch"]) == ("BACKUP", "a", 1)
     return primary, backup
+
+
+async def produce_traced(
+    client: Any,
+    settled: list[Any],
+    received: list[tuple[int, bool]],
+    count: int,
+    lead: int,
+) -> None:
+    """``count`` durable sends to ``orders``, stamped for the audit and with duplicate ids,
+    at most ``lead`` ahead of the consumer's ``received``; each outcome into ``settled``."""
+    for seq in range(count):
+        while seq - len(received) > lead:
+            await deferLater(reactor, 0.005, lambda: None)
+        if not client.is_writable:
+            await client.when_writable()
+        client.send_nowait(
+            "orders",
+            b"%d" % seq,
+            {events.TRACE_PRODUCER: "producer", events.TRACE_SEQ: seq},
+            duplicate_id=b"seq-%d" % seq,
+            on_settled=settled.append,
+        )

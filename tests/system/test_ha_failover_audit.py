@@ -20,15 +20,14 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
-from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 
 from bridge import events
-from bridge.client.api import Client, ReceivedMessage, connect
+from bridge.client.api import ReceivedMessage, connect
 from bridge.client.errors import ClientError
 from tests.forward.conftest import eventually
 from tests.system.audit_run import audit, check_failover, require_spark
-from tests.system.ha import PING, REAP, SLACK, ha_node
+from tests.system.ha import PING, REAP, SLACK, ha_node, produce_traced
 from transport.reconnect import ReconnectPolicy
 
 COUNT = 2000
@@ -41,23 +40,6 @@ QUICK = ReconnectPolicy(retry_interval=0.1, retry_interval_multiplier=1.0, max_r
 TAKEOVER_SLACK = 5.0
 """Beyond reap + ping, for a loaded box: b's next try, its query and its log line. The
 figure itself is measured by benchmarks/failover.py; this is a bound."""
-
-
-async def _produce(
-    client: Client, settled: list[ClientError | None], received: list[tuple[int, bool]]
-) -> None:
-    for seq in range(COUNT):
-        while seq - len(received) > LEAD:
-            await deferLater(reactor, 0.005, lambda: None)
-        if not client.is_writable:
-            await client.when_writable()
-        client.send_nowait(
-            "orders",
-            b"%d" % seq,
-            {events.TRACE_PRODUCER: "producer", events.TRACE_SEQ: seq},
-            duplicate_id=b"seq-%d" % seq,
-            on_settled=settled.append,
-        )
 
 
 @pytest.mark.system
@@ -87,7 +69,7 @@ async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, shared_sto
     await reader.consumer("orders", on_message=on_message)
     writer = await connect(reactor, primary.core_url, reconnect=QUICK, trace=writers[0])
     settled: list[ClientError | None] = []
-    producing = Deferred.fromCoroutine(_produce(writer, settled, received))
+    producing = Deferred.fromCoroutine(produce_traced(writer, settled, received, COUNT, LEAD))
     try:
         await eventually(lambda: len(settled) >= KILL_AFTER, timeout=120)
         live = backup.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)

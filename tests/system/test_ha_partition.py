@@ -19,9 +19,13 @@ their event logs finds nothing confirmed lost and every repeat flagged."""
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
@@ -39,8 +43,9 @@ from tests.forward.conftest import eventually
 from tests.ha.proxy import Cuttable
 from tests.postgresql import SERVER, schema_url
 from tests.system.audit_run import audit, check_failover, require_spark
-from tests.system.ha import PING, REAP, SLACK, ha_node
+from tests.system.ha import PING, REAP, SLACK, ha_node, produce_traced
 from tests.system.netns import Host, hosts, require_netns
+from tests.system.nodes import NodeProcess
 from transport.reconnect import ReconnectPolicy
 from transport.settings import ConnectionSettings
 
@@ -91,23 +96,6 @@ class _Load:
         host.cut()
 
 
-async def _produce(
-    client: Client, settled: list[ClientError | None], received: list[tuple[int, bool]]
-) -> None:
-    for seq in range(COUNT):
-        while seq - len(received) > LEAD:
-            await deferLater(reactor, 0.005, lambda: None)
-        if not client.is_writable:
-            await client.when_writable()
-        client.send_nowait(
-            "orders",
-            b"%d" % seq,
-            {events.TRACE_PRODUCER: "producer", events.TRACE_SEQ: seq},
-            duplicate_id=b"seq-%d" % seq,
-            on_settled=settled.append,
-        )
-
-
 def _document(name: str, policy: str, url: str, host: Host) -> dict[str, object]:
     document = ha_node(name, url, policy)
     document["acceptor"][0]["url"] = f"tcp://{host.address}:{PORT}"
@@ -124,11 +112,18 @@ def _stamp(output: str, pattern: str) -> datetime:
     return datetime.strptime(found.group(1), TIME_FORMAT)
 
 
-@pytest.mark.system
-@pytest.mark.timeout(300)
-@pytest_twisted.ensureDeferred
-async def test_a_partitioned_live_node_stops_serving_before_its_backup_is_live(pg_schema, nodes):
-    require_netns()
+@attrs.frozen
+class _Pair:
+    a: NodeProcess
+    b: NodeProcess
+    host_a: Host
+
+
+@asynccontextmanager
+async def _partitioned_pair(pg_schema: str, nodes: Any) -> AsyncIterator[_Pair]:
+    """Node a live on a host of its own, node b its backup on another, each reaching
+    PostgreSQL through a forwarder on its link; the forwarders' sessions are cut at the
+    end, so that none is left for the schema's drop."""
     server = urlsplit(SERVER).netloc.rpartition("@")[2]
     forwarders: list[tuple[Cuttable, IListeningPort]] = []
     with hosts(2) as (host_a, host_b):
@@ -156,51 +151,68 @@ async def test_a_partitioned_live_node_stops_serving_before_its_backup_is_live(p
                 host=host_b.address,
             )
             await b.wait_for(r"node b: live is a, epoch 1", SLACK)
-
-            producer = await connect(reactor, a.core_url)
-            acker = await connect(reactor, a.core_url)
-            await acker.consumer("acked", on_message=lambda message: message.ack())
-            load = _Load(producer)
-            loading = Deferred.fromCoroutine(load.run(host_a))
-            await eventually(lambda: len(load.confirmed) >= WARM, timeout=SLACK)
-            live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
-            stopped = a.wait_for(r"node a: stops serving: (.*)", REAP + SLACK)
-            load.cut.callback(None)
-            await loading
-            why = (await stopped).group(1)
-            assert why == "no renewal of the lease before the deadline", a.output
-            await live
-            await b.wait_started(SLACK)
-
-            # never two live nodes: a had stopped serving before b was live
-            stopped_at = _stamp(a.output, r"node a: stops serving")
-            live_at = _stamp(b.output, r"node b: LIVE, epoch 2")
-            assert stopped_at < live_at, (stopped_at, live_at)
-
-            # b serves every message a confirmed
-            reader = await connect(reactor, b.core_url)
-            try:
-                consumer = await reader.consumer("orders")
-                got: set[bytes] = set()
-                while not set(load.confirmed) <= got:
-                    message = await consumer.receive().addTimeout(SLACK, reactor)
-                    got.add(message.body)
-                    message.ack()
-            finally:
-                await reader.close()
-
-            since = len(a.output)
-            host_a.heal()
-            await a.wait_for(r"node a: live is b, epoch 2", SLACK, since=since)
-            assert "node a: LIVE" not in a.output[since:]
-            for client in (producer, acker):  # the link is back to end them
-                await client.close().addTimeout(SLACK, reactor)
+            yield _Pair(a, b, host_a)
         finally:
-            for forwarder, port in forwarders:  # no session left for the schema's drop
+            for forwarder, port in forwarders:
                 forwarder.cut()
                 stopping = port.stopListening()
                 if stopping is not None:
                     await stopping
+
+
+def _one_live_at_a_time(pair: _Pair) -> None:
+    """a had stopped serving before b was live, by their logs' stamps."""
+    stopped_at = _stamp(pair.a.output, r"node a: stops serving")
+    live_at = _stamp(pair.b.output, r"node b: LIVE, epoch 2")
+    assert stopped_at < live_at, (stopped_at, live_at)
+
+
+async def _heal(pair: _Pair) -> None:
+    """Heal a's link: a comes back as b's backup and never serves."""
+    since = len(pair.a.output)
+    pair.host_a.heal()
+    await pair.a.wait_for(r"node a: live is b, epoch 2", SLACK, since=since)
+    assert "node a: LIVE" not in pair.a.output[since:]
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+@pytest_twisted.ensureDeferred
+async def test_a_partitioned_live_node_stops_serving_before_its_backup_is_live(pg_schema, nodes):
+    require_netns()
+    async with _partitioned_pair(pg_schema, nodes) as pair:
+        a, b = pair.a, pair.b
+        producer = await connect(reactor, a.core_url)
+        acker = await connect(reactor, a.core_url)
+        await acker.consumer("acked", on_message=lambda message: message.ack())
+        load = _Load(producer)
+        loading = Deferred.fromCoroutine(load.run(pair.host_a))
+        await eventually(lambda: len(load.confirmed) >= WARM, timeout=SLACK)
+        live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+        stopped = a.wait_for(r"node a: stops serving: (.*)", REAP + SLACK)
+        load.cut.callback(None)
+        await loading
+        why = (await stopped).group(1)
+        assert why == "no renewal of the lease before the deadline", a.output
+        await live
+        await b.wait_started(SLACK)
+        _one_live_at_a_time(pair)
+
+        # b serves every message a confirmed
+        reader = await connect(reactor, b.core_url)
+        try:
+            consumer = await reader.consumer("orders")
+            got: set[bytes] = set()
+            while not set(load.confirmed) <= got:
+                message = await consumer.receive().addTimeout(SLACK, reactor)
+                got.add(message.body)
+                message.ack()
+        finally:
+            await reader.close()
+
+        await _heal(pair)
+        for client in (producer, acker):  # the link is back to end them
+            await client.close().addTimeout(SLACK, reactor)
 
 
 @pytest.mark.system
@@ -211,38 +223,14 @@ async def test_clients_of_a_partitioned_live_node_carry_on_with_its_backup(
 ):
     require_netns()
     require_spark()
-    server = urlsplit(SERVER).netloc.rpartition("@")[2]
-    forwarders: list[tuple[Cuttable, IListeningPort]] = []
-    with hosts(2) as (host_a, host_b):
-        urls = {}
-        for name, host in (("a", host_a), ("b", host_b)):
-            forwarder = Cuttable()  # to PostgreSQL, from the host's link
-            port = await TCP4ServerEndpoint(reactor, 0, interface=host.gateway).listen(forwarder)
-            forwarders.append((forwarder, port))
-            where = f"{host.gateway}:{port.getHost().port}"
-            urls[name] = schema_url(pg_schema).replace(server, where, 1)
-        a = nodes(
-            _document("a", "shared-store-primary", urls["a"], host_a),
-            name="a",
-            wrap=host_a.wrap,
-            host=host_a.address,
-        )
-        await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
-        await a.wait_started(SLACK)
-        b = nodes(
-            _document("b", "shared-store-backup", urls["b"], host_b),
-            name="b",
-            wrap=host_b.wrap,
-            host=host_b.address,
-        )
-        await b.wait_for(r"node b: live is a, epoch 1", SLACK)
-        both = [f"tcp://{host.address}:{PORT}" for host in (host_a, host_b)]
-
-        run_dir = tmp_path / "run"
+    run_dir = tmp_path / "run"
+    received: list[tuple[int, bool]] = []
+    async with _partitioned_pair(pg_schema, nodes) as pair:
+        a, b = pair.a, pair.b
+        both = [f"tcp://{node.host}:{PORT}" for node in (a, b)]  # b binds it once live
         writers = [
             events.EventWriter(run_dir, "partition", who) for who in ("producer", "consumer")
         ]
-        received: list[tuple[int, bool]] = []
 
         def on_message(message: ReceivedMessage) -> None:
             received.append((int(message.headers[events.TRACE_SEQ]), message.redelivered))
@@ -253,12 +241,12 @@ async def test_clients_of_a_partitioned_live_node_carry_on_with_its_backup(
         await reader.consumer("orders", on_message=on_message)
         writer = await connect(reactor, both, trace=writers[0], **options)
         settled: list[ClientError | None] = []
-        producing = Deferred.fromCoroutine(_produce(writer, settled, received))
+        producing = Deferred.fromCoroutine(produce_traced(writer, settled, received, COUNT, LEAD))
         try:
             await eventually(lambda: len(settled) >= CUT_AFTER, timeout=120)
             live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
             stopped = a.wait_for(r"node a: stops serving: (.*)", REAP + SLACK)
-            host_a.cut()
+            pair.host_a.cut()
             assert len(settled) < COUNT, "the producer finished before the cut: raise COUNT"
             why = (await stopped).group(1)
             assert why == "no renewal of the lease before the deadline", a.output
@@ -269,25 +257,12 @@ async def test_clients_of_a_partitioned_live_node_carry_on_with_its_backup(
             assert settled == [None] * COUNT, [error for error in settled if error][:3]
             await eventually(lambda: len({seq for seq, _ in received}) == COUNT, timeout=120)
             assert (reader.url, writer.url) == (reader.urls[1], writer.urls[1])
-
-            # never two live nodes: a had stopped serving before b was live
-            stopped_at = _stamp(a.output, r"node a: stops serving")
-            live_at = _stamp(b.output, r"node b: LIVE, epoch 2")
-            assert stopped_at < live_at, (stopped_at, live_at)
-
-            since = len(a.output)
-            host_a.heal()
-            await a.wait_for(r"node a: live is b, epoch 2", SLACK, since=since)
-            assert "node a: LIVE" not in a.output[since:]
+            _one_live_at_a_time(pair)
+            await _heal(pair)
         finally:
             await writer.close()
             await reader.close()
             for each in writers:
                 await deferToThread(each.close)
-            for forwarder, port in forwarders:  # no session left for the schema's drop
-                forwarder.cut()
-                stopping = port.stopListening()
-                if stopping is not None:
-                    await stopping
 
     check_failover(await deferToThread(audit, run_dir), COUNT, received)
