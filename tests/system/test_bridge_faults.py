@@ -82,10 +82,20 @@ async def test_nothing_lost_nothing_duplicated_through_kills_and_cuts(nodes):
             else:
                 which = "a" if fault == "kill A" else "b"
                 node = current[which]
+                reconnects = producers.reconnects
                 await node.stop(signal.SIGKILL)
                 assert node.signal == signal.SIGKILL
                 document = a_document if which == "a" else b_document
                 current[which] = await nodes(document, name=which).wait_started()
+                if which == "a":
+                    # A producer still sending was connected to A: it sees the loss once it
+                    # next sends, which may wait for B to catch up (its pacing).
+                    await _until(
+                        lambda before=reconnects: producers.reconnects > before,
+                        60,
+                        f"a producer's reconnection after fault {number} ({fault})",
+                        "no producer reconnected",
+                    )
             done.append(fault)
         await producers.done(timeout=120)
         assert producers.total_confirmed >= PRODUCERS * COUNT * 0.9, "few sends confirmed"
@@ -108,13 +118,15 @@ async def test_nothing_lost_nothing_duplicated_through_kills_and_cuts(nodes):
         f"{elapsed:.1f} s; bridge {entry}"
     )
     assert not producers.refused, producers.refused[:5]
-    assert producers.reconnects >= 2 * FAULTS.count("kill A"), "A died under no producer"
+    assert producers.reconnects >= FAULTS.count("kill A"), "A died under no producer"
     check_delivered(producers, collector)
     assert entry["state"] == "STARTED", entry
 
 
-async def _until(condition, timeout: float, what: str) -> None:
+async def _until(
+    condition, timeout: float, what: str, failure: str = "not enough confirmed sends"
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"not enough confirmed sends before {what}"
+        assert time.monotonic() < deadline, f"{failure} before {what}"
         await pause(0.02)
