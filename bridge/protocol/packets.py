@@ -86,6 +86,15 @@ class PacketType(IntEnum):
     QUERY_ADDRESS = 112
     ADDRESS_INFO = 113
 
+    REPLICA_ANNOUNCE = 128
+    REPLICA_SYNC_BEGIN = 129
+    REPLICA_ROWS = 130
+    REPLICA_BODY = 131
+    REPLICA_SYNC_END = 132
+    REPLICA_SYNCED = 133
+    REPLICA_BATCH = 134
+    REPLICA_ACK = 135
+
 
 PACKET_TYPES: frozenset[int] = frozenset(PacketType)
 """Every frame type of the core protocol: the transport decoder's ``accepted_types``."""
@@ -512,6 +521,95 @@ class AddressInfo:
     id_cache_size: int
 
 
+# Replication: a backup node and its live node (docs/ha.md), once the backup logged in
+# as the cluster user. The live node sends its store's rows and large bodies, then every
+# batch it writes; the backup acknowledges each batch once it is on its disk.
+
+
+@attrs.frozen
+class ReplicaAnnounce:
+    """backup -> live: replicate your store to me. ``holder`` is the backup's ``node/run``,
+    ``schema_version`` its store's (u16): a backup copies only its own version."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_ANNOUNCE
+
+    node_name: str
+    holder: str
+    schema_version: int
+
+
+@attrs.frozen
+class ReplicaSyncBegin:
+    """live -> backup: the copy starts; start your store over. ``epoch`` (u64) is the
+    live node's, which the backup keeps to refuse an older live node's batches later."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_SYNC_BEGIN
+
+    node_name: str
+    epoch: int
+    schema_version: int
+
+
+@attrs.frozen
+class ReplicaRows:
+    """live -> backup: rows of one table of the snapshot (``bridge.store.op_codec``)."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_ROWS
+
+    table: str
+    rows: bytes
+
+
+@attrs.frozen
+class ReplicaBody:
+    """live -> backup: the next chunk of a large body; ``last`` ends it."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_BODY
+
+    message_id: int
+    data: bytes
+    last: bool
+
+
+@attrs.frozen
+class ReplicaSyncEnd:
+    """live -> backup: the copy is complete up to batch ``sequence`` (u64): sync your
+    store and answer REPLICA_SYNCED."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_SYNC_END
+
+    sequence: int
+
+
+@attrs.frozen
+class ReplicaSynced:
+    """backup -> live: everything up to batch ``sequence`` is on this node's disk."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_SYNCED
+
+    sequence: int
+
+
+@attrs.frozen
+class ReplicaBatch:
+    """live -> backup: batch ``sequence`` (u64, from 1) of store operations, encoded by
+    ``bridge.store.op_codec``; their large bodies came before it (REPLICA_BODY)."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_BATCH
+
+    sequence: int
+    operations: bytes
+
+
+@attrs.frozen
+class ReplicaAck:
+    """backup -> live: batches up to ``sequence`` are applied and on this node's disk."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_ACK
+
+    sequence: int
+
+
 Packet = (
     Connect
     | Connected
@@ -540,6 +638,14 @@ Packet = (
     | TxRollback
     | QueryAddress
     | AddressInfo
+    | ReplicaAnnounce
+    | ReplicaSyncBegin
+    | ReplicaRows
+    | ReplicaBody
+    | ReplicaSyncEnd
+    | ReplicaSynced
+    | ReplicaBatch
+    | ReplicaAck
 )
 """Any core protocol packet."""
 
@@ -571,5 +677,13 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     TxRollback,
     QueryAddress,
     AddressInfo,
+    ReplicaAnnounce,
+    ReplicaSyncBegin,
+    ReplicaRows,
+    ReplicaBody,
+    ReplicaSyncEnd,
+    ReplicaSynced,
+    ReplicaBatch,
+    ReplicaAck,
 )
 """Every packet class, in frame-type order."""

@@ -46,6 +46,16 @@ from bridge.protocol import (
     decode_packet,
     encode_packet,
 )
+from bridge.protocol.packets import (
+    ReplicaAck,
+    ReplicaAnnounce,
+    ReplicaBatch,
+    ReplicaBody,
+    ReplicaRows,
+    ReplicaSyncBegin,
+    ReplicaSynced,
+    ReplicaSyncEnd,
+)
 
 MESSAGE = Message(id=7, address="q", durable=True, headers={"k": 1}, body=b"hi")
 # version 1, flags durable, id 7, timestamp 0, address "q", 1 header "k" int 1, body "hi"
@@ -169,6 +179,14 @@ GOLDEN: list[tuple[Packet, int, str]] = [
         113,
         "000000000000000d | 00 | 00 | 00 | ffffffffffffffff | 01 | 0000000000000000",
     ),
+    (ReplicaAnnounce("b", "b/1", 3), 128, "0001 62 | 0003 622f31 | 0003"),
+    (ReplicaSyncBegin("a", 7, 3), 129, "0001 61 | 0000000000000007 | 0003"),
+    (ReplicaRows("t", b"\x05"), 130, "0001 74 | 00000001 05"),
+    (ReplicaBody(9, b"ab", False), 131, "0000000000000009 | 00000002 6162 | 00"),
+    (ReplicaSyncEnd(4), 132, "0000000000000004"),
+    (ReplicaSynced(4), 133, "0000000000000004"),
+    (ReplicaBatch(5, b"\x00"), 134, "0000000000000005 | 00000001 00"),
+    (ReplicaAck(5), 135, "0000000000000005"),
 ]
 
 

@@ -52,6 +52,16 @@ from bridge.protocol import (
     encode_packet,
 )
 from bridge.protocol.codec import LAYOUTS, encode_sends
+from bridge.protocol.packets import (
+    ReplicaAck,
+    ReplicaAnnounce,
+    ReplicaBatch,
+    ReplicaBody,
+    ReplicaRows,
+    ReplicaSyncBegin,
+    ReplicaSynced,
+    ReplicaSyncEnd,
+)
 
 U16 = st.integers(0, 0xFFFF)
 U32 = st.integers(0, 0xFFFF_FFFF)
@@ -131,6 +141,14 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
         st.sampled_from(AddressFullPolicy),
         U64,
     ),
+    ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16),
+    ReplicaSyncBegin: st.builds(ReplicaSyncBegin, NAMES, U64, U16),
+    ReplicaRows: st.builds(ReplicaRows, NAMES, DATA),
+    ReplicaBody: st.builds(ReplicaBody, U64, DATA, st.booleans()),
+    ReplicaSyncEnd: st.builds(ReplicaSyncEnd, U64),
+    ReplicaSynced: st.builds(ReplicaSynced, U64),
+    ReplicaBatch: st.builds(ReplicaBatch, U64, DATA),
+    ReplicaAck: st.builds(ReplicaAck, U64),
 }
 PACKETS = st.one_of(*STRATEGIES.values())
 HOT_PATH = (Send, SendConfirmed, Deliver, ConsumerCredits, Ack)
