@@ -1,8 +1,11 @@
-"""``[ha]``: shared-store high availability, under ActiveMQ's names (docs/ha.md).
+"""``[ha]``: high availability, under ActiveMQ's and Artemis's names (docs/ha.md).
 
-The live lock is kept where the shared store is: the lease row in the database of a
-PostgreSQL ``[store]``; for an SQLite store, an exclusive file lock in the store's
-directory (``[store] data-dir``, which the nodes share), with the epoch in the store.
+With a shared store, the live lock is kept where the store is: the lease row in the
+database of a PostgreSQL ``[store]``; for an SQLite store, an exclusive file lock in the
+store's directory (``[store] data-dir``, which the nodes share), with the epoch in the
+store. With replication each node keeps its own SQLite store, the live node copies it to
+a backup, and the lease lives in the PostgreSQL database that ``lease-url`` names: it is
+what proves a live node gone before its backup takes over.
 
 The timings are refused unless they can fence in time: a renewal must fit twice in the
 lease's life (``lease-ping-time < lease-reap-time / 2``: one renewal may fail and the next
@@ -29,15 +32,52 @@ DEFAULT_REAP = 5.0
 DEFAULT_QUERY_TIMEOUT = 0.5
 DEFAULT_MAX_CLOCK_SKEW = 1.0
 
-_KEYS = ("policy", "lease-ping-time", "lease-reap-time", "lease-query-timeout", "max-clock-skew")
+DEFAULT_SYNC_TIMEOUT = 30.0
+
+_KEYS = (
+    "policy",
+    "lease-ping-time",
+    "lease-reap-time",
+    "lease-query-timeout",
+    "max-clock-skew",
+    "lease-url",
+    "peers",
+    "cluster-user",
+    "cluster-password",
+    "initial-replication-sync-timeout",
+)
+_REPLICATION_KEYS = _KEYS[5:]
 
 
 class HaPolicy(StrEnum):
     """A node's part: the primary and the backups run the same way (whoever holds the
-    lease is live); the names say which node an operator means to be live."""
+    lease is live); the names say which node an operator means to be live. With
+    replication only the primary may be the first live node of a new pair."""
 
     PRIMARY = "shared-store-primary"
     BACKUP = "shared-store-backup"
+    REPLICATION_PRIMARY = "replication-primary"
+    REPLICATION_BACKUP = "replication-backup"
+
+    @property
+    def replicated(self) -> bool:
+        return self in (HaPolicy.REPLICATION_PRIMARY, HaPolicy.REPLICATION_BACKUP)
+
+
+@attrs.frozen
+class Replication:
+    """The replication keys of ``[ha]``."""
+
+    peers: tuple[str, ...]
+    """``peers``: the core acceptor URLs of the pair's other nodes, where a backup looks
+    for the live node."""
+    cluster_user: str
+    """``cluster-user``: who a backup logs in as, and the only user a live node replicates
+    to (a user of ``[security]``)."""
+    cluster_password: str | None = attrs.field(repr=False)
+    sync_timeout: float = DEFAULT_SYNC_TIMEOUT
+    """``initial-replication-sync-timeout``: how long the live node holds its confirmations
+    back for the last step of a backup's copy before it gives that copy up."""
 
 
 @attrs.frozen
@@ -58,6 +98,8 @@ class HaSettings:
     max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW
     """``max-clock-skew``: a node clock further than this from the database's is logged
     and shown in status (the lease never depends on it)."""
+    replication: Replication | None = None
+    """With the ``replication-*`` policies."""
 
     @property
     def keeper(self) -> str:
@@ -94,6 +136,15 @@ def parse_ha(
     reap = _positive(table, "lease-reap-time", DEFAULT_REAP, source)
     query_timeout = _positive(table, "lease-query-timeout", DEFAULT_QUERY_TIMEOUT, source)
     skew = _positive(table, "max-clock-skew", DEFAULT_MAX_CLOCK_SKEW, source)
+    replication = None
+    if policy.replicated:
+        store_url, replication = _replication(table, source, store_url)
+    else:
+        for key in _REPLICATION_KEYS:
+            if key in table:
+                raise ConfigError(
+                    source, f"ha.{key}", f"is for the replication policies, not {text}"
+                )
     if not ping < reap / 2:
         raise ConfigError(
             source,
@@ -108,4 +159,35 @@ def parse_ha(
             f"must be below ha.lease-ping-time ({_seconds(ping)}), got "
             f"{_seconds(query_timeout)}: a statement must give up before the next renewal",
         )
-    return HaSettings(policy, store_url, store_dir, ping, reap, query_timeout, skew)
+    return HaSettings(policy, store_url, store_dir, ping, reap, query_timeout, skew, replication)
+
+
+def _replication(
+    table: Mapping[str, Any], source: str, store_url: str | None
+) -> tuple[str, Replication]:
+    """The lease's URL and the replication keys, checked."""
+    if store_url is not None:
+        raise ConfigError(
+            source,
+            "ha.policy",
+            "replication copies an SQLite store; a PostgreSQL store is shared already: "
+            "use shared-store-primary / shared-store-backup",
+        )
+    for key in ("lease-url", "peers", "cluster-user"):
+        if key not in table:
+            raise ConfigError(source, f"ha.{key}", "is required with replication")
+    url = expect_str(table["lease-url"], source, "ha.lease-url")
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(source, "ha.lease-url", f"expected a postgresql:// URL, got {url!r}")
+    peers = table["peers"]
+    if not isinstance(peers, list) or not peers:
+        raise ConfigError(source, "ha.peers", "expected a non-empty list of core acceptor URLs")
+    found = tuple(expect_str(peer, source, "ha.peers") for peer in peers)
+    password = (
+        expect_str(table["cluster-password"], source, "ha.cluster-password", empty=True)
+        if "cluster-password" in table
+        else None
+    )
+    timeout = _positive(table, "initial-replication-sync-timeout", DEFAULT_SYNC_TIMEOUT, source)
+    user = expect_str(table["cluster-user"], source, "ha.cluster-user")
+    return url, Replication(found, user, password, timeout)

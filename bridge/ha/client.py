@@ -20,6 +20,7 @@ from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
+from bridge.ha.lease import LeaseTable
 from bridge.ha.lock import Holder, ILiveLock, LeaseRow
 
 _T = TypeVar("_T")
@@ -87,6 +88,12 @@ class LeaseClient:
 
     def renew(self, me: Holder, epoch: int, reap: float) -> Deferred[Observed]:
         return self._observed(lambda: self.lock.renew(me, epoch, reap))
+
+    def mark_replica(self, me: Holder, epoch: int, replica: str) -> Deferred[Observed]:
+        """With replication: name the backup in sync ("" for none); see ``LeaseTable``."""
+        lock = self.lock
+        assert isinstance(lock, LeaseTable), "replication keeps its lease in PostgreSQL"
+        return self._observed(lambda: lock.mark_replica(me, epoch, replica))
 
     def waiting(self, me: Holder | None, window: float) -> Deferred[tuple[str, ...]]:
         return self._run(lambda: self.lock.waiting(me, window))

@@ -12,6 +12,12 @@ clock, as integers.
   the lease has not expired.
 - release: give the lease up (expiry 0), keeping the epoch, so the next holder's is higher.
 
+With replication (each node its own store, copied from the live node to a backup) the row
+also says whose store is the latest (``store_node``: the last live node's name) and which
+backup holds a copy in sync with it (``replica``: its ``node/run``, "" when none). Only
+those two may take the lease (``ReplicaGate``), and the first live node of a new pair
+only if it is the primary: a node whose store misses confirmed messages never serves.
+
 The statements are blocking (psycopg 3); :mod:`bridge.ha.client` runs them on a thread.
 """
 
@@ -21,6 +27,7 @@ import math
 from contextlib import suppress
 from typing import Any
 
+import attrs
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from zope.interface import implementer
@@ -38,6 +45,10 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     epoch bigint NOT NULL DEFAULT 0,
     expires bigint NOT NULL DEFAULT 0
 )"""
+_ADD_COLUMNS = f"""
+ALTER TABLE {TABLE}
+    ADD COLUMN IF NOT EXISTS store_node text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS replica text NOT NULL DEFAULT ''"""
 WAITING = "txbridge_lease_waiting"
 TABLES = (TABLE, WAITING)
 """The tables of the lease, beside the store's in a shared schema."""
@@ -63,6 +74,24 @@ UPDATE {TABLE} AS l
 SET holder = %(me)s, epoch = l.epoch + 1, expires = t.now + %(reap)s
 FROM (SELECT {_NOW_MS} AS now) AS t
 WHERE l.name = %(lease)s AND (l.expires < t.now OR l.holder = %(me)s)
+RETURNING l.holder, l.epoch, l.expires, t.now"""
+
+_ACQUIRE_GATED = f"""
+UPDATE {TABLE} AS l
+SET holder = %(me)s, epoch = l.epoch + 1, expires = t.now + %(reap)s,
+    store_node = %(node)s, replica = ''
+FROM (SELECT {_NOW_MS} AS now) AS t
+WHERE l.name = %(lease)s AND (l.expires < t.now OR l.holder = %(me)s)
+    AND (l.store_node = %(node)s OR l.replica = %(me)s
+        OR (l.store_node = '' AND %(primary)s))
+RETURNING l.holder, l.epoch, l.expires, t.now"""
+
+_MARK_REPLICA = f"""
+UPDATE {TABLE} AS l
+SET replica = %(replica)s
+FROM (SELECT {_NOW_MS} AS now) AS t
+WHERE l.name = %(lease)s AND l.holder = %(me)s AND l.epoch = %(epoch)s
+    AND l.expires >= t.now
 RETURNING l.holder, l.epoch, l.expires, t.now"""
 
 _RENEW = f"""
@@ -106,6 +135,18 @@ activating. The old holder stopped serving before its lease expired (its deadlin
 nothing it still does may land anyway."""
 
 _LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
+_READ_REPLICA = f"SELECT store_node, replica FROM {TABLE} WHERE name = %(lease)s"
+
+
+@attrs.frozen
+class ReplicaGate:
+    """Acquisition with replication: by the node whose store is the latest, by the backup
+    in sync with it, or (``primary``) by this node when no node was ever live."""
+
+    node: str
+    primary: bool
+
+
 _READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"
 
 
@@ -119,10 +160,17 @@ class LeaseTable:
     connection uses first (its search path)."""
 
     def __init__(
-        self, url: str, query_timeout: float, lease: str = LEASE, holder: Holder | None = None
+        self,
+        url: str,
+        query_timeout: float,
+        lease: str = LEASE,
+        holder: Holder | None = None,
+        gate: ReplicaGate | None = None,
     ) -> None:
-        """``holder``: the node's, named in its sessions (:func:`session_name`)."""
+        """``holder``: the node's, named in its sessions (:func:`session_name`); ``gate``:
+        with replication, who may acquire."""
         self.url = url
+        self.gate = gate
         self.query_timeout = query_timeout
         self.lease = lease
         self.holder = holder
@@ -146,7 +194,7 @@ class LeaseTable:
             options=f"{given} -c statement_timeout={ms} -c lock_timeout={ms}",
             **named,
         )
-        for create in (_CREATE, _CREATE_WAITING):
+        for create in (_CREATE, _ADD_COLUMNS, _CREATE_WAITING):
             with suppress(psycopg.errors.UniqueViolation):  # another node made it at once
                 connection.execute(create)
         connection.execute(_SEED, {"lease": self.lease})
@@ -180,7 +228,26 @@ class LeaseTable:
         sessions, where this database user may (its own role's, or with
         ``pg_signal_backend``)."""
         self._end_stale(me)
-        return self._one(_ACQUIRE, {"me": str(me), "reap": _ms(reap)})
+        values: dict[str, object] = {"me": str(me), "reap": _ms(reap)}
+        if self.gate is None:
+            return self._one(_ACQUIRE, values)
+        gated = {**values, "node": self.gate.node, "primary": self.gate.primary}
+        return self._one(_ACQUIRE_GATED, gated)
+
+    def mark_replica(self, me: Holder, epoch: int, replica: str) -> LeaseRow | None:
+        """The live node ``me`` at ``epoch`` names the backup whose copy of its store is in
+        sync (``node/run``; "" for none, before it confirms anything without it): None if
+        the lease is no longer ``me``'s."""
+        return self._one(_MARK_REPLICA, {"me": str(me), "epoch": epoch, "replica": replica})
+
+    def replica(self) -> tuple[str, str]:
+        """(``store_node``, ``replica``) as they stand."""
+        try:
+            row = self._connect().execute(_READ_REPLICA, {"lease": self.lease}).fetchone()
+        except BaseException:
+            self.close()
+            raise
+        return ("", "") if row is None else (str(row[0]), str(row[1]))
 
     def _end_stale(self, me: Holder) -> None:
         values = {"lease": self.lease, "me": str(me), "prefix": SESSION_PREFIX}

@@ -1,0 +1,63 @@
+"""``[ha]`` with the replication policies: Artemis's keys, the lease in PostgreSQL beside
+an SQLite store, and what cannot work refused at start, naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.config.ha import HaPolicy, Replication
+from bridge.config.node import load_node_config
+from security.errors import ConfigError
+
+NODE = '[node]\nname = "a"\ndata-dir = "var/a"\n'
+REPLICATION = """\
+[ha]
+policy = "replication-backup"
+lease-url = "postgresql://mq@db/lease"
+peers = ["tcp://10.0.0.1:61616"]
+cluster-user = "cluster"
+cluster-password = "s3cret"
+"""
+
+
+def _load(tmp_path, text):
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    return load_node_config(path).ha
+
+
+def test_the_replication_keys_are_read(tmp_path):
+    ha = _load(tmp_path, NODE + REPLICATION + 'initial-replication-sync-timeout = "5s"\n')
+    assert ha.policy is HaPolicy.REPLICATION_BACKUP
+    assert ha.url == "postgresql://mq@db/lease"
+    assert ha.replication == Replication(("tcp://10.0.0.1:61616",), "cluster", "s3cret", 5.0)
+    assert "s3cret" not in repr(ha)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (("lease-url", None), r"ha\.lease-url: is required with replication"),
+        (("peers", "peers = []"), r"ha\.peers: expected a non-empty list"),
+        (("cluster-user", None), r"ha\.cluster-user: is required with replication"),
+        (("lease-url", 'lease-url = "mysql://x"'), r"ha\.lease-url: expected a postgresql://"),
+    ],
+)
+def test_what_replication_needs_is_named(tmp_path, change, error):
+    key, line = change
+    lines = [each for each in REPLICATION.splitlines() if not each.startswith(key)]
+    text = NODE + "\n".join(lines + ([line] if line else [])) + "\n"
+    with pytest.raises(ConfigError, match=error):
+        _load(tmp_path, text)
+
+
+def test_a_postgresql_store_is_shared_not_replicated(tmp_path):
+    store = '[store]\ntype = "postgresql"\nurl = "postgresql://mq@db/broker"\n'
+    with pytest.raises(ConfigError, match=r"ha\.policy: replication copies an SQLite store"):
+        _load(tmp_path, NODE + store + REPLICATION)
+
+
+def test_replication_keys_are_refused_with_a_shared_store(tmp_path):
+    text = NODE + '[ha]\npolicy = "shared-store-primary"\npeers = ["tcp://h:1"]\n'
+    with pytest.raises(ConfigError, match=r"ha\.peers: is for the replication policies"):
+        _load(tmp_path, text)
