@@ -21,12 +21,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from bridge.config.ha import HaSettings
-from bridge.ctl.status import HaStatus
+from bridge.config.ha import HaPolicy, HaSettings
+from bridge.ctl.status import HaStatus, ReplicationView
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
-from bridge.ha.lease import LeaseTable
+from bridge.ha.lease import LeaseTable, ReplicaGate
 from bridge.ha.lock import Holder, ILiveLock, LeaseRow, LeaseToken
 from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
@@ -60,8 +60,13 @@ class HaNode:
         self._deactivate = deactivate
         self._failed = failed
         self._monotonic = monotonic
+        gate = (
+            ReplicaGate(name, settings.policy is HaPolicy.REPLICATION_PRIMARY)
+            if settings.policy.replicated
+            else None
+        )
         lock: ILiveLock = (
-            LeaseTable(settings.url, settings.query_timeout, holder=self.holder)
+            LeaseTable(settings.url, settings.query_timeout, holder=self.holder, gate=gate)
             if settings.url is not None
             else FileLock(settings.store_dir, settings.query_timeout)
         )
@@ -85,6 +90,8 @@ class HaNode:
         self._activating: Deferred[None] | None = None
         self._deactivating: Deferred[None] | None = None
         self._stopped: Deferred[None] = Deferred()
+        self.replication: Callable[[], ReplicationView | None] = lambda: None
+        """With replication: this node's side of the copy, for status."""
 
     # -- what the node service calls ---------------------------------------------------
     def start(self) -> None:
@@ -134,12 +141,24 @@ class HaNode:
             max_clock_skew_ms=round(self.settings.max_clock_skew * 1000),
             reason=self.machine.reason,
             backups=tuple(holder.rpartition("/")[0] for holder in self.backups),
+            replication=self.replication(),
         )
 
     @property
     def token(self) -> LeaseToken:
         """The fencing token of the epoch this node holds, for its store to write under."""
         return LeaseToken(str(self.holder), self.epoch)
+
+    def mark(self, replica: str) -> Deferred[bool]:
+        """With replication, as the live node: name ``replica`` (``node/run``) the backup in
+        sync in the lease ("" for none); True once done, False if the lease is not this
+        node's any more."""
+        marked = self.client.mark_replica(self.holder, self.epoch, replica)
+        return marked.addCallback(self._marked)
+
+    def _marked(self, observed: Observed) -> bool:
+        self._observe(observed)
+        return observed.row is not None
 
     def fenced(self) -> None:
         """The store refused a write: the lease no longer carries this node's epoch."""

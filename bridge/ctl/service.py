@@ -43,13 +43,16 @@ from bridge.ctl.auditlog import route_audit_log
 from bridge.ctl.ha import HaNode
 from bridge.ctl.management import NodeView, Serving, management_site, view_site
 from bridge.ctl.preflight import check_startable
+from bridge.ctl.replication import NodeReplication
 from bridge.forward.manager import Bridges, client_connector
+from bridge.ha.activation import HaState
 from bridge.heads.core import CoreHead
 from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
 from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.store import Fenced, MessageStore, PostgreSQLMessageStore, SQLiteMessageStore
+from bridge.store.sqlite import FILENAME as SQLITE_FILENAME
 from security import SecurityStore
 from security.errors import ConfigError
 from transport.allocator import tune_allocator
@@ -153,6 +156,8 @@ class NodeService(Service):
         self.bridges: Bridges | None = None
         self.ha: HaNode | None = None
         """With ``[ha]``: the node's activation on the lease."""
+        self.replication: NodeReplication | None = None
+        """With ``[ha]`` replication: the copy of the store, to or from this node."""
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -186,6 +191,15 @@ class NodeService(Service):
             failed=self._activation_failed,
         )
         config = self.config
+        assert config.ha is not None
+        if config.ha.replication is not None:
+            self.replication = NodeReplication(
+                config.name,
+                Path(config.store_dir) / SQLITE_FILENAME,
+                config.ha.replication,
+                self.ha,
+                self.reactor,
+            )
         if config.management is not None:
             # Open from the start, so that a backup answers /status too.
             security = SecurityStore(config.security, self.reactor.seconds)
@@ -205,6 +219,8 @@ class NodeService(Service):
                 where=_where(self.ports["management"]),
             )
         self.ha.start()
+        if self.replication is not None:
+            self.replication.as_backup()
 
     async def _listen_management(self, site: Site) -> None:
         where = self.config.management
@@ -229,6 +245,8 @@ class NodeService(Service):
     async def _activate(self) -> None:
         """Load the store, listen, start the bridges: the node serves."""
         config = self.config
+        if self.replication is not None:
+            await self.replication.activating()
         self.security = security = SecurityStore(config.security, self.reactor.seconds)
         identity = node_id(config.data_dir)
         store = _store(config, self.reactor, self.ha)
@@ -252,6 +270,8 @@ class NodeService(Service):
             logins=logins,
         )
         self.stomp = stomp = StompHead(broker, security, reactor=self.reactor, logins=logins)
+        if self.replication is not None:
+            self.replication.live(store, head)
         budget = partial_frame_budget(config)
         for acceptor in config.acceptors:
             if len(acceptor.protocols) > 1:
@@ -397,6 +417,8 @@ class NodeService(Service):
                 await self.started
         if self.ha is not None:
             await self.ha.stop()  # deactivates, then releases the lease
+            if self.replication is not None:
+                await self.replication.activating()  # a backup stops copying
             management = self.ports.pop("management", None)
             if management is not None:
                 await _stopped(management)
@@ -424,10 +446,15 @@ class NodeService(Service):
         if self.stomp is not None:
             await self.stomp.close_connections("the node is shutting down")
             self.stomp = None
+        if self.replication is not None:
+            await self.replication.stop_live()
         if self.broker is not None:
             broker, self.broker = self.broker, None
             await broker.close()
             log.info("node {name} stopped", name=self.config.name)
+        ha = self.ha
+        if self.replication is not None and ha is not None and ha.state is HaState.FENCED:
+            self.replication.as_backup()  # a backup again: copy from the new live node
 
 
 async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeningPort:
@@ -440,10 +467,12 @@ async def _listening(what: str, listening: Deferred[IListeningPort]) -> IListeni
 def _store(config: NodeConfig, reactor: Any, ha: HaNode | None) -> MessageStore:
     """The store ``[store]`` names: SQLite in its directory, or PostgreSQL; with HA, writing
     under the live lock's fencing token."""
-    token = ha.token if ha is not None else None
     fenced = ha.fenced if ha is not None else None
+    # the token is checked in the store where the lock keeps it: a shared SQLite store's
+    token = ha.token if ha is not None and ha.settings.url is None else None
     if config.store.type is StoreType.POSTGRESQL:
         assert config.store.url is not None
+        token = ha.token if ha is not None else None
         return PostgreSQLMessageStore(
             config.store.url, config.data_dir, reactor, token=token, fenced=fenced
         )

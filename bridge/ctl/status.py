@@ -99,6 +99,26 @@ class BridgeStatus:
 
 
 @attrs.frozen
+class ReplicationView:
+    """A replicating node's side of its copy (docs/ha.md, replication)."""
+
+    role: str
+    """"live" (copying to a backup) or "backup" (copying from the live node)."""
+    state: str
+    """none, syncing, final (the copy's last step), in-sync."""
+    peer: str
+    """The backup (``node/run``) or the live node copied from ("" when none)."""
+    lag_batches: int
+    """Batches the backup has not acknowledged yet (live); the last applied (backup)."""
+    sync_bytes: int
+    """Bytes of the current or last copy sent (live)."""
+    last_sync_seconds: float | None
+    """How long the last copy took until the backup was in sync (live)."""
+    reason: str
+    """Why a backup is not in sync ("" when it is)."""
+
+
+@attrs.frozen
 class HaStatus:
     """A node with ``[ha]``: its part and the lease as it last saw it (docs/ha.md)."""
 
@@ -119,6 +139,7 @@ class HaStatus:
     """Why the node last stopped serving ("" if it never did)."""
     backups: tuple[str, ...] = ()
     """The nodes waiting for the lease, as last seen."""
+    replication: ReplicationView | None = None
 
 
 @attrs.frozen
@@ -152,7 +173,15 @@ def _lists(_: object, __: object, value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-for _kind in (NodeStatus, AddressStatus, QueueStatus, BridgeStatus, HaStatus, Status):
+for _kind in (
+    NodeStatus,
+    AddressStatus,
+    QueueStatus,
+    BridgeStatus,
+    ReplicationView,
+    HaStatus,
+    Status,
+):
     attrs.resolve_types(_kind)
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from threading import Thread
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
 
 import attrs
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -34,7 +34,7 @@ from bridge.store.errors import (
     TransactionRolledBack,
     UnknownTransaction,
 )
-from bridge.store.interfaces import IBodyWriter, IMessageStore, IStoreWriter
+from bridge.store.interfaces import IBodyWriter, IMessageStore, IReplication, IStoreWriter
 from bridge.store.large import BodyFile, open_body
 from bridge.store.operations import (
     Acknowledge,
@@ -52,6 +52,7 @@ from bridge.store.operations import (
 from bridge.store.records import QueueRecord, Recovered, TxId
 
 log = Logger()
+_T = TypeVar("_T")
 
 
 class _State(enum.Enum):
@@ -112,6 +113,8 @@ class MessageStore:
         self._last_tx = 0
         self._open_finished: Deferred[None] = Deferred()
         self._close_waiters: list[Deferred[None]] = []
+        self.replication: IReplication | None = None
+        """With HA replication on the live node: where each batch goes too."""
 
     @property
     def commits(self) -> int:
@@ -349,18 +352,48 @@ class MessageStore:
     def _refuse(reason: str) -> Deferred[None]:
         return fail(InvalidOperation(reason))
 
+    def between_batches(self, call: Callable[[], _T]) -> Deferred[_T]:
+        """Run ``call`` on the writer thread after the batch now being written (if any)
+        and before the next: what it reads of the store is exactly the batches handed to
+        the writer so far (replication's snapshot)."""
+        return deferToThreadPool(self._threads, self._pool, call)
+
     def _run_batch(self, operations: list[Operation]) -> Deferred[Outcomes]:
         batch: Deferred[Outcomes] = deferToThreadPool(
             self._threads, self._pool, self._writer.run, operations
         )
         if self._fenced is not None:
             batch.addErrback(self._check_fenced)
-        return batch
+        replication = self.replication
+        if replication is None:
+            return batch
+        replicated = replication.replicate(operations)
+        if replicated is None:
+            batch.addErrback(_tell_diverged, replication)
+            return batch
+        parts: list[Deferred[Any]] = [batch, replicated]
+        both = DeferredList(parts, consumeErrors=True).addCallback(_local_outcome, replication)
+        return cast("Deferred[Outcomes]", both)
 
     def _check_fenced(self, failure: Failure) -> Failure:
         if failure.check(Fenced) and self._fenced is not None:
             self._fenced()
         return failure
+
+
+def _tell_diverged(failure: Failure, replication: IReplication) -> Failure:
+    replication.diverged(failure)
+    return failure
+
+
+def _local_outcome(
+    results: list[tuple[bool, Any]], replication: IReplication
+) -> Outcomes | Failure:
+    """Both the local commit and the replication are done: the commit's outcome decides."""
+    (committed, outcome), _ = results
+    if not committed:
+        replication.diverged(outcome)
+    return cast("Outcomes | Failure", outcome)
 
 
 def _settle(result: Failure | None, waiters: list[Deferred[None]]) -> Failure | None:

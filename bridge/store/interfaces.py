@@ -141,6 +141,18 @@ class IBodyWriter(Interface):
         """The send was cut off or refused: the partial body goes."""
 
 
+class IReplication(Interface):
+    """Where a live node's store sends each batch it writes, to keep a backup's copy."""
+
+    def replicate(operations: Sequence[Operation]) -> Deferred[None] | None:
+        """A batch goes to the writer now (on the reactor thread, batches in order): a
+        Deferred that fires (never fails) once its confirmation may go out as far as the
+        copy is concerned, or None for at once."""
+
+    def diverged(failure: Failure) -> None:
+        """The batch last given to ``replicate`` failed here: a copy that took it differs."""
+
+
 class IStoreWriter(Interface):
     """A store's backend: the database a ``MessageStore`` writes through.
 

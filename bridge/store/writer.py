@@ -51,6 +51,16 @@ class Writer:
         self._connection: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
         self._state = WriterState(queues=set(), highest_message_id=0)
+        self._replica = False
+
+    def open_replica(self) -> None:
+        """Open a backup's copy of its live node's store to apply the live node's batches:
+        nothing recovered, nothing marked (the copy keeps the live node's marks, so that
+        the backup, taking over, recovers as after a crash)."""
+        connection = connect(self.path, self._busy_timeout)
+        self._state = load_state(connection.cursor())
+        self._connection, self._cursor = connection, connection.cursor()
+        self._replica = True
 
     def open(self, load_limit: int = -1) -> Recovered:
         connection = connect(self.path, self._busy_timeout)
@@ -124,6 +134,9 @@ class Writer:
     def close(self) -> None:
         """Close, recording the clean stop (every delivery count is stored by now), unless
         the store is another node's now."""
+        if self._connection is not None and self._replica:
+            self._connection.close()
+            self._connection = self._cursor = None
         if self._connection is not None:
             cursor = self._cursor
             assert cursor is not None

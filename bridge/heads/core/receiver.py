@@ -21,6 +21,7 @@ from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.protocol import PACKET_TYPES, PacketFormatError, decode_packet, encode_packet
 from bridge.protocol import packets as p
+from bridge.replication.interfaces import IReplicaLink, IReplicationSource
 from security import SecurityStore
 from security.subject import SecurityAuth, Subject
 from transport.endpoints import listen
@@ -50,6 +51,8 @@ class CoreHead(Head["CoreReceiver"]):
         super().__init__(broker, security, reactor=reactor, logins=logins)
         self.node_name = node_name
         self.node_id = node_id
+        self.replication: IReplicationSource | None = None
+        """With HA replication, on the live node: where an announced backup goes."""
 
     def receiver(self, producer_window_size: int = p.UNLIMITED) -> CoreReceiver:
         return CoreReceiver(self, producer_window_size)
@@ -84,6 +87,7 @@ class CoreReceiver:
         self._producer_window = producer_window_size
         self._connection: IFrameConnection | None = None
         self._session: CoreSession | None = None
+        self._replica: IReplicaLink | None = None
         self.finished: Deferred[None] = Deferred()
         """Fires once the connection is gone and its session gave back what it held."""
 
@@ -111,7 +115,12 @@ class CoreReceiver:
         assert self._connection is not None and self._session is not None
         try:
             packet = decode_packet(frame.type, frame.payload)
-            self._session.packet_received(packet)
+            if self._replica is not None:
+                self._replica.received(packet)
+            elif isinstance(packet, p.ReplicaAnnounce):
+                self._announced(packet)
+            else:
+                self._session.packet_received(packet)
         except (PacketFormatError, SessionError) as error:
             log.info(
                 "closing core connection from {peer}: {error}",
@@ -124,8 +133,36 @@ class CoreReceiver:
     def producers_blocked(self) -> int:
         return 0 if self._session is None else self._session.producers_blocked
 
+    def _announced(self, announce: p.ReplicaAnnounce) -> None:
+        """A backup asks for the store: hand the connection to replication, or refuse."""
+        assert self._connection is not None and self._session is not None
+        subject = self._session.subject
+        if subject is None:
+            raise SessionError("REPLICA_ANNOUNCE before the login was accepted")
+        source = self._head.replication
+        if source is None:
+            refused = (p.ErrorCode.INVALID, "this node is not a live node that replicates")
+        elif self._head.security.enabled and not subject.internal:
+            refused = (p.ErrorCode.PERMISSION_DENIED, "only the cluster user may replicate")
+        else:
+            try:
+                self._replica = source.announced(self._connection, announce)
+                return
+            except ValueError as error:
+                refused = (p.ErrorCode.INVALID, str(error))
+        log.info(
+            "refused replication to {backup} from {peer}: {why}",
+            backup=announce.node_name,
+            peer=self._connection.peer,
+            why=refused[1],
+        )
+        self._emit(p.Failed(0, *refused))
+        self._connection.close()
+
     def connection_lost(self, reason: BaseException) -> None:
         assert self._session is not None
+        if self._replica is not None:
+            self._replica.lost(reason)
         cleanup = self._session.connection_lost()
         self._head.closed(self, cleanup)
         cleanup.chainDeferred(self.finished)

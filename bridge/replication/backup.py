@@ -1,0 +1,332 @@
+"""The backup's side of replication: find the live node among the peers, take its copy of
+the store, then apply every batch it writes and acknowledge it once on disk.
+
+The backup logs in on a peer's core acceptor as the cluster user and sends
+REPLICA_ANNOUNCE; a peer that is not live refuses the connection or the announcement, and
+the next peer is tried, every ``retry`` seconds round the list. Everything it receives is
+applied in order on one thread of its own (the store's files are written nowhere else
+while the node is a backup); reading from the live node pauses while more than
+``_HIGH`` packets wait for that thread, so memory stays bounded.
+
+``in_sync`` is True from the moment the backup answered REPLICA_SYNCED until it starts a
+new copy. Whether it may take over is the lease's decision (the live node names it there):
+the link dropping only makes the node try the lease, never serve by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from bridge.protocol import PACKET_TYPES, PROTOCOL_VERSION, decode_packet, encode_packet
+from bridge.protocol import packets as p
+from bridge.store.large import BodyFiles
+from bridge.store.op_codec import decode_operations, decode_rows
+from bridge.store.operations import AddMessage, CommitTransaction, Operation
+from bridge.store.schema import SCHEMA_VERSION
+from bridge.store.snapshot import ReplicaFile
+from bridge.store.writer import Writer
+from transport.endpoints import connect
+from transport.frames import Frame
+from transport.interfaces import IFrameConnection, IFrameReceiver
+
+log = Logger()
+
+_HIGH, _LOW = 64, 16
+"""Packets waiting to be applied at which reading pauses, and resumes."""
+
+
+@attrs.frozen
+class ReplicaStatus:
+    """For ``/status`` and ``txbridge ctl ha status``."""
+
+    live: str
+    """The peer this backup copies from ("" when none)."""
+    in_sync: bool
+    applied: int
+    """The last batch applied (on this link)."""
+    reason: str
+    """Why it is not in sync, when it is not."""
+
+
+class ReplicaSink:
+    """Copies the live node's store into ``path`` (this node's SQLite store)."""
+
+    def __init__(
+        self,
+        path: Path,
+        reactor: Any,
+        *,
+        node_name: str,
+        holder: str,
+        peers: Sequence[str],
+        user: str,
+        password: str | None,
+        retry: float,
+        busy_timeout: float,
+    ) -> None:
+        self.path = path
+        self._reactor = reactor
+        self._node_name = node_name
+        self._holder = holder
+        self._peers = tuple(peers)
+        self._user = user
+        self._password = password
+        self._retry = retry
+        self._busy_timeout = busy_timeout
+        self._pool = _pool()
+        self.in_sync = False
+        self.live = ""
+        self.reason = "not connected to a live node yet"
+        self.applied = 0
+        self._next_peer = 0
+        self._receiver: _Receiver | None = None
+        self._call: IDelayedCall | None = None
+        self._running = False
+        self._file: ReplicaFile | None = None
+        self._writer: Writer | None = None
+        self._bodies: dict[int, IO[bytes]] = {}
+
+    def start(self) -> None:
+        """Look for the live node (at once, then every ``retry`` seconds)."""
+        if self._running:
+            return
+        self._running = True
+        self._pool = _pool()
+        self._pool.start()
+        self._try_next()
+
+    async def stop(self) -> None:
+        """Drop the link and close the copy: the store is the node's again."""
+        if not self._running:
+            return
+        self._running = False
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+        receiver, self._receiver = self._receiver, None
+        if receiver is not None:
+            receiver.close("the backup stops replicating")
+        await deferToThreadPool(self._reactor, self._pool, self._close_files)
+        self._pool.stop()
+
+    def status(self) -> ReplicaStatus:
+        return ReplicaStatus(
+            self.live, self.in_sync, self.applied, "" if self.in_sync else self.reason
+        )
+
+    # -- finding the live node -------------------------------------------------------------
+    def _try_next(self) -> None:
+        self._call = None
+        if not self._running or self._receiver is not None:
+            return
+        url = self._peers[self._next_peer % len(self._peers)]
+        self._next_peer += 1
+        receiver = _Receiver(self, url)
+        self._receiver = receiver
+        connecting = connect(self._reactor, url, receiver, accepted_types=PACKET_TYPES)
+        connecting.addErrback(self._not_connected, receiver, url)
+
+    def _not_connected(self, failure: Failure, receiver: _Receiver, url: str) -> None:
+        self._gone(receiver, f"{url}: {failure.getErrorMessage()}")
+
+    def _gone(self, receiver: _Receiver, why: str) -> None:
+        if self._receiver is not receiver:
+            return
+        self._receiver = None
+        if self.live:
+            log.warn(
+                "replica: the link to {live} is gone ({why}); {state}",
+                live=self.live,
+                why=why,
+                state="in sync: trying the lease" if self.in_sync else "not in sync",
+            )
+        self.live = ""
+        if not self.in_sync:
+            self.reason = why
+        if self._running:
+            delay = self._retry if self._next_peer % len(self._peers) == 0 else 0.0
+            self._call = self._reactor.callLater(delay, self._try_next)
+
+    # -- applying, on the replica thread ---------------------------------------------------
+    def _apply(self, packet: p.Packet) -> Deferred[p.Packet | None]:
+        return deferToThreadPool(self._reactor, self._pool, self._applied, packet)
+
+    def _applied(self, packet: p.Packet) -> p.Packet | None:
+        """Apply one packet of the live node's; what to answer, if anything."""
+        if isinstance(packet, p.ReplicaSyncBegin):
+            self._close_files()
+            self._file = ReplicaFile(self.path, self._busy_timeout, packet.schema_version)
+        elif isinstance(packet, p.ReplicaRows):
+            assert self._file is not None, "REPLICA_ROWS before REPLICA_SYNC_BEGIN"
+            self._file.insert(packet.table, decode_rows(packet.rows))
+        elif isinstance(packet, p.ReplicaBody):
+            self._body(packet)
+        elif isinstance(packet, p.ReplicaBatch):
+            writer = self._writer_open()
+            writer.run(self._local_paths(decode_operations(packet.operations)))
+            return p.ReplicaAck(packet.sequence)
+        elif isinstance(packet, p.ReplicaSyncEnd):
+            self._writer_open()
+            return p.ReplicaSynced(packet.sequence)
+        return None
+
+    def _body(self, packet: p.ReplicaBody) -> None:
+        body = self._bodies.get(packet.message_id)
+        if body is None:
+            target = BodyFiles(self.path.parent).path_for(packet.message_id)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            body = self._bodies[packet.message_id] = open(target, "wb")  # noqa: SIM115
+        body.write(packet.data)
+        if packet.last:
+            del self._bodies[packet.message_id]
+            body.close()  # synced by the add that owns it, or at the end of the copy
+
+    def _writer_open(self) -> Writer:
+        if self._file is not None:
+            self._file.finish()
+            self._file = None
+        if self._writer is None:
+            self._writer = Writer(self.path, self._busy_timeout)
+            self._writer.open_replica()
+        return self._writer
+
+    def _local_paths(self, operations: list[Operation]) -> list[Operation]:
+        """The live node's body paths made this node's."""
+        bodies = BodyFiles(self.path.parent)
+        result: list[Operation] = []
+        for op in operations:
+            if isinstance(op, AddMessage) and op.large_path is not None:
+                result.append(attrs.evolve(op, large_path=str(bodies.path_for(op.message_id))))
+            elif isinstance(op, CommitTransaction):
+                result.append(CommitTransaction(tuple(self._local_paths(list(op.operations)))))
+            else:
+                result.append(op)
+        return result
+
+    def _close_files(self) -> None:
+        for body in self._bodies.values():
+            body.close()
+        self._bodies.clear()
+        if self._file is not None:
+            self._file.abort()
+            self._file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _pool() -> ThreadPool:
+    return ThreadPool(1, 1, name="txbridge-replica-writer")
+
+
+@implementer(IFrameReceiver)
+class _Receiver:
+    """One connection to a peer: log in, announce, then apply what comes, in order."""
+
+    def __init__(self, sink: ReplicaSink, url: str) -> None:
+        self._sink = sink
+        self._url = url
+        self._connection: IFrameConnection | None = None
+        self._waiting = 0
+        self._paused = False
+        self._broken = False
+
+    def connection_made(self, connection: IFrameConnection) -> None:
+        self._connection = connection
+        sink = self._sink
+        connection.send(
+            *encode_packet(
+                p.Connect(
+                    PROTOCOL_VERSION,
+                    f"replica of node {sink._node_name}",
+                    sink._user,
+                    sink._password,
+                    0,
+                    connection.max_frame_size,
+                )
+            )
+        )
+
+    def frame_received(self, frame: Frame) -> None:
+        connection = self._connection
+        assert connection is not None
+        try:
+            packet = decode_packet(frame.type, frame.payload)
+        except ValueError as error:
+            connection.close(str(error))
+            return
+        if isinstance(packet, p.Connected):
+            connection.logged_in()
+            connection.send(
+                *encode_packet(
+                    p.ReplicaAnnounce(self._sink._node_name, self._sink._holder, SCHEMA_VERSION)
+                )
+            )
+            return
+        if isinstance(packet, p.Failed):
+            self._sink.reason = f"{self._url} refused: {packet.message}"
+            connection.close()
+            return
+        if isinstance(packet, p.ReplicaSyncBegin):
+            sink = self._sink
+            sink.in_sync = False
+            sink.live = packet.node_name
+            sink.applied = 0
+            sink.reason = f"copying the store of {packet.node_name}"
+            log.info(
+                "replica: copying the store of {live} (epoch {epoch})",
+                live=packet.node_name,
+                epoch=packet.epoch,
+            )
+        self._waiting += 1
+        if self._waiting >= _HIGH and not self._paused:
+            self._paused = True
+            connection.pause_reading()
+        applied = self._sink._apply(packet)
+        applied.addCallbacks(self._answer, self._failed, (packet,))
+
+    def _answer(self, answer: p.Packet | None, packet: p.Packet) -> None:
+        self._waiting -= 1
+        if self._paused and self._waiting <= _LOW and self._connection is not None:
+            self._paused = False
+            self._connection.resume_reading()
+        if answer is None or self._connection is None or self._broken:
+            return
+        sink = self._sink
+        if isinstance(answer, p.ReplicaAck):
+            sink.applied = answer.sequence
+        elif isinstance(answer, p.ReplicaSynced):
+            sink.in_sync = True
+            log.info("replica: in sync with {live}", live=sink.live)
+        self._connection.send(*encode_packet(answer))
+
+    def _failed(self, failure: Failure, packet: p.Packet) -> None:
+        self._waiting -= 1
+        if self._broken:
+            return
+        self._broken = True
+        why = f"applying {packet.TYPE.name} failed: {failure.getErrorMessage()}"
+        log.error("replica: {why}", why=why)
+        self._sink.in_sync = False
+        self._sink.reason = why
+        if self._connection is not None:
+            self._connection.close(why)
+
+    def connection_lost(self, reason: BaseException) -> None:
+        self._connection = None
+        self._sink._gone(self, str(reason) or type(reason).__name__)
+
+    def close(self, reason: str) -> None:
+        if self._connection is not None:
+            self._connection.close(reason)

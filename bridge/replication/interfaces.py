@@ -1,0 +1,31 @@
+"""The seam between the core head and a live node's replication (``bridge.ha``): a backup
+that logged in as the cluster user and sent REPLICA_ANNOUNCE is handed over, and from then
+on its connection carries replication only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zope.interface import Interface
+
+if TYPE_CHECKING:
+    from bridge.protocol.packets import Packet, ReplicaAnnounce
+    from transport.interfaces import IFrameConnection
+
+
+class IReplicaLink(Interface):
+    """One backup's connection, as the head passes it on."""
+
+    def received(packet: Packet) -> None:
+        """A packet from the backup (REPLICA_SYNCED, REPLICA_ACK); any other ends the link."""
+
+    def lost(reason: BaseException) -> None:
+        """The connection is gone."""
+
+
+class IReplicationSource(Interface):
+    """A live node's store, offered to backups."""
+
+    def announced(connection: IFrameConnection, announce: ReplicaAnnounce) -> IReplicaLink:
+        """A backup asks for a copy: start it over ``connection``. Raises ``ValueError``
+        naming why it cannot be (not live, versions differ, another backup in sync)."""

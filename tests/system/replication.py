@@ -1,0 +1,50 @@
+"""Two nodes with [ha] replication, each its own SQLite store, the lease in a PostgreSQL
+schema: their configuration (fast lease timings, fixed core ports so each can name the
+other as its peer) and the start of a pair, node a live and node b in sync with it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.internet.threads import deferToThread
+
+from bridge.ctl.main import main
+from tests.system.bridges import core_acceptor
+from tests.system.ha import PING, QUERY_TIMEOUT, REAP, SLACK
+from tests.system.nodes import node_document
+
+
+def replicated_node(
+    name: str, policy: str, lease_url: str, port: int, peer_port: int, **ha: Any
+) -> dict[str, Any]:
+    return node_document(
+        name,
+        address=[{"name": "orders", "routing": "anycast"}],
+        acceptor=core_acceptor(port),
+        ha={
+            "policy": policy,
+            "lease-url": lease_url,
+            "peers": [f"tcp://127.0.0.1:{peer_port}"],
+            "cluster-user": "cluster",
+            "lease-ping-time": f"{round(PING * 1000)}ms",
+            "lease-reap-time": f"{round(REAP * 1000)}ms",
+            "lease-query-timeout": f"{round(QUERY_TIMEOUT * 1000)}ms",
+            **ha,
+        },
+    )
+
+
+async def ha_status(node: Any, capsys: Any) -> dict[str, Any]:
+    """``txbridge ctl ha status --json`` of ``node``."""
+    url = f"http://127.0.0.1:{node.ports['management']}"
+    argv = ["ctl", "--url", url, "ha", "status", "--json"]
+    assert await deferToThread(main, argv) == 0
+    shown: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return shown
+
+
+async def management_port(node: Any, name: str) -> None:
+    """A backup's management port, from its log (it has no other port open)."""
+    found = await node.wait_for(rf"node {name}: management on 127\.0\.0\.1:(\d+)", SLACK)
+    node.ports["management"] = int(found.group(1))
