@@ -1,8 +1,8 @@
 """Failover policies: the same view gives the same map in every process; a list never
 names its node, never a node twice, and never a member of the node's own host while
-another host is in the view; the ring follows join order; rendezvous moves only the
-member that joined or left. And ``failover-policy`` names a class that must implement
-the interface."""
+another host is in the view; the ring follows join order; a join or a leave moves only
+that member (rendezvous by its hashing; the ring as it appends a newcomer). And
+``failover-policy`` names a class that must implement the interface."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from bridge.ha.failover import (
     weight,
 )
 from bridge.ha.view import ClusterView, Member
+from tests.processes import ROOT
 
 POLICIES = [RingPolicy(), RendezvousPolicy()]
 
@@ -105,6 +106,7 @@ def test_the_map_is_the_same_in_other_processes():
         done = subprocess.run(
             [sys.executable, "-c", code],
             env={**os.environ, "PYTHONHASHSEED": seed},
+            cwd=ROOT,
             capture_output=True,
             text=True,
             check=True,
@@ -169,9 +171,15 @@ def test_a_leave_only_removes_the_member_that_left(policy, view, data):
         assert after_map[each.node_id] == tuple(n for n in before_map[each.node_id] if n != gone)
 
 
-@given(view=views(), newcomer=st.sampled_from("ijk"), host=st.sampled_from(["h1", "h2", "h4"]))
-def test_rendezvous_a_join_only_inserts_the_member_that_joined(view, newcomer, host):
-    policy = RendezvousPolicy()
+@given(
+    policy=st.sampled_from(POLICIES),
+    view=views(),
+    newcomer=st.sampled_from("ijk"),
+    host=st.sampled_from(["h1", "h2", "h4"]),
+)
+def test_a_join_only_inserts_the_member_that_joined(policy, view, newcomer, host):
+    """The mirror of a leave: each list gains the newcomer and the rest keep their order,
+    unless the join gave a node its first other host."""
     after = view.joined(member(newcomer, host))
     before_map, after_map = policy.failover_map(view), policy.failover_map(after)
     for each in view:
@@ -179,9 +187,8 @@ def test_rendezvous_a_join_only_inserts_the_member_that_joined(view, newcomer, h
         has_other = any(m.host_id != each.host_id for m in after)
         if had_other != has_other:
             continue
-        assert (
-            tuple(n for n in after_map[each.node_id] if n != newcomer) == (before_map[each.node_id])
-        )
+        without = tuple(n for n in after_map[each.node_id] if n != newcomer)
+        assert without == before_map[each.node_id]
 
 
 @given(view=views(), data=st.data())
