@@ -10,8 +10,8 @@ policy is a pure function of the view: no clock, no randomness, no Python ``hash
 
 Both keep a node's queues off its own host: a list holds the members of other hosts only,
 and the members of the node's own host only when no other host is in the view (a cluster
-on one machine still survives a process's death). The map is computed again at every
-change of view, so when the last other host leaves, the same-host members come in.
+on one machine still survives a process's death); in the view without the last other
+host, the same-host members come in.
 """
 
 from __future__ import annotations
