@@ -17,6 +17,7 @@ import grimp
 import pytest
 from zope.interface.interface import InterfaceClass
 
+from bridge.ha.failover import IFailoverPolicy
 from bridge.node.consumer import IStreamListener
 from bridge.store.interfaces import IMessageStore
 from security.interfaces import ISecurityAuth
@@ -155,7 +156,14 @@ def test_nothing_outside_the_node_reaches_into_the_broker():
 
 @pytest.mark.parametrize(
     "interface",
-    [IFrameConnection, IFrameReceiver, IMessageStore, ISecurityAuth, IStreamListener],
+    [
+        IFailoverPolicy,
+        IFrameConnection,
+        IFrameReceiver,
+        IMessageStore,
+        ISecurityAuth,
+        IStreamListener,
+    ],
     ids=str,
 )
 def test_the_seams_list_every_member(interface: InterfaceClass):

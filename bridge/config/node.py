@@ -1,6 +1,7 @@
 """The node's configuration file: ``[node]``, ``[[acceptor]]``, ``[[address]]``,
-``[[address-setting]]``, ``[[bridge]]`` (see :mod:`bridge.config.bridges`), ``[management]``
-and ``[security]``.
+``[[address-setting]]``, ``[[bridge]]`` (see :mod:`bridge.config.bridges`), ``[management]``,
+``[security]``, ``[store]``, ``[ha]`` and ``[cluster]`` (see :mod:`bridge.config.ha` and
+:mod:`bridge.config.cluster`).
 
 Names follow Artemis where a concept matches (``max-size-bytes``, ``address-full-policy``,
 ``id-cache-size``, ``auto-create-addresses``, ``connection-ttl``), so a user who knows
@@ -32,6 +33,7 @@ from bridge.config.checks import (
     read_document,
     required,
 )
+from bridge.config.cluster import ClusterSettings, parse_cluster
 from bridge.config.ha import HaSettings, parse_ha
 from security import SecuritySettings, load_security
 from security.errors import ConfigError
@@ -211,6 +213,8 @@ class NodeConfig:
     store: StoreSettings = StoreSettings()
     ha: HaSettings | None = None
     """``[ha]``: the node takes part in shared-store high availability (docs/ha.md)."""
+    cluster: ClusterSettings | None = None
+    """``[cluster]``: the node is a member of a cluster (docs/ha.md)."""
     _matches: MatchTable[SettingsOverrides] = attrs.field(init=False, eq=False, repr=False)
     _declared: Mapping[str, Address] = attrs.field(init=False, eq=False, repr=False)
 
@@ -261,6 +265,7 @@ _TOP = (
     "security",
     "store",
     "ha",
+    "cluster",
 )
 _NODE = ("name", "data-dir", "global-max-size", "bridges-dir", "partial-frame-budget")
 _ACCEPTOR = (
@@ -568,6 +573,13 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         if "ha" in document
         else None
     )
+    cluster = (
+        parse_cluster(
+            expect_table(document["cluster"], source, "cluster"), source, path.parent, security
+        )
+        if "cluster" in document
+        else None
+    )
     global_max = (
         expect_size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
         if "global-max-size" in node
@@ -594,6 +606,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         bridges_dir=bridges_dir,
         store=store,
         ha=ha,
+        cluster=cluster,
     )
 
 

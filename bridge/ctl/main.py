@@ -18,6 +18,7 @@ SUBCOMMANDS = (
     "bridge.audit.cli",
     "bridge.ctl.bench",
     "bridge.ctl.certs",
+    "bridge.ctl.cluster",
     "bridge.ctl.node",
     "bridge.ctl.status",
     "bridge.ctl.user",
