@@ -216,6 +216,8 @@ class Replicator:
 
     async def stop(self) -> None:
         """The node stops serving: end the link; batches still waiting fail."""
+        if self._stopped:
+            return
         self._stopped = True
         if self._link is not None:
             self._link.close("the live node stops")

@@ -389,10 +389,14 @@ def _tell_diverged(failure: Failure, replication: IReplication) -> Failure:
 def _local_outcome(
     results: list[tuple[bool, Any]], replication: IReplication
 ) -> Outcomes | Failure:
-    """Both the local commit and the replication are done: the commit's outcome decides."""
-    (committed, outcome), _ = results
+    """Both the local commit and the replication are done: the batch is confirmed only if
+    both succeeded (a replication that fails means the node stopped serving before its
+    backup could be told it is out of sync)."""
+    (committed, outcome), (replicated, failure) = results
     if not committed:
         replication.diverged(outcome)
+    elif not replicated:
+        return cast(Failure, failure)
     return cast("Outcomes | Failure", outcome)
 
 

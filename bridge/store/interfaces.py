@@ -146,8 +146,8 @@ class IReplication(Interface):
 
     def replicate(operations: Sequence[Operation]) -> Deferred[None] | None:
         """A batch goes to the writer now (on the reactor thread, batches in order): a
-        Deferred that fires (never fails) once its confirmation may go out as far as the
-        copy is concerned, or None for at once."""
+        Deferred that fires once its confirmation may go out as far as the copy is
+        concerned, or fails if it must not go out at all; None for at once."""
 
     def diverged(failure: Failure) -> None:
         """The batch last given to ``replicate`` failed here: a copy that took it differs."""
