@@ -222,7 +222,7 @@ async def test_a_lost_backup_is_cleared_from_the_lease_before_anything_is_confir
 
 @pytest_twisted.ensureDeferred
 async def test_a_node_that_stops_first_fails_the_waiting_batches(live):
-    store, replicator, marks = await live()
+    store, replicator, _ = await live()
     pipe = Pipe()
     announce(replicator, pipe)
     await until(lambda: pipe.of(p.ReplicaSyncEnd), "the end of the copy")
