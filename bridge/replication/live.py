@@ -149,7 +149,7 @@ class Replicator:
         self._timeout: IDelayedCall | None = None
         self._sync_started = 0.0
         self._last_sync: float | None = None
-        self._marked = False
+        self._naming = False
         self._stopped = False
 
     # -- IReplicationSource --------------------------------------------------------------
@@ -325,30 +325,37 @@ class Replicator:
 
     # -- the backup's answers ------------------------------------------------------------
     def _synced(self, link: IFrameConnection, sequence: int) -> None:
-        if self.state is not SyncState.FINAL:
+        if self.state is not SyncState.FINAL or self._naming:
             link.close(f"REPLICA_SYNCED {sequence} out of turn ({self.state.value})")
             return
         if self._timeout is not None and self._timeout.active():
             self._timeout.cancel()
         self._timeout = None
-        self.state = SyncState.IN_SYNC
-        self._last_sync = time.monotonic() - self._sync_started
-        log.info(
-            "replication: {backup} is in sync ({seconds:.2f} s)",
-            backup=self.backup,
-            seconds=self._last_sync,
-        )
+        self._naming = True
         Deferred.fromCoroutine(self._name_in_sync(link, self.backup))
 
     async def _name_in_sync(self, link: IFrameConnection, backup: str) -> None:
+        """The backup has everything: name it in the lease, after which it may take over
+        (and is shown in sync)."""
         try:
             named = await self._mark(backup)
         except Exception as error:
+            named = False
             log.warn("replication: naming {backup} in sync failed: {why}", backup=backup, why=error)
+        finally:
+            self._naming = False
+        if self._link is not link:
+            return
+        if not named:
             link.close("the lease could not name this backup in sync")
             return
-        if self._link is link:
-            self._marked = named
+        self.state = SyncState.IN_SYNC
+        self._last_sync = time.monotonic() - self._sync_started
+        log.info(
+            "replication: {backup} is in sync ({seconds:.2f} s), named so in the lease",
+            backup=backup,
+            seconds=self._last_sync,
+        )
 
     def _acked(self, sequence: int) -> None:
         while self._acks:
@@ -381,7 +388,7 @@ class Replicator:
             self._timeout.cancel()
         self._timeout = None
         self._wake_pump()
-        if self.state is SyncState.IN_SYNC:
+        if self.state is SyncState.IN_SYNC or self._naming:
             Deferred.fromCoroutine(self._unmark())  # waiters wait for the lease to say so
         else:
             self._end(None)
@@ -404,7 +411,6 @@ class Replicator:
     def _end(self, error: Exception | None) -> None:
         """No backup any more: release (or, with ``error``, fail) every waiting batch."""
         self.state = SyncState.NONE
-        self._marked = False
         self._queue.clear()
         self._queued_bytes = 0
         shutil.rmtree(self._pinned, ignore_errors=True)

@@ -5,6 +5,7 @@ never got in sync never serves, and says why."""
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -42,7 +43,7 @@ async def test_a_killed_live_nodes_backup_serves_everything_it_confirmed(nodes, 
     sent = [b"before the copy %d" % n for n in range(200)] + [b"L" * LARGE]
     for body in sent:  # in the store before b copies it
         await client.send("orders", body)
-    await b.wait_for(r"replica: in sync with a", SLACK, since=0)
+    await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK, since=0)
     shown = await ha_status(a, capsys)
     assert shown["replication"]["role"] == "live"
     assert shown["replication"]["state"] == "in-sync", shown
@@ -105,5 +106,62 @@ async def test_kill_9_of_the_live_node_under_load_loses_nothing_confirmed(
     await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
     await a.wait_started(SLACK)
     b = nodes(replicated_node("b", "replication-backup", lease_url, port, port), name="b")
-    await b.wait_for(r"replica: in sync with a", SLACK)
+    await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK, since=0)
     await kill_under_audited_load(a, b, tmp_path)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_live_node_killed_during_the_copy_comes_back_and_copies_again(
+    nodes, pg_schema, capsys
+):
+    """a holds large messages and, its address paging, more than it keeps in memory; b
+    starts copying and is stopped (SIGSTOP) so that the copy cannot end; a is killed. b,
+    not in sync, never serves; a comes back live on its own store; b copies it again, and
+    once a is killed for good b serves every message (ARTEMIS-484, ARTEMIS-2297)."""
+    lease_url = schema_url(pg_schema)
+    a_port, b_port = free_port(), free_port()
+    paging = {"match": "orders", "max-size-bytes": 64 * 1024, "address-full-policy": "PAGE"}
+    a_document = replicated_node("a", "replication-primary", lease_url, a_port, b_port)
+    a_document["address-setting"] = [paging]
+    b_document = replicated_node("b", "replication-backup", lease_url, b_port, a_port)
+    b_document["address-setting"] = [paging]
+    a = nodes(a_document, name="a")
+    await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
+    await a.wait_started(SLACK)
+    client = await connect(reactor, a.core_url, min_large_message_size=100 * 1024)
+    large = [bytes([65 + n % 26]) * (1024 * 1024) for n in range(40)]
+    small = [b"paged %d" % n for n in range(2000)]
+    for body in large:
+        await client.send("orders", body)
+    for body in small:
+        client.send_nowait("orders", body)
+    await client.send("orders", b"last")
+    await client.close()
+    expected = [*large, *small, b"last"]
+
+    b = nodes(b_document, name="b")
+    await management_port(b, "b")
+    await b.wait_for(r"replica: copying the store of a", SLACK, since=0)
+    os.kill(b.pid, signal.SIGSTOP)  # 40 MiB of bodies cannot all be in the sockets' buffers
+    try:
+        await a.stop(signal.SIGKILL)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    await b.wait_for(r"replica: the link to a is gone .*; not in sync", SLACK, since=0)
+
+    a = nodes(a_document, name="a")  # its own store is the latest: the lease lets it
+    await a.wait_for(r"node a: LIVE, epoch 2", REAP + PING + SLACK)
+    await a.wait_started(SLACK)
+    await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK * 2, since=0)
+    assert "LIVE" not in b.output
+
+    await a.stop(signal.SIGKILL)
+    await b.wait_for(r"node b: LIVE, epoch 3", REAP + PING + SLACK)
+    await b.wait_started(SLACK)
+    reader = await connect(reactor, b.core_url)
+    consumer = await reader.consumer("orders")
+    for body in expected:
+        message = await consumer.receive()
+        assert message.body == body
+        message.ack()
+    await reader.close()
