@@ -109,7 +109,9 @@ class ReplicationView:
     peer: str
     """The backup (``node/run``) or the live node copied from ("" when none)."""
     lag_batches: int
-    """Batches the backup has not acknowledged yet (live); the last applied (backup)."""
+    """Batches the backup has not acknowledged yet (live)."""
+    applied_batch: int
+    """The last batch applied, on the current link (backup)."""
     sync_bytes: int
     """Bytes of the current or last copy sent (live)."""
     last_sync_seconds: float | None
@@ -380,6 +382,21 @@ def format_ha(ha: HaStatus) -> str:
     ]
     if ha.reason:
         lines.append(f"last stopped serving: {ha.reason}")
+    copy = ha.replication
+    if copy is not None and copy.role == "live":
+        took = (
+            "" if copy.last_sync_seconds is None else f", last copy {copy.last_sync_seconds:.2f} s"
+        )
+        lines.append(
+            f"replication to {copy.peer or 'no backup'}: {copy.state}, "
+            f"{copy.lag_batches} batches unacknowledged, {copy.sync_bytes} bytes copied{took}"
+        )
+    elif copy is not None:
+        why = f" ({copy.reason})" if copy.reason else ""
+        lines.append(
+            f"replica of {copy.peer or 'no live node'}: {copy.state}{why}, "
+            f"batch {copy.applied_batch} applied"
+        )
     return "\n".join(lines)
 
 
