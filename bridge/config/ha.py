@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from security.errors import ConfigError
-from security.validate import check_keys, expect_duration, expect_str
+from security.validate import check_keys, expect_bool, expect_duration, expect_str
 
 DEFAULT_PING = 1.0
 DEFAULT_REAP = 5.0
@@ -45,6 +45,8 @@ _KEYS = (
     "cluster-user",
     "cluster-password",
     "initial-replication-sync-timeout",
+    "allow-failback",
+    "failover-on-shutdown",
 )
 _REPLICATION_KEYS = _KEYS[5:]
 
@@ -78,6 +80,13 @@ class Replication:
     sync_timeout: float = DEFAULT_SYNC_TIMEOUT
     """``initial-replication-sync-timeout``: how long the live node holds its confirmations
     back for the last step of a backup's copy before it gives that copy up."""
+    allow_failback: bool = False
+    """``allow-failback`` (the primary's): come back as the live node's backup, and once in
+    sync be live again, the live node handing over."""
+    failover_on_shutdown: bool = True
+    """``failover-on-shutdown``: at a clean stop of the live node, its backup in sync takes
+    over (False: the lease stops naming the backup first, and the pair waits for the
+    stopped node)."""
 
 
 @attrs.frozen
@@ -138,7 +147,7 @@ def parse_ha(
     skew = _positive(table, "max-clock-skew", DEFAULT_MAX_CLOCK_SKEW, source)
     replication = None
     if policy.replicated:
-        store_url, replication = _replication(table, source, store_url)
+        store_url, replication = _replication(table, source, store_url, policy)
     else:
         for key in _REPLICATION_KEYS:
             if key in table:
@@ -163,7 +172,7 @@ def parse_ha(
 
 
 def _replication(
-    table: Mapping[str, Any], source: str, store_url: str | None
+    table: Mapping[str, Any], source: str, store_url: str | None, policy: HaPolicy
 ) -> tuple[str, Replication]:
     """The lease's URL and the replication keys, checked."""
     if store_url is not None:
@@ -190,4 +199,12 @@ def _replication(
     )
     timeout = _positive(table, "initial-replication-sync-timeout", DEFAULT_SYNC_TIMEOUT, source)
     user = expect_str(table["cluster-user"], source, "ha.cluster-user")
-    return url, Replication(found, user, password, timeout)
+    failback = expect_bool(table.get("allow-failback", False), source, "ha.allow-failback")
+    if failback and policy is not HaPolicy.REPLICATION_PRIMARY:
+        raise ConfigError(
+            source, "ha.allow-failback", "is the primary's: the node to be live again"
+        )
+    on_shutdown = expect_bool(
+        table.get("failover-on-shutdown", True), source, "ha.failover-on-shutdown"
+    )
+    return url, Replication(found, user, password, timeout, failback, on_shutdown)

@@ -167,12 +167,12 @@ class HaNode:
             self.machine.inputs.lease_lost()
 
     # -- IActivationActions ------------------------------------------------------------
-    def failover(self) -> bool:
+    def failover(self, why: str = "failover asked") -> bool:
         """Soft failover: stop serving, release the lease, and leave it to the backups for
         ``lease-reap-time`` before trying again. False unless LIVE."""
         if self.machine.state is not HaState.LIVE:
             return False
-        log.info("node {name}: failover asked, handing the lease over", **self._names())
+        log.info("node {name}: {why}, handing the lease over", why=why, **self._names())
         self._handing_over = True
         self.machine.inputs.failover()
         return True

@@ -1,15 +1,24 @@
 """The node's replication glue: a backup copies from the live node (``ReplicaSink``) until
 it activates; once live it copies to its backup (``Replicator``) until it stops serving.
-Either way the store file is written by one side at a time."""
+Either way the store file is written by one side at a time.
+
+Failback (``allow-failback``, the primary's): the primary comes back as the live node's
+backup and says so when it announces; once the live node has named it in sync, the live
+node hands over (a soft failover: it stops serving, then releases the lease, which names
+the primary in sync). It becomes a backup at once, but it finds the primary to copy from
+only once the primary is fully live (acceptors open), and it cannot take the lease back
+while the primary holds the latest store (``bridge.ha.lease.ReplicaGate``)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
-from bridge.config.ha import Replication
+from bridge.config.ha import HaPolicy, Replication
 from bridge.ctl.ha import HaNode
 from bridge.ctl.status import ReplicationView
+from bridge.ha.activation import HaState
 from bridge.heads.core import CoreHead
 from bridge.replication.backup import ReplicaSink
 from bridge.replication.live import Replicator
@@ -28,6 +37,9 @@ class NodeReplication:
         self._settings = settings
         self._ha = ha
         self._reactor = reactor
+        self._failback = settings.allow_failback and ha.settings.policy is (
+            HaPolicy.REPLICATION_PRIMARY
+        )
         self._sink = ReplicaSink(
             path,
             reactor,
@@ -38,8 +50,13 @@ class NodeReplication:
             password=settings.cluster_password,
             retry=ha.settings.ping,
             busy_timeout=DEFAULT_BUSY_TIMEOUT,
+            failback=self._failback,
         )
         self._replicator: Replicator | None = None
+        self.stopping = False
+        """Set by the node service at a clean stop (``failover-on-shutdown``)."""
+        self._takeover = ""
+        self._takeover_seconds: float | None = None
         ha.replication = self.view
 
     def as_backup(self) -> None:
@@ -48,7 +65,15 @@ class NodeReplication:
 
     async def activating(self) -> None:
         """The node took the lease: stop copying, so that it may open its store."""
+        lost = self._sink.lost_in_sync_at
         await self._sink.stop()
+        if lost is not None and not self.stopping:
+            self._sink.lost_in_sync_at = None
+            self._ha.reached(HaState.LIVE).addCallback(self._took_over, lost)
+
+    def _took_over(self, _: object, lost: float) -> None:
+        self._takeover = "failback" if self._failback else "failover"
+        self._takeover_seconds = time.monotonic() - lost
 
     def live(self, store: MessageStore, head: CoreHead) -> None:
         """The store is open and the core head made: offer the store to backups."""
@@ -62,14 +87,19 @@ class NodeReplication:
             mark=ha.mark,
             sync_timeout=self._settings.sync_timeout,
             retry=ha.settings.ping,
+            hand_over=self._hand_over,
         )
         store.replication = head.replication = self._replicator = replicator
+
+    def _hand_over(self, backup: str) -> None:
+        self._ha.failover(f"failback: {backup.rpartition('/')[0]} is in sync")
 
     async def stop_live(self) -> None:
         """The node stops serving (before its store closes): end the copy."""
         replicator, self._replicator = self._replicator, None
         if replicator is not None:
-            await replicator.stop()
+            withdraw = self.stopping and not self._settings.failover_on_shutdown
+            await replicator.stop(withdraw=withdraw)
 
     def view(self) -> ReplicationView:
         replicator = self._replicator
@@ -84,6 +114,8 @@ class NodeReplication:
                 status.sync_bytes,
                 status.last_sync_seconds,
                 "",
+                self._takeover,
+                self._takeover_seconds,
             )
         replica = self._sink.status()
         return ReplicationView(
@@ -95,4 +127,6 @@ class NodeReplication:
             0,
             None,
             replica.reason,
+            self._takeover,
+            self._takeover_seconds,
         )

@@ -416,6 +416,8 @@ class NodeService(Service):
             with suppress(Exception):
                 await self.started
         if self.ha is not None:
+            if self.replication is not None:
+                self.replication.stopping = True
             await self.ha.stop()  # deactivates, then releases the lease
             if self.replication is not None:
                 await self.replication.activating()  # a backup stops copying
@@ -432,6 +434,10 @@ class NodeService(Service):
     async def _deactivate(self) -> None:
         """Stop serving: the bridges, the ports, every connection (their in-flight sends
         fail back to their producers), then the store."""
+        if self.replication is not None:
+            # first: closing its link with the connections would clear its backup from
+            # the lease, and the sends still in flight would be confirmed without it
+            await self.replication.stop_live()
         if self.bridges is not None:
             bridges, self.bridges = self.bridges, None
             await bridges.stop_all()
@@ -446,8 +452,6 @@ class NodeService(Service):
         if self.stomp is not None:
             await self.stomp.close_connections("the node is shutting down")
             self.stomp = None
-        if self.replication is not None:
-            await self.replication.stop_live()
         if self.broker is not None:
             broker, self.broker = self.broker, None
             await broker.close()

@@ -118,6 +118,10 @@ class ReplicationView:
     """How long the last copy took until the backup was in sync (live)."""
     reason: str
     """Why a backup is not in sync ("" when it is)."""
+    last_takeover: str = ""
+    """"failover" or "failback": how this node last became live from a backup ("" never)."""
+    last_takeover_seconds: float | None = None
+    """From the link to the live node dropping to this node being LIVE."""
 
 
 @attrs.frozen
@@ -390,6 +394,11 @@ def format_ha(ha: HaStatus) -> str:
         lines.append(
             f"replication to {copy.peer or 'no backup'}: {copy.state}, "
             f"{copy.lag_batches} batches unacknowledged, {copy.sync_bytes} bytes copied{took}"
+        )
+    if copy is not None and copy.last_takeover_seconds is not None:
+        lines.append(
+            f"last {copy.last_takeover}: live {copy.last_takeover_seconds:.2f} s after "
+            "the link to the live node dropped"
         )
     elif copy is not None:
         why = f" ({copy.reason})" if copy.reason else ""

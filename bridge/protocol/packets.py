@@ -529,13 +529,16 @@ class AddressInfo:
 @attrs.frozen
 class ReplicaAnnounce:
     """backup -> live: replicate your store to me. ``holder`` is the backup's ``node/run``,
-    ``schema_version`` its store's (u16): a backup copies only its own version."""
+    ``schema_version`` its store's (u16): a backup copies only its own version.
+    ``failback``: once in sync, the backup is to be live again (it is the pair's primary,
+    with ``allow-failback``)."""
 
     TYPE: ClassVar[PacketType] = PacketType.REPLICA_ANNOUNCE
 
     node_name: str
     holder: str
     schema_version: int
+    failback: bool = False
 
 
 @attrs.frozen

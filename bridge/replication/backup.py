@@ -15,6 +15,7 @@ the link dropping only makes the node try the lease, never serve by itself.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -74,8 +75,11 @@ class ReplicaSink:
         password: str | None,
         retry: float,
         busy_timeout: float,
+        failback: bool = False,
     ) -> None:
+        """``failback``: announce that, once in sync, this node is to be live again."""
         self.path = path
+        self._failback = failback
         self._reactor = reactor
         self._node_name = node_name
         self._holder = holder
@@ -89,6 +93,8 @@ class ReplicaSink:
         self.live = ""
         self.reason = "not connected to a live node yet"
         self.applied = 0
+        self.lost_in_sync_at: float | None = None
+        """When (monotonic) the link to the live node last dropped while in sync."""
         self._next_peer = 0
         self._receiver: _Receiver | None = None
         self._call: IDelayedCall | None = None
@@ -144,6 +150,8 @@ class ReplicaSink:
         if self._receiver is not receiver:
             return
         self._receiver = None
+        if self.in_sync:
+            self.lost_in_sync_at = time.monotonic()
         if self.live:
             log.warn(
                 "replica: the link to {live} is gone ({why}); {state}",
@@ -270,7 +278,12 @@ class _Receiver:
             connection.logged_in()
             connection.send(
                 *encode_packet(
-                    p.ReplicaAnnounce(self._sink._node_name, self._sink._holder, SCHEMA_VERSION)
+                    p.ReplicaAnnounce(
+                        self._sink._node_name,
+                        self._sink._holder,
+                        SCHEMA_VERSION,
+                        self._sink._failback,
+                    )
                 )
             )
             return

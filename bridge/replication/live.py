@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, fail
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -118,17 +118,21 @@ class Replicator:
         mark: Callable[[str], Deferred[bool]],
         sync_timeout: float,
         retry: float,
+        hand_over: Callable[[str], object] = lambda backup: None,
         max_queued: int = 64 * 1024 * 1024,
     ) -> None:
         """``mark(backup)`` names the backup in sync in the lease ("" for none) and fires
         True once it did, False if the lease is no longer this node's; ``retry`` is how
-        long to wait before marking again after an error."""
+        long to wait before marking again after an error; ``hand_over(backup)`` is called
+        once a backup that announced a failback is named in sync."""
         self._store = store
         self._path = path
         self._reactor = reactor
         self._node_name = node_name
         self._epoch = epoch
         self._mark = mark
+        self._hand_over = hand_over
+        self._failback = False
         self._sync_timeout = sync_timeout
         self._retry = retry
         self._max_queued = max_queued
@@ -164,6 +168,7 @@ class Replicator:
         if self._link is not None:
             raise ValueError(f"{self.backup} replicates this node already")
         self._link, self.backup = connection, announce.holder
+        self._failback = announce.failback
         log.info(
             "replication: backup {backup} announced, copying the store", backup=announce.holder
         )
@@ -172,6 +177,8 @@ class Replicator:
 
     # -- IReplication ----------------------------------------------------------------------
     def replicate(self, operations: Sequence[Operation]) -> Deferred[None] | None:
+        if self._stopped:
+            return fail(_lost_at_stop())  # a backup may be named in sync still
         if self.state is SyncState.NONE:
             return None
         durable = _durable(operations)
@@ -214,14 +221,22 @@ class Replicator:
             self._last_sync,
         )
 
-    async def stop(self) -> None:
-        """The node stops serving: end the link; batches still waiting fail."""
+    async def stop(self, *, withdraw: bool = False) -> None:
+        """The node stops serving: end the link; batches still waiting fail. With
+        ``withdraw`` (a clean stop without ``failover-on-shutdown``) the lease first stops
+        naming the backup, so that it does not take over."""
         if self._stopped:
             return
         self._stopped = True
-        if self._link is not None:
-            self._link.close("the live node stops")
-        self._end(ReplicationLost("the node stopped serving before its backup had the batch"))
+        if withdraw and (self.state is SyncState.IN_SYNC or self._naming):
+            try:
+                await self._mark("")
+            except Exception as error:
+                log.warn("replication: withdrawing the backup failed: {why}", why=error)
+        link, self._link = self._link, None  # its loss is no news now: nothing unmarks
+        self._end(_lost_at_stop())
+        if link is not None:
+            link.close("the live node stops")
         self._readers.stop()
 
     # -- the copy --------------------------------------------------------------------------
@@ -356,6 +371,8 @@ class Replicator:
             backup=backup,
             seconds=self._last_sync,
         )
+        if self._failback:
+            self._hand_over(backup)
 
     def _acked(self, sequence: int) -> None:
         while self._acks:
@@ -450,6 +467,10 @@ class _Link:
 
     def lost(self, reason: BaseException) -> None:
         self.replicator._lost(self.connection, reason)
+
+
+def _lost_at_stop() -> ReplicationLost:
+    return ReplicationLost("the node stopped serving before its backup had the batch")
 
 
 def _durable(operations: Sequence[Operation]) -> list[Operation]:

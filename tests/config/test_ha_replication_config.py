@@ -61,3 +61,12 @@ def test_replication_keys_are_refused_with_a_shared_store(tmp_path):
     text = NODE + '[ha]\npolicy = "shared-store-primary"\npeers = ["tcp://h:1"]\n'
     with pytest.raises(ConfigError, match=r"ha\.peers: is for the replication policies"):
         _load(tmp_path, text)
+
+
+def test_failback_is_the_primarys(tmp_path):
+    primary = REPLICATION.replace("replication-backup", "replication-primary")
+    ha = _load(tmp_path, NODE + primary + "allow-failback = true\nfailover-on-shutdown = false\n")
+    assert (ha.replication.allow_failback, ha.replication.failover_on_shutdown) == (True, False)
+    assert _load(tmp_path, NODE + REPLICATION).replication.failover_on_shutdown
+    with pytest.raises(ConfigError, match=r"ha\.allow-failback: is the primary's"):
+        _load(tmp_path, NODE + REPLICATION + "allow-failback = true\n")

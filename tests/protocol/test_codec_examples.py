@@ -179,7 +179,7 @@ GOLDEN: list[tuple[Packet, int, str]] = [
         113,
         "000000000000000d | 00 | 00 | 00 | ffffffffffffffff | 01 | 0000000000000000",
     ),
-    (ReplicaAnnounce("b", "b/1", 3), 128, "0001 62 | 0003 622f31 | 0003"),
+    (ReplicaAnnounce("b", "b/1", 3, True), 128, "0001 62 | 0003 622f31 | 0003 | 01"),
     (ReplicaSyncBegin("a", 7, 3), 129, "0001 61 | 0000000000000007 | 0003"),
     (ReplicaRows("t", b"\x05"), 130, "0001 74 | 00000001 05"),
     (ReplicaBody(9, b"ab", False), 131, "0000000000000009 | 00000002 6162 | 00"),

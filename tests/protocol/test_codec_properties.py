@@ -141,7 +141,7 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
         st.sampled_from(AddressFullPolicy),
         U64,
     ),
-    ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16),
+    ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16, st.booleans()),
     ReplicaSyncBegin: st.builds(ReplicaSyncBegin, NAMES, U64, U16),
     ReplicaRows: st.builds(ReplicaRows, NAMES, DATA),
     ReplicaBody: st.builds(ReplicaBody, U64, DATA, st.booleans()),

@@ -165,3 +165,98 @@ async def test_the_live_node_killed_during_the_copy_comes_back_and_copies_again(
         assert message.body == body
         message.ack()
     await reader.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_primary_comes_back_copies_and_fails_back_in_order(nodes, pg_schema, capsys):
+    """a (primary, allow-failback) is killed: b takes over. a comes back as b's backup,
+    copies, and once b named it in sync b hands over: b stops serving before a is live,
+    and becomes a's backup only once a is live; nothing confirmed on either is lost."""
+    lease_url = schema_url(pg_schema)
+    a_port, b_port = free_port(), free_port()
+    a_document = replicated_node(
+        "a", "replication-primary", lease_url, a_port, b_port, **{"allow-failback": True}
+    )
+    a = nodes(a_document, name="a")
+    await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
+    await a.wait_started(SLACK)
+    b = nodes(replicated_node("b", "replication-backup", lease_url, b_port, a_port), name="b")
+    await management_port(b, "b")
+    await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK, since=0)
+    client = await connect(reactor, a.core_url)
+    await client.send("orders", b"confirmed by a")
+    await client.close()
+
+    await a.stop(signal.SIGKILL)
+    await b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+    await b.wait_started(SLACK)
+    client = await connect(reactor, b.core_url)
+    await client.send("orders", b"confirmed by b")
+    await client.close()
+
+    a = nodes(a_document, name="a")
+    await management_port(a, "a")
+    await a.wait_for(r"node a: LIVE, epoch 3", REAP + PING + SLACK * 2)
+    await a.wait_started(SLACK)
+    await b.wait_for(r"replication: a/\w+ is in sync .*, named so in the lease", SLACK, since=0)
+    await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK, since=0)
+    handed = b.output.index("node b: failback: a is in sync, handing the lease over")
+    stopped = b.output.index("node b: stops serving", handed)
+    copying = b.output.index("replica: copying the store of a", stopped)
+    assert "node b: LIVE" not in b.output[handed:], "b came back live: the failback broke"
+    live_at = _stamp(a.output, a.output.index("node a: LIVE, epoch 3"))
+    assert _stamp(b.output, stopped) <= live_at, "a was live while b still served"
+    assert _stamp(b.output, copying) >= live_at, "b copied from a before a was live"
+    shown = await ha_status(a, capsys)
+    assert shown["replication"]["last_takeover"] == "failback", shown
+    assert shown["replication"]["last_takeover_seconds"] > 0
+
+    reader = await connect(reactor, a.core_url)
+    consumer = await reader.consumer("orders")
+    for body in (b"confirmed by a", b"confirmed by b"):
+        message = await consumer.receive()
+        assert message.body == body
+        message.ack()
+    await reader.close()
+
+
+def _stamp(output: str, at: int) -> str:
+    """The log timestamp (ISO, to the microsecond: they sort) of the line holding ``at``."""
+    return output[output.rfind("\n", 0, at) + 1 :].split(" ", 1)[0]
+
+
+@pytest.mark.parametrize("on_shutdown", [True, False])
+@pytest_twisted.ensureDeferred
+async def test_a_clean_stop_fails_over_only_with_failover_on_shutdown(
+    nodes, pg_schema, capsys, on_shutdown
+):
+    lease_url = schema_url(pg_schema)
+    a_port, b_port = free_port(), free_port()
+    a_document = replicated_node(
+        "a",
+        "replication-primary",
+        lease_url,
+        a_port,
+        b_port,
+        **{"failover-on-shutdown": on_shutdown},
+    )
+    a = nodes(a_document, name="a")
+    await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
+    await a.wait_started(SLACK)
+    b = nodes(replicated_node("b", "replication-backup", lease_url, b_port, a_port), name="b")
+    await management_port(b, "b")
+    await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK, since=0)
+    await a.stop(signal.SIGTERM)
+    assert "node a: released the lease" in a.output
+    if on_shutdown:
+        await b.wait_for(r"node b: LIVE, epoch 2", PING + SLACK)
+        return
+    # b tries the lease at each ping; once it has seen it released, it was refused
+    deadline = reactor.seconds() + SLACK
+    while (shown := await ha_status(b, capsys))["live"] != "":
+        assert reactor.seconds() < deadline, shown
+    assert shown["state"] == "BACKUP", shown
+    a = nodes(a_document, name="a")  # the pair waits for it, and it has the latest store
+    await a.wait_for(r"node a: LIVE, epoch 2", REAP + PING + SLACK)
+    assert "LIVE" not in b.output
+    b.started.addErrback(lambda _: None)  # it never serves: its start ends unfinished
