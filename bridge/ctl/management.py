@@ -268,6 +268,28 @@ def _ha_metrics(ha: HaStatus) -> Iterator[Metric]:
         "The node's clock minus the database's.",
         ha.clock_skew_ms / 1000,
     )
+    copy = ha.replication
+    if copy is not None:
+        yield InfoMetricFamily(
+            "txbridge_ha_replication",
+            "This node's side of the store's copy.",
+            value={"role": copy.role, "state": copy.state, "peer": copy.peer},
+        )
+        yield GaugeMetricFamily(
+            "txbridge_ha_replication_in_sync",
+            "1 while the copy is in sync (live: the lease names the backup).",
+            1 if copy.state == "in-sync" else 0,
+        )
+        yield GaugeMetricFamily(
+            "txbridge_ha_replication_lag_batches",
+            "Live node: batches its backup has not acknowledged.",
+            copy.lag_batches,
+        )
+        yield GaugeMetricFamily(
+            "txbridge_ha_replication_sync_bytes",
+            "Live node: bytes of the current or last copy sent.",
+            copy.sync_bytes,
+        )
 
 
 _Figures = list[tuple[str, str, str]]

@@ -11,8 +11,10 @@ import signal
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.threads import deferToThread
 
 from bridge.client.api import connect
+from tests.ha.proxy import get
 from tests.postgresql import schema_url
 from tests.system.audit_run import require_spark
 from tests.system.bridges import free_port
@@ -47,6 +49,8 @@ async def test_a_killed_live_nodes_backup_serves_everything_it_confirmed(nodes, 
     shown = await ha_status(a, capsys)
     assert shown["replication"]["role"] == "live"
     assert shown["replication"]["state"] == "in-sync", shown
+    metrics = await deferToThread(get, f"http://127.0.0.1:{a.ports['management']}/metrics")
+    assert "txbridge_ha_replication_in_sync 1.0" in metrics, metrics
     after = [b"after the copy %d" % n for n in range(300)] + [b"M" * LARGE]
     for body in after:  # each confirmed once b has it too
         await client.send("orders", body)
