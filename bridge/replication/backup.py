@@ -307,7 +307,9 @@ class _Receiver:
             self._paused = True
             connection.pause_reading()
         applied = self._sink._apply(packet)
-        applied.addCallbacks(self._answer, self._failed, (packet,))
+        applied.addCallbacks(
+            self._answer, self._failed, callbackArgs=(packet,), errbackArgs=(packet,)
+        )
 
     def _answer(self, answer: p.Packet | None, packet: p.Packet) -> None:
         self._waiting -= 1
