@@ -131,7 +131,7 @@ async def test_a_packet_it_cannot_apply_ends_the_link_naming_why(linked):
 
 @pytest_twisted.ensureDeferred
 async def test_garbage_operations_end_the_link(linked):
-    sink, receiver, wire = linked
+    _sink, receiver, wire = linked
     deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
     deliver(receiver, p.ReplicaSyncBegin("a", 4, SCHEMA_VERSION))
     deliver(receiver, p.ReplicaBatch(1, b"\x09garbage"))
@@ -141,7 +141,7 @@ async def test_garbage_operations_end_the_link(linked):
 
 @pytest_twisted.ensureDeferred
 async def test_reading_pauses_while_too_much_waits(linked):
-    sink, receiver, wire = linked
+    _sink, receiver, wire = linked
     deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
     deliver(receiver, p.ReplicaSyncBegin("a", 4, SCHEMA_VERSION))
     for n in range(1, 101):
