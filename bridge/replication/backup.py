@@ -31,6 +31,7 @@ from zope.interface import implementer
 
 from bridge.protocol import PACKET_TYPES, PROTOCOL_VERSION, decode_packet, encode_packet
 from bridge.protocol import packets as p
+from bridge.store.errors import StoreError
 from bridge.store.large import BodyFiles
 from bridge.store.op_codec import decode_operations, decode_rows
 from bridge.store.operations import AddMessage, CommitTransaction, Operation
@@ -102,6 +103,7 @@ class ReplicaSink:
         self._file: ReplicaFile | None = None
         self._writer: Writer | None = None
         self._bodies: dict[int, IO[bytes]] = {}
+        self._began = False
 
     def start(self) -> None:
         """Look for the live node (at once, then every ``retry`` seconds)."""
@@ -175,8 +177,13 @@ class ReplicaSink:
         if isinstance(packet, p.ReplicaSyncBegin):
             self._close_files()
             self._file = ReplicaFile(self.path, self._busy_timeout, packet.schema_version)
-        elif isinstance(packet, p.ReplicaRows):
-            assert self._file is not None, "REPLICA_ROWS before REPLICA_SYNC_BEGIN"
+            self._began = True
+            return None
+        if not self._began:  # this node's own store is not the live node's to write
+            raise StoreError(f"{packet.TYPE.name} before REPLICA_SYNC_BEGIN")
+        if isinstance(packet, p.ReplicaRows):
+            if self._file is None:
+                raise StoreError("REPLICA_ROWS after the copy's rows")
             self._file.insert(packet.table, decode_rows(packet.rows))
         elif isinstance(packet, p.ReplicaBody):
             self._body(packet)
@@ -223,6 +230,7 @@ class ReplicaSink:
         return result
 
     def _close_files(self) -> None:
+        self._began = False
         for body in self._bodies.values():
             body.close()
         self._bodies.clear()

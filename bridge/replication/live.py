@@ -154,6 +154,8 @@ class Replicator:
         self._sync_started = 0.0
         self._last_sync: float | None = None
         self._naming = False
+        self._maybe_named = False
+        """The lease may name the backup (from the naming's start until a clearing landed)."""
         self._stopped = False
 
     # -- IReplicationSource --------------------------------------------------------------
@@ -228,7 +230,7 @@ class Replicator:
         if self._stopped:
             return
         self._stopped = True
-        if withdraw and (self.state is SyncState.IN_SYNC or self._naming):
+        if withdraw and self._maybe_named:
             try:
                 await self._mark("")
             except Exception as error:
@@ -259,6 +261,8 @@ class Replicator:
                 await self._send(link, p.ReplicaRows(table, encoded))
                 self._sync_bytes += len(encoded)
             for message_id in snapshot.large_ids:
+                if self._link is not link:
+                    break
                 await self._send_body(link, message_id, snapshot.body_path(message_id))
         finally:
             snapshot.close()
@@ -332,9 +336,12 @@ class Replicator:
         pins = []
         for add in _adds(operations):
             if add.large_path is not None:
-                self._pinned.mkdir(exist_ok=True)
                 pin = self._pinned / f"{self._sequence}-{add.message_id}.msg"
-                os.link(add.large_path, pin)
+                try:
+                    self._pinned.mkdir(exist_ok=True)
+                    os.link(add.large_path, pin)
+                except OSError as error:  # its add fails here as on the backup
+                    log.warn("replication: body {path}: {why}", path=add.large_path, why=error)
                 pins.append((add.message_id, pin))
         return pins
 
@@ -346,7 +353,7 @@ class Replicator:
         if self._timeout is not None and self._timeout.active():
             self._timeout.cancel()
         self._timeout = None
-        self._naming = True
+        self._naming = self._maybe_named = True
         Deferred.fromCoroutine(self._name_in_sync(link, self.backup))
 
     async def _name_in_sync(self, link: IFrameConnection, backup: str) -> None:
@@ -405,7 +412,7 @@ class Replicator:
             self._timeout.cancel()
         self._timeout = None
         self._wake_pump()
-        if self.state is SyncState.IN_SYNC or self._naming:
+        if self._maybe_named:  # (a failed naming may have landed all the same)
             Deferred.fromCoroutine(self._unmark())  # waiters wait for the lease to say so
         else:
             self._end(None)
@@ -422,6 +429,7 @@ class Replicator:
                 self._reactor.callLater(self._retry, pause.callback, None)
                 await pause
                 continue
+            self._maybe_named = False
             self._end(None)
             return
 

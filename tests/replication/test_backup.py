@@ -158,3 +158,13 @@ async def test_a_refused_announcement_is_the_reason(linked):
     deliver(receiver, p.Failed(0, p.ErrorCode.PERMISSION_DENIED, "only the cluster user"))
     assert wire.closed == ""
     assert "refused: only the cluster user" in sink.status().reason
+
+
+@pytest_twisted.ensureDeferred
+async def test_nothing_is_written_before_the_copy_begins(linked, tmp_path):
+    _, receiver, wire = linked
+    deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
+    deliver(receiver, p.ReplicaBatch(1, queue("orders")))
+    await until(lambda: wire.closed is not None, "the link ended")
+    assert "REPLICA_BATCH before REPLICA_SYNC_BEGIN" in wire.closed, wire.closed
+    assert not (tmp_path / "b").exists(), "the node's own store was touched"

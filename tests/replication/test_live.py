@@ -249,3 +249,23 @@ async def test_batches_wait_while_a_slow_copy_holds_too_much(live):
     pipe.writable.callback(None)
     await added
     await until(lambda: pipe.of(p.ReplicaBatch), "the queued batch sent")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_naming_that_failed_is_cleared_all_the_same(live):
+    """The lease's answer was lost (a timeout): the naming may have landed, so the live
+    node clears it before confirming anything without the backup."""
+    store, replicator, marks = await live()
+    pipe = Pipe()
+    announce(replicator, pipe)
+    await until(lambda: pipe.of(p.ReplicaSyncEnd), "the end of the copy")
+    marks.hold = True
+    added = store.add(message(1), ["orders"])
+    await until(lambda: pipe.of(p.ReplicaBatch), "the batch sent")
+    pipe.link.received(p.ReplicaSynced(0))
+    marks.held[0].errback(TimeoutError("no answer from the database"))
+    await until(lambda: len(marks.held) == 2, "the lease asked to clear the backup")
+    assert marks.given == ["b/1", ""]
+    assert not added.called
+    marks.held[1].callback(True)
+    await added
