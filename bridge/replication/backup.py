@@ -257,6 +257,8 @@ class _Receiver:
         self._waiting = 0
         self._paused = False
         self._broken = False
+        self._refused: str | None = None
+        """Why the live node refused this backup, which is why the link ends."""
 
     def connection_made(self, connection: IFrameConnection) -> None:
         self._connection = connection
@@ -296,7 +298,7 @@ class _Receiver:
             )
             return
         if isinstance(packet, p.Failed):
-            self._sink.reason = f"{self._url} refused: {packet.message}"
+            self._refused = f"{self._url} refused: {packet.message}"
             connection.close()
             return
         if isinstance(packet, p.ReplicaSyncBegin):
@@ -348,7 +350,7 @@ class _Receiver:
 
     def connection_lost(self, reason: BaseException) -> None:
         self._connection = None
-        self._sink._gone(self, str(reason) or type(reason).__name__)
+        self._sink._gone(self, self._refused or str(reason) or type(reason).__name__)
 
     def close(self, reason: str) -> None:
         if self._connection is not None:

@@ -169,6 +169,8 @@ class Replicator:
             )
         if self._link is not None:
             raise ValueError(f"{self.backup} replicates this node already")
+        if self._maybe_named:
+            raise ValueError("the lease still names the last backup in sync: try again")
         self._link, self.backup = connection, announce.holder
         self._failback = announce.failback
         log.info(

@@ -12,6 +12,7 @@ import attrs
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, succeed
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import deferLater
 
 from bridge.protocol import decode_packet, encode_packet
@@ -157,7 +158,8 @@ async def test_a_refused_announcement_is_the_reason(linked):
     deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
     deliver(receiver, p.Failed(0, p.ErrorCode.PERMISSION_DENIED, "only the cluster user"))
     assert wire.closed == ""
-    assert "refused: only the cluster user" in sink.status().reason
+    receiver.connection_lost(ConnectionDone("closed cleanly"))
+    assert "refused: only the cluster user" in sink.status().reason, "the refusal is the reason"
 
 
 @pytest_twisted.ensureDeferred

@@ -214,6 +214,8 @@ async def test_a_lost_backup_is_cleared_from_the_lease_before_anything_is_confir
     pipe.close("gone")
     await until(lambda: marks.held, "the lease asked to clear the backup")
     assert marks.given[-1] == ""
+    with pytest.raises(ValueError, match="the lease still names the last backup"):
+        announce(replicator, Pipe())  # a new copy waits until the lease is cleared
     await deferLater(reactor, 0.05, lambda: None)  # the clearing is in flight
     assert not added.called, "confirmed while the lease still names the backup in sync"
     marks.held[0].callback(True)

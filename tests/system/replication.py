@@ -35,10 +35,11 @@ def replicated_node(
     )
 
 
-async def ha_status(node: Any, capsys: Any) -> dict[str, Any]:
-    """``txbridge ctl ha status --json`` of ``node``."""
+async def ha_status(node: Any, capsys: Any, login: tuple[str, str] | None = None) -> dict[str, Any]:
+    """``txbridge ctl ha status --json`` of ``node`` (as ``login``, with security on)."""
     url = f"http://127.0.0.1:{node.ports['management']}"
-    argv = ["ctl", "--url", url, "ha", "status", "--json"]
+    user = ["--user", login[0], "--password", login[1]] if login else []
+    argv = ["ctl", "--url", url, *user, "ha", "status", "--json"]
     assert await deferToThread(main, argv) == 0
     shown: dict[str, Any] = json.loads(capsys.readouterr().out)
     return shown

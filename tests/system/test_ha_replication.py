@@ -10,10 +10,12 @@ import signal
 
 import pytest
 import pytest_twisted
+import tomli_w
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
 from bridge.client.api import connect
+from security.passwords import hash_password
 from tests.ha.proxy import get
 from tests.postgresql import schema_url
 from tests.system.audit_run import require_spark
@@ -264,3 +266,51 @@ async def test_a_clean_stop_fails_over_only_with_failover_on_shutdown(
     await a.wait_for(r"node a: LIVE, epoch 2", REAP + PING + SLACK)
     assert "LIVE" not in b.output
     b.started.addErrback(lambda _: None)  # it never serves: its start ends unfinished
+
+
+@pytest_twisted.ensureDeferred
+async def test_only_the_cluster_user_gets_a_copy(nodes, pg_schema, capsys, tmp_path):
+    """Security on: a backup logged in as another user is refused, and says so; logged in
+    as the live node's cluster user it gets its copy."""
+    users = {
+        "node-link": {"password": hash_password("link secret"), "roles": ["nodes"]},
+        "alice": {"password": hash_password("alice secret"), "roles": ["users"]},
+    }
+    security = {"users-file": "users.toml", "cluster-user": "node-link"}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "users.toml").write_text(tomli_w.dumps({"users": users}))
+    lease_url = schema_url(pg_schema)
+    a_port, b_port = free_port(), free_port()
+    a_document = replicated_node("a", "replication-primary", lease_url, a_port, b_port)
+    a_document["security"] = security
+    a = nodes(a_document, name="a")
+    await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
+    await a.wait_started(SLACK)
+
+    def backup(user: str, password: str) -> dict:
+        document = replicated_node(
+            "b",
+            "replication-backup",
+            lease_url,
+            b_port,
+            a_port,
+            **{"cluster-user": user, "cluster-password": password},
+        )
+        document["security"] = security
+        return document
+
+    b = nodes(backup("alice", "alice secret"), name="b")
+    await management_port(b, "b")
+    await a.wait_for(r"refused replication to b .*: only the cluster user may replicate", SLACK)
+    deadline = reactor.seconds() + SLACK
+    login = ("node-link", "link secret")
+    while (
+        "only the cluster user" not in (await ha_status(b, capsys, login))["replication"]["reason"]
+    ):
+        assert reactor.seconds() < deadline
+    await b.stop(signal.SIGTERM)
+    b.started.addErrback(lambda _: None)  # it never served
+
+    b = nodes(backup("node-link", "link secret"), name="b")
+    await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK)
