@@ -94,6 +94,8 @@ class ReplicaSink:
         self.live = ""
         self.reason = "not connected to a live node yet"
         self.applied = 0
+        self.epoch = 0
+        """The highest epoch of a live node copied from: an older one is never copied."""
         self.lost_in_sync_at: float | None = None
         """When (monotonic) the link to the live node last dropped while in sync."""
         self._next_peer = 0
@@ -303,6 +305,16 @@ class _Receiver:
             return
         if isinstance(packet, p.ReplicaSyncBegin):
             sink = self._sink
+            if packet.epoch < sink.epoch:  # the lease's gate prevents it: a defect if so
+                why = (
+                    f"{packet.node_name} is live at epoch {packet.epoch}, older than "
+                    f"epoch {sink.epoch} seen before: a stale live node"
+                )
+                self._refused = why
+                log.error("replica: refused to copy: {why}", why=why)
+                connection.close(why)
+                return
+            sink.epoch = packet.epoch
             sink.in_sync = False
             sink.live = packet.node_name
             sink.applied = 0

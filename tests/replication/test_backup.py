@@ -170,3 +170,14 @@ async def test_nothing_is_written_before_the_copy_begins(linked, tmp_path):
     await until(lambda: wire.closed is not None, "the link ended")
     assert "REPLICA_BATCH before REPLICA_SYNC_BEGIN" in wire.closed, wire.closed
     assert not (tmp_path / "b").exists(), "the node's own store was touched"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_live_node_of_an_older_epoch_is_never_copied(linked):
+    sink, receiver, wire = linked
+    sink.epoch = 5
+    deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
+    deliver(receiver, p.ReplicaSyncBegin("a", 4, SCHEMA_VERSION))
+    assert "older than epoch 5" in wire.closed, wire.closed
+    receiver.connection_lost(ConnectionDone("closed cleanly"))
+    assert "a stale live node" in sink.status().reason
