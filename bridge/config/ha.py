@@ -24,8 +24,10 @@ from typing import Any
 
 import attrs
 
+from bridge.config.checks import expect_url
 from security.errors import ConfigError
 from security.validate import check_keys, expect_bool, expect_duration, expect_str
+from transport.urls import URL
 
 DEFAULT_PING = 1.0
 DEFAULT_REAP = 5.0
@@ -70,9 +72,9 @@ class HaPolicy(StrEnum):
 class Replication:
     """The replication keys of ``[ha]``."""
 
-    peers: tuple[str, ...]
+    peers: tuple[URL, ...]
     """``peers``: the core acceptor URLs of the pair's other nodes, where a backup looks
-    for the live node."""
+    for the live node (``tls://`` ones with the file options of a bridge's target)."""
     cluster_user: str
     """``cluster-user``: who a backup logs in as, and the only user a live node replicates
     to (a user of ``[security]``)."""
@@ -128,10 +130,14 @@ def _seconds(value: float) -> str:
 
 
 def parse_ha(
-    table: Mapping[str, Any], source: str, store_url: str | None, store_dir: Path
+    table: Mapping[str, Any],
+    source: str,
+    store_url: str | None,
+    store_dir: Path,
+    base_dir: Path | None = None,
 ) -> HaSettings:
     """Check ``[ha]``; ``store_url`` is ``[store] url`` (None: the store is SQLite, in
-    ``store_dir``)."""
+    ``store_dir``); ``base_dir`` anchors the peers' relative TLS files."""
     check_keys(table, _KEYS, source, "ha")
     if "policy" not in table:
         raise ConfigError(source, "ha.policy", "is required")
@@ -147,7 +153,7 @@ def parse_ha(
     skew = _positive(table, "max-clock-skew", DEFAULT_MAX_CLOCK_SKEW, source)
     replication = None
     if policy.replicated:
-        store_url, replication = _replication(table, source, store_url, policy)
+        store_url, replication = _replication(table, source, store_url, policy, base_dir)
     else:
         for key in _REPLICATION_KEYS:
             if key in table:
@@ -172,7 +178,11 @@ def parse_ha(
 
 
 def _replication(
-    table: Mapping[str, Any], source: str, store_url: str | None, policy: HaPolicy
+    table: Mapping[str, Any],
+    source: str,
+    store_url: str | None,
+    policy: HaPolicy,
+    base_dir: Path | None,
 ) -> tuple[str, Replication]:
     """The lease's URL and the replication keys, checked."""
     if store_url is not None:
@@ -191,7 +201,9 @@ def _replication(
     peers = table["peers"]
     if not isinstance(peers, list) or not peers:
         raise ConfigError(source, "ha.peers", "expected a non-empty list of core acceptor URLs")
-    found = tuple(expect_str(peer, source, "ha.peers") for peer in peers)
+    found = tuple(
+        expect_url(peer, source, f"ha.peers[{index}]", base_dir) for index, peer in enumerate(peers)
+    )
     password = (
         expect_str(table["cluster-password"], source, "ha.cluster-password", empty=True)
         if "cluster-password" in table

@@ -569,6 +569,7 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
             source,
             store.url,
             store.directory or data_dir,
+            path.parent,
         )
         if "ha" in document
         else None

@@ -41,6 +41,7 @@ from bridge.store.writer import Writer
 from transport.endpoints import connect
 from transport.frames import Frame
 from transport.interfaces import IFrameConnection, IFrameReceiver
+from transport.urls import URL
 
 log = Logger()
 
@@ -71,7 +72,7 @@ class ReplicaSink:
         *,
         node_name: str,
         holder: str,
-        peers: Sequence[str],
+        peers: Sequence[URL],
         user: str,
         password: str | None,
         retry: float,
@@ -147,7 +148,7 @@ class ReplicaSink:
         connecting = connect(self._reactor, url, receiver, accepted_types=PACKET_TYPES)
         connecting.addErrback(self._not_connected, receiver, url)
 
-    def _not_connected(self, failure: Failure, receiver: _Receiver, url: str) -> None:
+    def _not_connected(self, failure: Failure, receiver: _Receiver, url: URL) -> None:
         self._gone(receiver, f"{url}: {failure.getErrorMessage()}")
 
     def _gone(self, receiver: _Receiver, why: str) -> None:
@@ -252,7 +253,7 @@ def _pool() -> ThreadPool:
 class _Receiver:
     """One connection to a peer: log in, announce, then apply what comes, in order."""
 
-    def __init__(self, sink: ReplicaSink, url: str) -> None:
+    def __init__(self, sink: ReplicaSink, url: URL | str) -> None:
         self._sink = sink
         self._url = url
         self._connection: IFrameConnection | None = None

@@ -8,6 +8,7 @@ import pytest
 from bridge.config.ha import HaPolicy, Replication
 from bridge.config.node import load_node_config
 from security.errors import ConfigError
+from transport.urls import parse_url
 
 NODE = '[node]\nname = "a"\ndata-dir = "var/a"\n'
 REPLICATION = """\
@@ -30,7 +31,8 @@ def test_the_replication_keys_are_read(tmp_path):
     ha = _load(tmp_path, NODE + REPLICATION + 'initial-replication-sync-timeout = "5s"\n')
     assert ha.policy is HaPolicy.REPLICATION_BACKUP
     assert ha.url == "postgresql://mq@db/lease"
-    assert ha.replication == Replication(("tcp://10.0.0.1:61616",), "cluster", "s3cret", 5.0)
+    peers = (parse_url("tcp://10.0.0.1:61616"),)
+    assert ha.replication == Replication(peers, "cluster", "s3cret", 5.0)
     assert "s3cret" not in repr(ha)
 
 
@@ -70,3 +72,13 @@ def test_failback_is_the_primarys(tmp_path):
     assert _load(tmp_path, NODE + REPLICATION).replication.failover_on_shutdown
     with pytest.raises(ConfigError, match=r"ha\.allow-failback: is the primary's"):
         _load(tmp_path, NODE + REPLICATION + "allow-failback = true\n")
+
+
+def test_a_tls_peers_files_are_taken_from_the_files_folder(tmp_path):
+    tls = 'peers = ["tls://10.0.0.1:61617?ca=certs/ca.pem"]'
+    text = NODE + REPLICATION.replace('peers = ["tcp://10.0.0.1:61616"]', tls)
+    (peer,) = _load(tmp_path, text).replication.peers
+    assert peer.scheme == "tls"
+    assert peer.options["ca"] == str(tmp_path / "certs" / "ca.pem")
+    with pytest.raises(ConfigError, match=r"ha\.peers\[0\]: "):
+        _load(tmp_path, NODE + REPLICATION.replace("tcp://10.0.0.1:61616", "http://x:1"))
