@@ -100,3 +100,16 @@ def test_errors_name_the_fault():
         decode_rows(b"\x09")
     with pytest.raises(OperationFormatError, match="nested deeper"):
         decode_rows(b"\x05\x00\x00\x00\x01" * 10)
+
+
+@given(st.lists(st.lists(cells, max_size=5).map(tuple), max_size=8), st.data())
+def test_broken_rows_fail_with_the_format_error(rows, data):
+    """The rows' flat decoder hands anything it cannot take to the generic one, which
+    names the fault: never another exception."""
+    encoded = bytearray(encode_rows(rows))
+    if encoded:
+        at = data.draw(st.integers(min_value=0, max_value=len(encoded) - 1))
+        encoded[at] = data.draw(st.integers(min_value=0, max_value=255))
+    cut = data.draw(st.integers(min_value=0, max_value=len(encoded)))
+    with contextlib.suppress(OperationFormatError):
+        decode_rows(bytes(encoded[:cut]))
