@@ -46,7 +46,7 @@ from bridge.protocol import packets as p
 from bridge.replication.interfaces import IReplicaLink, IReplicationSource
 from bridge.store.front import MessageStore
 from bridge.store.interfaces import IReplication
-from bridge.store.op_codec import encode_operations, encode_rows
+from bridge.store.op_codec import encode_operations
 from bridge.store.operations import (
     AddMessage,
     CommitTransaction,
@@ -258,8 +258,7 @@ class Replicator:
                 chunk = await deferToThreadPool(self._reactor, self._readers, next, chunks, None)
                 if chunk is None:
                     break
-                table, rows = chunk
-                encoded = encode_rows(rows)
+                table, encoded = chunk
                 await self._send(link, p.ReplicaRows(table, encoded))
                 self._sync_bytes += len(encoded)
             for message_id in snapshot.large_ids:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bridge.store.errors import StoreError
 from bridge.store.large import BodyFiles, sync_body
-from bridge.store.op_codec import Row
+from bridge.store.op_codec import Row, encode_rows
 from bridge.store.schema import SCHEMA_VERSION, connect
 
 TABLES = ("store_state", "queues", "messages", "message_refs", "duplicate_ids")
@@ -59,19 +59,17 @@ class Snapshot:
         """The snapshot's link to a large body it holds."""
         return self._links / f"{message_id}.msg"
 
-    def chunks(self, limit: int) -> Iterator[tuple[str, list[Row]]]:
-        """Every table's rows, in chunks of about ``limit`` bytes (one row at least)."""
+    def chunks(self, limit: int) -> Iterator[tuple[str, bytes]]:
+        """Every table's rows, encoded (``op_codec.encode_rows``) in chunks of about
+        ``limit`` bytes: each chunk's row count is scaled from the last chunk's size.
+        Meant for a thread of its own: reading and encoding are the copy's work."""
         for table in TABLES:
-            rows: list[Row] = []
-            size = 0
-            for row in self._connection.execute(f"SELECT * FROM {table}"):
-                rows.append(row)
-                size += sum(len(cell) if isinstance(cell, str | bytes) else 8 for cell in row)
-                if size >= limit:
-                    yield table, rows
-                    rows, size = [], 0
-            if rows:
-                yield table, rows
+            cursor = self._connection.execute(f"SELECT * FROM {table}")
+            count = 64
+            while rows := cursor.fetchmany(count):
+                encoded = encode_rows(rows)
+                yield table, encoded
+                count = min(100_000, max(1, count * limit // max(len(encoded), 1)))
 
     def close(self) -> None:
         """End the read transaction and drop the links."""
