@@ -62,6 +62,7 @@ from bridge.protocol.packets import (
     ReplicaAnnounce,
     ReplicaBatch,
     ReplicaBody,
+    ReplicaDiscard,
     ReplicaRows,
     ReplicaSyncBegin,
     ReplicaSynced,
@@ -538,6 +539,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
         _layout(ReplicaSynced, ("sequence", U64)),
         _layout(ReplicaBatch, ("sequence", U64), ("operations", DATA)),
         _layout(ReplicaAck, ("sequence", U64)),
+        _layout(ReplicaDiscard, ("message_id", U64)),
     )
 }
 """Every packet's generic codec, by packet class."""

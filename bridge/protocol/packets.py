@@ -94,6 +94,7 @@ class PacketType(IntEnum):
     REPLICA_SYNCED = 133
     REPLICA_BATCH = 134
     REPLICA_ACK = 135
+    REPLICA_DISCARD = 136
 
 
 PACKET_TYPES: frozenset[int] = frozenset(PacketType)
@@ -613,6 +614,16 @@ class ReplicaAck:
     sequence: int
 
 
+@attrs.frozen
+class ReplicaDiscard:
+    """live -> backup: the live node deleted this large message's body (its message is
+    gone, by a batch sent before): delete the copy's."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_DISCARD
+
+    message_id: int
+
+
 Packet = (
     Connect
     | Connected
@@ -649,6 +660,7 @@ Packet = (
     | ReplicaSynced
     | ReplicaBatch
     | ReplicaAck
+    | ReplicaDiscard
 )
 """Any core protocol packet."""
 
@@ -688,5 +700,6 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     ReplicaSynced,
     ReplicaBatch,
     ReplicaAck,
+    ReplicaDiscard,
 )
 """Every packet class, in frame-type order."""

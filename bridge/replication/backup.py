@@ -190,6 +190,11 @@ class ReplicaSink:
             self._file.insert(packet.table, decode_rows(packet.rows))
         elif isinstance(packet, p.ReplicaBody):
             self._body(packet)
+        elif isinstance(packet, p.ReplicaDiscard):
+            body = self._bodies.pop(packet.message_id, None)
+            if body is not None:
+                body.close()
+            BodyFiles(self.path.parent).path_for(packet.message_id).unlink(missing_ok=True)
         elif isinstance(packet, p.ReplicaBatch):
             writer = self._writer_open()
             writer.run(self._local_paths(decode_operations(packet.operations)))

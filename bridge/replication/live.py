@@ -90,6 +90,13 @@ class _Batch:
 
 
 @attrs.frozen
+class _Discard:
+    """A large body the live node deleted, for the backup to delete in turn."""
+
+    message_id: int
+
+
+@attrs.frozen
 class ReplicationStatus:
     """For ``/status`` and ``txbridge ctl ha status``."""
 
@@ -144,7 +151,7 @@ class Replicator:
         self.backup = ""
         self._link: IFrameConnection | None = None
         self._sequence = 0
-        self._queue: deque[_Batch] = deque()
+        self._queue: deque[_Batch | _Discard] = deque()
         self._queued_bytes = 0
         self._wake: Deferred[None] | None = None
         self._room: list[Deferred[None]] = []
@@ -203,6 +210,14 @@ class Replicator:
         self._acks[batch.sequence] = waiter
         return waiter
 
+    def discarded(self, path: str) -> None:
+        if self.state is SyncState.NONE or self._stopped:
+            return
+        name = Path(path).name
+        if name.endswith(".msg") and name[:-4].isdigit():
+            self._queue.append(_Discard(int(name[:-4])))
+            self._wake_pump()
+
     def diverged(self, failure: Failure) -> None:
         if self._link is not None:
             log.warn(
@@ -215,7 +230,10 @@ class Replicator:
 
     # -- what the node calls ---------------------------------------------------------------
     def status(self) -> ReplicationStatus:
-        unacked = len(self._acks) if self.state is not SyncState.SYNCING else len(self._queue)
+        syncing = self.state is SyncState.SYNCING
+        unacked = (
+            sum(isinstance(each, _Batch) for each in self._queue) if syncing else len(self._acks)
+        )
         return ReplicationStatus(
             self.state.value,
             self.backup,
@@ -238,6 +256,9 @@ class Replicator:
             except Exception as error:
                 log.warn("replication: withdrawing the backup failed: {why}", why=error)
         link, self._link = self._link, None  # its loss is no news now: nothing unmarks
+        if self._timeout is not None and self._timeout.active():
+            self._timeout.cancel()
+        self._timeout = None
         self._end(_lost_at_stop())
         if link is not None:
             link.close("the live node stops")
@@ -295,6 +316,11 @@ class Replicator:
         """Send the queued batches, each after its large bodies."""
         while self._link is link and self._queue:
             batch = self._queue[0]
+            if isinstance(batch, _Discard):
+                await self._send(link, p.ReplicaDiscard(batch.message_id))
+                if self._link is link:
+                    self._queue.popleft()
+                continue
             for message_id, pin in batch.bodies:
                 await self._send_body(link, message_id, pin)
                 pin.unlink(missing_ok=True)

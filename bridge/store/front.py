@@ -213,6 +213,8 @@ class MessageStore:
         return str(self._writer.body_files.path_for(message_id))
 
     def discard_body(self, path: str) -> Deferred[None]:
+        if self.replication is not None:
+            self.replication.discarded(path)
         if self._state is not _OPEN:
             self._writer.delete_body(path)
             return succeed(None)

@@ -152,6 +152,10 @@ class IReplication(Interface):
     def diverged(failure: Failure) -> None:
         """The batch last given to ``replicate`` failed here: a copy that took it differs."""
 
+    def discarded(path: str) -> None:
+        """A large body no message needs any more is deleted here (after the batches that
+        let it go): the copy's goes too."""
+
 
 class IStoreWriter(Interface):
     """A store's backend: the database a ``MessageStore`` writes through.

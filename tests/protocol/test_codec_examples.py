@@ -51,6 +51,7 @@ from bridge.protocol.packets import (
     ReplicaAnnounce,
     ReplicaBatch,
     ReplicaBody,
+    ReplicaDiscard,
     ReplicaRows,
     ReplicaSyncBegin,
     ReplicaSynced,
@@ -187,6 +188,7 @@ GOLDEN: list[tuple[Packet, int, str]] = [
     (ReplicaSynced(4), 133, "0000000000000004"),
     (ReplicaBatch(5, b"\x00"), 134, "0000000000000005 | 00000001 00"),
     (ReplicaAck(5), 135, "0000000000000005"),
+    (ReplicaDiscard(9), 136, "0000000000000009"),
 ]
 
 

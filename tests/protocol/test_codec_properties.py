@@ -57,6 +57,7 @@ from bridge.protocol.packets import (
     ReplicaAnnounce,
     ReplicaBatch,
     ReplicaBody,
+    ReplicaDiscard,
     ReplicaRows,
     ReplicaSyncBegin,
     ReplicaSynced,
@@ -149,6 +150,7 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     ReplicaSynced: st.builds(ReplicaSynced, U64),
     ReplicaBatch: st.builds(ReplicaBatch, U64, DATA),
     ReplicaAck: st.builds(ReplicaAck, U64),
+    ReplicaDiscard: st.builds(ReplicaDiscard, U64),
 }
 PACKETS = st.one_of(*STRATEGIES.values())
 HOT_PATH = (Send, SendConfirmed, Deliver, ConsumerCredits, Ack)

@@ -181,3 +181,17 @@ async def test_a_live_node_of_an_older_epoch_is_never_copied(linked):
     assert "older than epoch 5" in wire.closed, wire.closed
     receiver.connection_lost(ConnectionDone("closed cleanly"))
     assert "a stale live node" in sink.status().reason
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_the_live_node_deleted_goes(linked, tmp_path):
+    _sink, receiver, wire = linked
+    deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
+    deliver(receiver, p.ReplicaSyncBegin("a", 4, SCHEMA_VERSION))
+    deliver(receiver, p.ReplicaBody(7, b"body", True))
+    deliver(receiver, p.ReplicaSyncEnd(0))
+    await until(lambda: p.ReplicaSynced(0) in wire.sent, "the copy confirmed")
+    body = tmp_path / "b" / "large-messages" / "7.msg"
+    assert body.read_bytes() == b"body"
+    deliver(receiver, p.ReplicaDiscard(7))
+    await until(lambda: not body.exists(), "the body deleted")

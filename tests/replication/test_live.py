@@ -271,3 +271,20 @@ async def test_a_naming_that_failed_is_cleared_all_the_same(live):
     assert not added.called
     marks.held[1].callback(True)
     await added
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_deleted_body_is_deleted_on_the_backup_too(live):
+    store, replicator, _ = await live()
+    large = await add_large(store, 1, b"z")
+    await large
+    path = store.large_body_path(1)
+    pipe = Pipe()
+    announce(replicator, pipe)
+    await store.discard_body(path)  # while the copy runs: after the copy's bodies
+    await until(lambda: pipe.of(p.ReplicaSyncEnd), "the end of the copy")
+    kinds = [type(packet) for packet in pipe.sent]
+    assert kinds.index(p.ReplicaDiscard) > max(
+        index for index, kind in enumerate(kinds) if kind is p.ReplicaBody
+    )
+    assert pipe.of(p.ReplicaDiscard) == [p.ReplicaDiscard(1)]
