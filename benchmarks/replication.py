@@ -404,6 +404,8 @@ def sync_run(sync_mb: int, large_share: float, fill_seconds: float, server: str)
     """Fill node a, then time node b's copy of its store."""
     total = sync_mb * MB
     large = round(total * large_share / LARGE)
+    if large_share > 0:
+        large = max(1, large)  # a small run has a body file to copy too
     small = max(0, (total - large * LARGE) // KIB)
     with (
         tempfile.TemporaryDirectory(prefix="txbridge-replication-") as folder,
@@ -446,7 +448,8 @@ def sync_run(sync_mb: int, large_share: float, fill_seconds: float, server: str)
         "seconds_from_backup_start": seconds,
         "seconds_live_reported": live_seconds,
         "mb_per_s": size / MB / seconds,
-        "mb_per_s_live_reported": size / MB / live_seconds,
+        # the live node logs its figure to the hundredth of a second
+        "mb_per_s_live_reported": size / MB / live_seconds if live_seconds else None,
         "cpu_seconds": cpu,
     }
 
@@ -543,10 +546,12 @@ def report(rates: dict[str, Any], kills: dict[str, Any], sync: dict[str, Any]) -
         f"MB in {on_a['large_files']} files; besides, WAL {on_a['sqlite_wal'] / MB:,.1f} MB); "
         f"copy sent {sync['copy_bytes_sent'] / MB:,.1f} MB"
     )
+    live_rate = sync["mb_per_s_live_reported"]
+    live_rate = "-" if live_rate is None else f"{live_rate:,.1f} MB/s"
     print(
         f"  from the backup's start to in sync {sync['seconds_from_backup_start']:.2f} s: "
         f"{sync['mb_per_s']:,.1f} MB/s; the live node's own figure (announced to in sync) "
-        f"{sync['seconds_live_reported']:.2f} s: {sync['mb_per_s_live_reported']:,.1f} MB/s; "
+        f"{sync['seconds_live_reported']:.2f} s: {live_rate}; "
         f"CPU s: node a {sync['cpu_seconds']['node a']:.1f}, "
         f"node b {sync['cpu_seconds']['node b']:.1f}"
     )
