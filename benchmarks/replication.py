@@ -518,40 +518,46 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(rates: dict[str, Any], kills: dict[str, Any], sync: dict[str, Any]) -> None:
-    print()
-    heads = f"{'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'node a CPU':>11}"
-    print(f"{'durable 1 KiB, medians':24} {heads}")
-    for case, figures in rates["cases"].items():
-        cpu = figures["cpu_seconds_per_100k"]
-        print(
-            f"{case:24} {figures['msgs_per_s']:>9,.0f} {figures['latency_p50_ms']:>8.1f} "
-            f"{figures['latency_p99_ms']:>8.1f} {cpu['node a']:>7.1f} s/100k"
-            + (f" (node b {cpu['node b']:.1f})" if "node b" in cpu else "")
+    """The table of the run's figures."""
+    cases, ratio = rates["cases"], rates["ratio_replicated_to_unreplicated"]
+    rate = {case: f"{cases[case]['msgs_per_s']:,.0f}" for case in cases}
+    rows: list[tuple[str, str, str, str]] = [
+        ("durable 1 KiB messages (medians)", "unreplicated", "replicated", "ratio"),
+        ("msgs/s", rate["unreplicated"], rate["replicated"], f"{ratio:.2f} (goal {RATIO_GOAL})"),
+    ]
+    for key, label in (("latency_p50_ms", "confirm p50 ms"), ("latency_p99_ms", "confirm p99 ms")):
+        rows.append(
+            (label, f"{cases['unreplicated'][key]:.1f}", f"{cases['replicated'][key]:.1f}", "")
         )
+    for node in ("node a", "node b"):
+        cpu = [
+            cases[case]["cpu_seconds_per_100k"].get(node) for case in ("unreplicated", "replicated")
+        ]
+        shown = ["-" if value is None else f"{value:.1f}" for value in cpu]
+        rows.append((f"{node} CPU s per 100k msgs", shown[0], shown[1], ""))
+    print()
+    for label, *cells in rows:
+        print(f"{label:34} {cells[0]:>13} {cells[1]:>11}  {cells[2]}".rstrip())
+    print()
     print(
-        f"replicated / unreplicated: {rates['ratio_replicated_to_unreplicated']:.2f} "
-        f"(goal {RATIO_GOAL} or more)"
-    )
-    print(
-        f"kill -9 to the first confirmed send on the backup ({kills['kills']} kills, reap "
-        f"{REAP:g} s, ping {PING:g} s): p50 {kills['p50']:.2f} s, max {kills['max']:.2f} s "
-        f"(goal reap + ping {kills['goal_s']:g} s)"
+        f"kill -9 of the live node to the first confirmed send on its backup ({kills['kills']} "
+        f"kills; reap {REAP:g} s, ping {PING:g} s): p50 {kills['p50']:.2f} s, max "
+        f"{kills['max']:.2f} s (goal: reap + ping, {kills['goal_s']:g} s)"
     )
     on_a, filled = sync["store_on_live"], sync["fill"]
-    print(
-        f"initial sync: {filled['small_messages']:,} messages of 1 KiB and "
-        f"{filled['large_messages']:,} of 1 MiB (large: min_large_message_size 100 KiB, "
-        f"stored as body files); store {sync['store_bytes'] / MB:,.1f} MB (SQLite file "
-        f"{on_a['sqlite_file'] / MB:,.1f} MB + large bodies {on_a['large_messages'] / MB:,.1f} "
-        f"MB in {on_a['large_files']} files; besides, WAL {on_a['sqlite_wal'] / MB:,.1f} MB); "
-        f"copy sent {sync['copy_bytes_sent'] / MB:,.1f} MB"
-    )
     live_rate = sync["mb_per_s_live_reported"]
     live_rate = "-" if live_rate is None else f"{live_rate:,.1f} MB/s"
     print(
+        f"initial sync: {filled['small_messages']:,} messages of 1 KiB (rows) and "
+        f"{filled['large_messages']:,} of 1 MiB (large messages, min_large_message_size "
+        f"100 KiB: body files)\n"
+        f"  store on the live node {sync['store_bytes'] / MB:,.1f} MB: SQLite file "
+        f"{on_a['sqlite_file'] / MB:,.1f} MB + large bodies {on_a['large_messages'] / MB:,.1f} "
+        f"MB in {on_a['large_files']} files (WAL {on_a['sqlite_wal'] / MB:,.1f} MB not "
+        f"counted); the copy sent {sync['copy_bytes_sent'] / MB:,.1f} MB\n"
         f"  from the backup's start to in sync {sync['seconds_from_backup_start']:.2f} s: "
         f"{sync['mb_per_s']:,.1f} MB/s; the live node's own figure (announced to in sync) "
-        f"{sync['seconds_live_reported']:.2f} s: {live_rate}; "
-        f"CPU s: node a {sync['cpu_seconds']['node a']:.1f}, "
-        f"node b {sync['cpu_seconds']['node b']:.1f}"
+        f"{sync['seconds_live_reported']:.2f} s: {live_rate}\n"
+        f"  CPU s: node a {sync['cpu_seconds']['node a']:.1f}, "
+        f"node b {sync['cpu_seconds']['node b']:.1f} (from its start)"
     )

@@ -33,7 +33,7 @@ def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "replicated / unreplicated" in result.stdout
+    assert "unreplicated  replicated  ratio" in result.stdout
     figures = json.loads(output.read_text())
 
     throughput = figures["throughput"]
