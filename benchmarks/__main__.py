@@ -18,6 +18,7 @@ SCENARIOS = {
     "hostile": "benchmarks.hostile",
     "peers-stomp": "benchmarks.peers_stomp",
     "failover": "benchmarks.failover",
+    "replication": "benchmarks.replication",
 }
 
 

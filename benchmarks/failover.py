@@ -115,10 +115,10 @@ def listening(port: int) -> bool:
         return False
 
 
-def first_confirmed_send(port: int, deadline: float) -> float:
+def first_confirmed_send(port: int, deadline: float, address: str = QUEUE) -> float:
     """Once a node listens on ``port`` (tried every ``RETRY`` s), connect and send one
-    durable message; the monotonic time its confirmation came back. Fails at
-    ``deadline``."""
+    durable message to ``address``; the monotonic time its confirmation came back. Fails
+    at ``deadline``."""
     url = f"tcp://127.0.0.1:{port}"
     while True:
         left = deadline - time.monotonic()
@@ -129,7 +129,7 @@ def first_confirmed_send(port: int, deadline: float) -> float:
             continue
         try:
             with blocking.connect(url, timeout=min(left, 10.0)) as client:
-                client.send(QUEUE, b"after the kill", durable=True)
+                client.send(address, b"after the kill", durable=True)
                 return time.monotonic()
         except (ClientError, OSError):
             time.sleep(RETRY)

@@ -282,6 +282,81 @@ class Clients:
         return ["--ack-every", str(self.ack_every), "--window", str(self.consumer_window)]
 
 
+def ready_consumer(
+    url: str, count: int, clients: Clients, *, directory: Path, stack: ExitStack, deadline: float
+) -> Child:
+    """A consumer process of ``count`` messages on ``url``, once it consumes."""
+    consumer = peer(
+        "consumer",
+        ["--url", url, "--count", str(count), *clients.consumer_args()],
+        directory,
+        stack,
+    )
+    consumer.event("ready", deadline)
+    return consumer
+
+
+def produce(
+    url: str,
+    consumer: Child,
+    *,
+    durable: bool,
+    count: int,
+    seconds: float,
+    clients: Clients,
+    directory: Path,
+    stack: ExitStack,
+    deadline: float,
+) -> tuple[Event, Event, Child]:
+    """A producer process sending ``count`` 1 KiB messages to ``url`` (or for ``seconds``)
+    with many in flight, until ``consumer`` has every one it sent: the producer's ``done``
+    event, the consumer's ``received`` event and the producer."""
+    producer = peer(
+        "producer",
+        [
+            "--url",
+            url,
+            "--count",
+            str(count),
+            "--seconds",
+            str(seconds),
+            *(["--durable"] if durable else []),
+            *clients.producer_args(),
+        ],
+        directory,
+        stack,
+    )
+    done = producer.event("done", deadline)
+    consumer.tell(f"sent {done['sent']}")
+    received = consumer.event("received", deadline)
+    return done, received, producer
+
+
+def load_figures(mode: str, done: Event, received: Event) -> dict[str, Any]:
+    """What the producer's ``done`` and the consumer's ``received`` events say of a run:
+    counts, messages/s end to end and the confirmed-send latency (``check`` reads them)."""
+    elapsed = received["last"] - done["first_send"]
+    return {
+        "mode": mode,
+        "sent": done["sent"],
+        "confirmed": done["confirmed"],
+        "refused": done["refused"],
+        "first_error": done["first_error"],
+        "time_bounded": done["time_bounded"],
+        "delivered": received["received"],
+        "out_of_order": received["out_of_order"],
+        "duplicates": received["duplicates"],
+        "redelivered": received["redelivered"],
+        "seconds": elapsed,
+        "msgs_per_s": received["received"] / elapsed if elapsed > 0 else 0.0,
+        "confirmed_per_s": done["confirmed"] / (done["last_confirm"] - done["first_send"]),
+        "latency_p50_ms": done["latency_p50"] * 1e3,
+        "latency_p99_ms": done["latency_p99"] * 1e3,
+        "latency_max_ms": done["latency_max"] * 1e3,
+        "latency_samples": done["latency_samples"],
+    }
+
+
 def one_run(
     durable: bool,
     count: int,
@@ -304,37 +379,26 @@ def one_run(
         node, port = start_node(directory, stack, deadline, config)
         idle_rss = proc_status(node.pid, "VmRSS")
         url = f"tcp://127.0.0.1:{port}"
-        consumer = peer(
-            "consumer",
-            ["--url", url, "--count", str(count), *clients.consumer_args()],
-            directory,
-            stack,
+        consumer = ready_consumer(
+            url, count, clients, directory=directory, stack=stack, deadline=deadline
         )
-        consumer.event("ready", deadline)
         spy = None
         if profile is not None:
             spy = _py_spy(node.pid, profile / f"node-{mode}", directory, stack)
         node_cpu = proc_cpu(node.pid)
         if costs is not None:
             costs.start()
-        producer = peer(
-            "producer",
-            [
-                "--url",
-                url,
-                "--count",
-                str(count),
-                "--seconds",
-                str(seconds),
-                *(["--durable"] if durable else []),
-                *clients.producer_args(),
-            ],
-            directory,
-            stack,
+        done, received, producer = produce(
+            url,
+            consumer,
+            durable=durable,
+            count=count,
+            seconds=seconds,
+            clients=clients,
+            directory=directory,
+            stack=stack,
+            deadline=deadline,
         )
-        done = producer.event("done", deadline)
-        consumer.tell(f"sent {done['sent']}")
-        received = consumer.event("received", deadline)
         node_cpu = proc_cpu(node.pid) - node_cpu
         if costs is not None:
             costs.finish()
@@ -343,26 +407,9 @@ def one_run(
         if spy is not None:
             spy.stop(signal.SIGINT)
         node_exit = node.stop(signal.SIGTERM)
-    elapsed = received["last"] - done["first_send"]
     figures = {
-        "mode": mode,
+        **load_figures(mode, done, received),
         "store": "sqlite" if costs is None else "postgresql",
-        "sent": done["sent"],
-        "confirmed": done["confirmed"],
-        "refused": done["refused"],
-        "first_error": done["first_error"],
-        "time_bounded": done["time_bounded"],
-        "delivered": received["received"],
-        "out_of_order": received["out_of_order"],
-        "duplicates": received["duplicates"],
-        "redelivered": received["redelivered"],
-        "seconds": elapsed,
-        "msgs_per_s": received["received"] / elapsed if elapsed > 0 else 0.0,
-        "confirmed_per_s": done["confirmed"] / (done["last_confirm"] - done["first_send"]),
-        "latency_p50_ms": done["latency_p50"] * 1e3,
-        "latency_p99_ms": done["latency_p99"] * 1e3,
-        "latency_max_ms": done["latency_max"] * 1e3,
-        "latency_samples": done["latency_samples"],
         "node_idle_rss": idle_rss,
         "node_peak_rss": peak_rss,
         "node_rss_after": after_rss,

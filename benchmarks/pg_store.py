@@ -74,8 +74,9 @@ class Costs:
 
 
 @contextmanager
-def bench_store(server: str) -> Iterator[tuple[str, Costs]]:
-    """A new schema on ``server``: the node's ``[store]`` table text, and its ``Costs``."""
+def bench_schema(server: str) -> Iterator[tuple[str, str]]:
+    """A new schema on ``server``, dropped afterwards: its name, and the server's URL with
+    it as the search path (and as the application name)."""
     name = f"txbridge_bench_{uuid.uuid4().hex[:12]}"
     schema = sql.Identifier(name)
     with psycopg.connect(server, autocommit=True) as admin:
@@ -83,9 +84,15 @@ def bench_store(server: str) -> Iterator[tuple[str, Costs]]:
     try:
         separator = "&" if "?" in server else "?"
         options = quote(f"-csearch_path={name}")
-        url = f"{server}{separator}options={options}&application_name={name}"
-        table = f'\n[store]\ntype = "postgresql"\nurl = "{url}"\n'
-        yield table, Costs(server, name)
+        yield name, f"{server}{separator}options={options}&application_name={name}"
     finally:
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(schema))
+
+
+@contextmanager
+def bench_store(server: str) -> Iterator[tuple[str, Costs]]:
+    """A new schema on ``server``: the node's ``[store]`` table text, and its ``Costs``."""
+    with bench_schema(server) as (name, url):
+        table = f'\n[store]\ntype = "postgresql"\nurl = "{url}"\n'
+        yield table, Costs(server, name)

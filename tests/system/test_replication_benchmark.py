@@ -1,0 +1,70 @@
+"""The replication benchmark keeps working: ``python -m benchmarks replication`` at its
+smallest sizes, as real processes on the test server. It checks that the run ends well
+and writes every figure, not how fast (speed is measured by benchmark runs, never by
+tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.postgresql import SERVER
+from tests.processes import ROOT
+
+
+@pytest.mark.system
+@pytest.mark.timeout(120)
+def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema: str) -> None:
+    # pg_schema: the server must be there (skipped without it, failing under CI); the
+    # benchmark makes a schema of its own per pair.
+    output = tmp_path / "replication.json"
+    argv = ["--repeat", "1", "--count", "300", "--kills", "1", "--sync-mb", "2"]
+    argv += ["--postgresql", SERVER, "--output", str(output)]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "replication", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "unreplicated  replicated  ratio" in result.stdout
+    figures = json.loads(output.read_text())
+
+    throughput = figures["throughput"]
+    assert set(throughput["cases"]) == {"unreplicated", "replicated"}
+    for case, runs in throughput["runs"].items():
+        (run,) = runs
+        assert run["case"] == case
+        assert run["delivered"] == run["confirmed"] == 300
+        assert throughput["cases"][case]["msgs_per_s"] > 0
+        assert 0 < run["latency_p50_ms"] <= run["latency_p99_ms"]
+    assert set(throughput["runs"]["replicated"][0]["cpu_seconds"]) == {
+        "node a",
+        "node b",
+        "producer",
+        "consumer",
+    }
+    assert throughput["ratio_replicated_to_unreplicated"] > 0
+
+    failover = figures["failover"]
+    assert (failover["reap_s"], failover["ping_s"], failover["kills"]) == (2.0, 0.5, 1)
+    (seconds,) = failover["seconds"]
+    assert 0 < seconds == failover["p50"] == failover["max"]
+
+    sync = figures["initial_sync"]
+    assert sync["fill"]["large_messages"] == 1
+    assert sync["fill"]["small_messages"] > 0
+    on_live = sync["store_on_live"]
+    assert on_live["large_files"] == 1
+    assert on_live["large_messages"] == sync["large_message_bytes"]
+    assert sync["store_bytes"] == on_live["sqlite_file"] + on_live["large_messages"]
+    assert sync["store_on_backup"]["large_files"] == 1
+    assert 0 <= sync["seconds_live_reported"] <= sync["seconds_from_backup_start"]
+    assert sync["mb_per_s"] > 0
+    assert set(sync["cpu_seconds"]) == {"node a", "node b"}
