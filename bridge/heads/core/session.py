@@ -26,7 +26,6 @@ listener or the credit grant; the consumer takes nothing else meanwhile.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from enum import Enum, auto
 from functools import partial
 from typing import Any
 
@@ -56,7 +55,7 @@ from bridge.node.duplicates import duplicate_id
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place, SendOrder
 from bridge.node.queue import Queue, QueueError
-from bridge.node.session import ServerSession, cancel_login, refusal
+from bridge.node.session import ServerSession, SessionState
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
@@ -91,20 +90,14 @@ class Refused(Exception):
         self.code = code
 
 
-class State(Enum):
-    AWAITING_CONNECT = auto()
-    AUTHENTICATING = auto()
-    OPEN = auto()
-    CLOSED = auto()
-
-
 Emit = Callable[[p.Packet], None]
 Authenticate = Callable[[p.Connect], "Deferred[Subject]"]
 
 
 # Enum members read on every packet, kept as module constants: Python 3.11 takes about
-# 220 ns to read a member off its class (``State.OPEN``), 45 ns to read a global.
-_OPEN, _CLOSED = State.OPEN, State.CLOSED
+# 220 ns to read a member off its class (``SessionState.OPEN``), 45 ns to read a global.
+_OPEN, _CLOSED = SessionState.OPEN, SessionState.CLOSED
+_CONNECTED = SessionState.CONNECTED
 _SEND = Permission.SEND
 
 
@@ -153,7 +146,6 @@ class CoreSession:
         before_flush: BeforeFlush | None = None,
     ) -> None:
         self._broker = broker
-        self._security = security
         self._node_name = node_name
         self._node_id = node_id
         self._clock = clock
@@ -174,10 +166,10 @@ class CoreSession:
         self._is_writable = is_writable or (lambda: self._writable)
         self._credits: ProducerCredits | None = None
         """Producer credit given back, once logged in."""
-        self._node: ServerSession | None = None
-        """The node's side of this connection, once logged in."""
-        self.state = State.AWAITING_CONNECT
-        self.subject: Subject | None = None
+        self._node = ServerSession(broker, security, clock, self)
+        """The node's side of this connection: its login and what it may do."""
+        self._life = self._node.life
+        """Where the connection is in its life (read on every frame)."""
         self.client_id = ""
         self.protocol_version = p.PROTOCOL_VERSION
         """The version the client speaks (one of ``SUPPORTED_VERSIONS``)."""
@@ -187,8 +179,6 @@ class CoreSession:
         self._confirmed = 0
         self._confirm_call: IDelayedCall | None = None
         self._large: _LargeSend | None = None
-        self._login: Deferred[Subject] | None = None
-        """The login under way; cancelled if the connection goes first."""
         self._consumers: dict[int, Consumer[int]] = {}
         """The node's consumers by the client's ids (their tags)."""
         self._transactions: LocalTransactions[int, LocalTransaction] = LocalTransactions(
@@ -217,16 +207,17 @@ class CoreSession:
 
     def packet_received(self, packet: p.Packet) -> None:
         """Act on one packet; SessionError if it breaks a session rule."""
-        if self.state is _OPEN:
+        state = self._life.state
+        if state is _OPEN:
             handler = self._handlers.get(type(packet))
             if handler is None:
                 raise SessionError(f"{packet.TYPE.name} is not sent by a client")
             handler(packet)
-        elif self.state is State.AWAITING_CONNECT:
+        elif state is _CONNECTED:
             if not isinstance(packet, p.Connect):
                 raise SessionError(f"{packet.TYPE.name} before CONNECT: connect first")
             self._connect(packet)
-        elif self.state is State.AUTHENTICATING:
+        elif state is SessionState.LOGGING_IN:
             raise SessionError(f"{packet.TYPE.name} before CONNECTED: wait for the answer")
 
     def writability_changed(self, writable: bool) -> None:
@@ -236,16 +227,19 @@ class CoreSession:
             consumer.writability_changed(writable)
 
     @property
+    def subject(self) -> Subject | None:
+        """Who logged in on the connection (None until then)."""
+        return self._node.subject
+
+    @property
     def producers_blocked(self) -> int:
         """Addresses whose credit grants this connection's producer waits for."""
-        return 0 if self._node is None else self._node.blocked
+        return self._node.blocked
 
     def connection_lost(self) -> Deferred[None]:
         """Give back what the connection held: unsettled deliveries return to their queues,
         open transactions roll back, its non-durable queues go. Fires when stored."""
-        self.state = State.CLOSED
-        login, self._login = self._login, None
-        cancel_login(login)
+        self._node.lost()
         self._run = []
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
@@ -255,8 +249,6 @@ class CoreSession:
         if self._large is not None:
             self._drop_large(self._large)
             self._large = None
-        if self._node is not None:
-            self._node.close()
         self._credits = None  # (it refers back to the session)
         work: list[Deferred[None]] = []
         work.extend(consumer.close() for consumer in self._consumers.values())
@@ -293,17 +285,10 @@ class CoreSession:
         self.protocol_version = packet.protocol_version
         self.client_id = packet.client_id
         self._run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
-        self.state = State.AUTHENTICATING
-        self._login = self._authenticate(packet)
-        self._login.addCallbacks(self._authenticated, self._refused)
+        self._node.log_in(self._authenticate(packet))
 
-    def _authenticated(self, subject: Subject) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self.subject = subject
-        self._node = ServerSession(self._broker, self._security, subject, self._clock)
+    def logged_in(self, subject: Subject) -> None:
         self._credits = ProducerCredits(self._node, self._give)
-        self.state = State.OPEN
         self._emit(
             p.Connected(
                 self._node_name,
@@ -314,17 +299,14 @@ class CoreSession:
             )
         )
 
-    def _refused(self, failure: Failure) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, refusal(failure)))
+    def login_refused(self, reason: str) -> None:
+        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
         self._abort("")
 
     # -- permissions ----------------------------------------------------------------------
 
     def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
         """Refused(PERMISSION_DENIED) unless the subject may do ``permission``."""
-        assert self._node is not None
         try:
             self._node.check(address, permission, queue)
         except PermissionDenied as denied:
@@ -333,7 +315,6 @@ class CoreSession:
     def _check_address(self, address: str) -> None:
         """Sending to or binding on a missing address creates it: that needs
         create-address, and the address's settings must allow it."""
-        assert self._node is not None
         try:
             self._node.check_address(address)
         except PermissionDenied as denied:
@@ -359,7 +340,7 @@ class CoreSession:
         )
 
     def _reply(self, packet: p.Packet) -> None:
-        if self.state is State.OPEN:
+        if self._life.state is _OPEN:
             self._emit(packet)
 
     def _create_queue(self, packet: p.CreateQueue) -> None:
@@ -414,7 +395,6 @@ class CoreSession:
         except Refused as refused:
             self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
             return
-        assert self._node is not None
         view = self._node.describe(name)
         settings = view.settings
         self._emit(
@@ -466,7 +446,7 @@ class CoreSession:
         """Each message as a SEND of its own, in order (one may end the session)."""
         sequence, tx_id = packet.first_sequence, packet.tx_id
         for message in packet.messages:
-            if self.state is not _OPEN:
+            if self._life.state is not _OPEN:
                 return
             self._send_one(sequence, tx_id, message)
             sequence += 1
@@ -572,7 +552,7 @@ class CoreSession:
         self._order.enter_done(_Pending(sequence))
 
     def _written(self, pending: _Pending, failure: Failure | None = None) -> None:
-        if self.state is _CLOSED:
+        if self._life.state is _CLOSED:
             return
         if failure is not None:
             self._emit(_send_failed(pending.sequence, failure))
@@ -589,7 +569,7 @@ class CoreSession:
 
     def _confirm(self) -> None:
         self._confirm_call = None
-        if self.state is not _OPEN:
+        if self._life.state is not _OPEN:
             return
         if self._confirmable > self._confirmed:
             self._confirmed = self._confirmable
@@ -607,7 +587,7 @@ class CoreSession:
         self._end_of_turn()
 
     def _give(self, address: str, credits: int) -> None:
-        if self.state is _OPEN:
+        if self._life.state is _OPEN:
             self._emit(p.ProducerCredits(address, credits))
 
     # -- large sends ----------------------------------------------------------------------
@@ -740,7 +720,6 @@ class CoreSession:
         to it would (create-address and create-durable-queue permissions)."""
         if self._broker.has_address(name) or not self._broker.may_create_address(name):
             return
-        assert self._node is not None
         if self._node.default_routing(name) is not ConfigRouting.ANYCAST:
             return
         self._check(name, Permission.CREATE_ADDRESS)

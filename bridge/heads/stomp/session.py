@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from enum import Enum, auto
+from enum import Enum
 from functools import partial
 from typing import Any
 
@@ -61,7 +61,7 @@ from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place, SendOrder
 from bridge.node.queue import QueueError
-from bridge.node.session import ServerSession, cancel_login, refusal
+from bridge.node.session import ServerSession, SessionState
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
 from security import SecurityStore
@@ -112,20 +112,14 @@ class AckMode(Enum):
     CLIENT_INDIVIDUAL = "client-individual"
 
 
-class State(Enum):
-    AWAITING_CONNECT = auto()
-    AUTHENTICATING = auto()
-    OPEN = auto()
-    DISCONNECTING = auto()
-    """DISCONNECT or an ERROR: nothing more is read; receipts still go out."""
-    CLOSED = auto()
-
-
 # Enum members read on every frame, kept as module constants: Python 3.11 takes about
-# 220 ns to read a member off its class (``State.OPEN``), 45 ns to read a global.
-_LIVE = (State.OPEN, State.AWAITING_CONNECT)
+# 220 ns to read a member off its class (``SessionState.OPEN``), 45 ns to read a global.
+# (CLOSING: a DISCONNECT or an ERROR; nothing more is read, receipts still go out.)
+_OPEN, _CLOSED = SessionState.OPEN, SessionState.CLOSED
+_LIVE = (_OPEN, SessionState.CONNECTED)
+_ENDING = (SessionState.CLOSING, _CLOSED)
 _CONNECTING = (Command.CONNECT, Command.STOMP)
-_AWAITING_CONNECT = State.AWAITING_CONNECT
+_AWAITING_CONNECT = SessionState.CONNECTED
 _AMQ_QUEUE, _QUEUE = Kind.AMQ_QUEUE, Kind.QUEUE
 _ANYCAST, _MULTICAST = Routing.ANYCAST, Routing.MULTICAST
 _SEND = Permission.SEND
@@ -247,14 +241,11 @@ class StompSession:
         settings: StompSettings | None = None,
     ) -> None:
         self._broker = broker
-        self._security = security
         self._transport = transport
         self._clock = clock
         self._authenticate = authenticate
         self.settings = settings or StompSettings()
-        self.state = State.AWAITING_CONNECT
         self.version: Version | None = None
-        self.subject: Subject | None = None
         self.client_id: str | None = None
         self.id = uuid.uuid4().hex
         self._writable = True
@@ -268,12 +259,14 @@ class StompSession:
         self._unstored = 0
         self._store_paused = False
         self._auto_acks = AutoAcks(clock)
-        self._node: ServerSession | None = None
-        """The node's side of this connection, once logged in."""
+        self._node = ServerSession(broker, security, clock, self)
+        """The node's side of this connection: its login and what it may do."""
+        self._life = self._node.life
+        """Where the connection is in its life (read on every frame)."""
         self._large: _LargeSend | None = None
         """The SEND whose body is being streamed, between its head and its last chunk."""
-        self._login: Deferred[Subject] | None = None
-        """The login under way; cancelled if the connection goes first."""
+        self._beats = (0, 0)
+        """The heart-beats the client's CONNECT offers and asks for, until logged in."""
         self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
             Command.SEND: self._send,
             Command.SUBSCRIBE: self._subscribe,
@@ -290,7 +283,7 @@ class StompSession:
 
     def event_received(self, event: Event) -> None:
         """Act on one frame or heart-beat."""
-        if isinstance(event, HeartBeat) or self.state not in _LIVE:
+        if isinstance(event, HeartBeat) or self._life.state not in _LIVE:
             return
         headers = {} if isinstance(event, BodyChunk) else event.header_map()
         try:
@@ -299,10 +292,10 @@ class StompSession:
             elif isinstance(event, LargeFrame):
                 self._large_frame(event, headers)
             elif event.command in _CONNECTING:
-                if self.state is not _AWAITING_CONNECT:
+                if self._life.state is not _AWAITING_CONNECT:
                     raise StompError("already connected", f"a second {event.command} frame")
                 self._connect(headers)
-            elif self.state is _AWAITING_CONNECT:
+            elif self._life.state is _AWAITING_CONNECT:
                 raise StompError(
                     "not connected", f"{event.command} before CONNECT: send CONNECT first"
                 )
@@ -316,7 +309,7 @@ class StompSession:
 
     def protocol_error(self, error: FrameError) -> None:
         """The bytes from the peer are not a frame this node accepts."""
-        if self.state not in (State.DISCONNECTING, State.CLOSED):
+        if self._life.state not in _ENDING:
             self._fail(error.message, error.detail)
 
     def writability_changed(self, writable: bool) -> None:
@@ -327,22 +320,18 @@ class StompSession:
 
     def close(self, reason: str) -> None:
         """The node ends the connection (shutting down): an ERROR saying why, then close."""
-        if self.state not in (State.DISCONNECTING, State.CLOSED):
+        if self._life.state not in _ENDING:
             self._fail("connection closed by the node", reason)
 
     def connection_lost(self) -> Deferred[None]:
         """Give back what the connection held: unacknowledged messages return to their
         queues (counted as delivered), open transactions roll back, the queues of its
         non-durable topic subscriptions go. Fires once that is stored."""
-        self.state = State.CLOSED
-        login, self._login = self._login, None
-        cancel_login(login)
+        self._node.lost()  # a SEND held for room is dropped with its connection
         if self._large is not None:
             self._large.sink.discard()
             self._large = None
         self._auto_acks.close()
-        if self._node is not None:
-            self._node.close()  # a SEND held for room is dropped with its connection
         subscriptions = list(self._subscriptions.values())
         self._subscriptions.clear()
         self._by_key.clear()
@@ -371,7 +360,7 @@ class StompSession:
     # -- output ---------------------------------------------------------------------------
 
     def _emit(self, frame: Frame) -> None:
-        if self.state is not State.CLOSED:
+        if self._life.state is not _CLOSED:
             self._transport.send(frame)
 
     def _fail(self, message: str, detail: str, receipt: str | None = None) -> None:
@@ -385,8 +374,7 @@ class StompSession:
         self._closing()
 
     def _closing(self) -> None:
-        if self.state is not State.CLOSED:
-            self.state = State.DISCONNECTING
+        self._node.close()
         self._transport.close()
 
     def _then(
@@ -401,7 +389,7 @@ class StompSession:
         self._transport.pause_reading(BUSY)
 
         def succeeded(result: Any) -> None:
-            if self.state is State.CLOSED:
+            if self._life.state is _CLOSED:
                 return
             try:
                 done(result)
@@ -410,7 +398,7 @@ class StompSession:
             self._transport.resume_reading(BUSY)
 
         def refused(failure: Failure) -> None:
-            if self.state is State.CLOSED:
+            if self._life.state is _CLOSED:
                 return
             if failed is not None:
                 failed(failure)
@@ -483,7 +471,7 @@ class StompSession:
         message, entry.message = entry.message, None
         receipt, entry.receipt = entry.receipt, None  # its own place, once published
         assert message is not None
-        if self.state is State.OPEN:
+        if self._life.state is _OPEN:
             self._publish_held(message, None, receipt, ORDER, due=True)
         else:
             self._broker.discard(message)
@@ -522,7 +510,7 @@ class StompSession:
             self._closing()
 
     def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
-        if self.state is State.CLOSED:
+        if self._life.state is _CLOSED:
             return
         if failure.check(NotStored, StoreError):  # a full disk, say: no bug, no traceback
             log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())
@@ -559,21 +547,18 @@ class StompSession:
             remote_address=self._transport.peer,
             protocol="stomp",
         )
-        self.state = State.AUTHENTICATING
-        self._login = self._authenticate(auth)
-        self._then(
-            self._login,
-            lambda subject: self._connected(subject, send, receive),
-            None,
-            self._refused,
-        )
+        self._beats = (send, receive)
+        login = self._authenticate(auth)
+        self._node.log_in(login)
+        self._then(login, _nothing, None)  # (reading waits for the answer)
 
-    def _connected(self, subject: Subject, client_send: int, client_receive: int) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self.subject = subject
-        self._node = ServerSession(self._broker, self._security, subject, self._clock)
-        self.state = State.OPEN
+    @property
+    def subject(self) -> Subject | None:
+        """Who logged in on the connection (None until then)."""
+        return self._node.subject
+
+    def logged_in(self, subject: Subject) -> None:
+        client_send, client_receive = self._beats
         ours = round(self.settings.heart_beat * 1000) if self.settings.heart_beat else 0
         send_every = max(ours, client_receive) / 1000 if ours and client_receive else None
         expect_every = max(ours, client_send) / 1000 if ours and client_send else None
@@ -595,15 +580,12 @@ class StompSession:
             )
         )
 
-    def _refused(self, failure: Failure) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self._fail("authentication failed", refusal(failure))
+    def login_refused(self, reason: str) -> None:
+        self._fail("authentication failed", reason)
 
     # -- permissions and destinations -----------------------------------------------------
 
     def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
-        assert self._node is not None
         try:
             self._node.check(address, permission, queue)
         except PermissionDenied as denied:
@@ -612,7 +594,6 @@ class StompSession:
     def _may_create(self, destination: Destination, name: str) -> None:
         """Using a missing address creates it: that needs create-address, and the
         address's settings must allow it."""
-        assert self._node is not None
         try:
             self._node.check_create(name)
         except PermissionDenied as denied:
@@ -753,7 +734,6 @@ class StompSession:
         """Create the anycast address ``name`` and its queue: at once where anycast is the
         default routing (the broker stores the queue in the background, as for a send),
         else through the store, to wait for."""
-        assert self._node is not None
         if self._node.default_routing(name) is Routing.ANYCAST:
             self._broker.auto_create(name)
             return None
@@ -766,7 +746,6 @@ class StompSession:
     ) -> None:
         """Publish a SEND, or hold it: for room on its address, or (unless it is ``due``,
         its turn come) behind the frames before it."""
-        assert self._node is not None
         if self._node.full_under_block(message.address):
             self._hold(message, tx, receipt)
             return
@@ -802,11 +781,10 @@ class StompSession:
         """BLOCK: keep the SEND and stop reading this connection until the address has
         room, then publish it and read on. Only this connection waits, holding one
         message; its frames keep their order because nothing more is read meanwhile."""
-        assert self._node is not None
         self._transport.pause_reading(ADDRESS_FULL)
 
         def room() -> None:
-            if self.state is not State.CLOSED:
+            if self._life.state is not _CLOSED:
                 self._publish_held(message, tx, receipt, ADDRESS_FULL)
 
         self._node.wait_for_room(message.address, room)
@@ -963,7 +941,7 @@ class StompSession:
             self._after(None, receipt, then=start)
 
     def _start(self, subscription: _Subscription, consumer_filter: str | None) -> None:
-        if self.state is not State.OPEN or (
+        if self._life.state is not _OPEN or (
             self._subscriptions.get(subscription.id) is not subscription
         ):
             return  # unsubscribed, or the connection ends, while the receipt waited
@@ -997,7 +975,7 @@ class StompSession:
             headers += _message_headers(message.headers, self.version or _V1_0)
         if large is None:
             self._emit(Frame(_MESSAGE, tuple(headers), body))
-        elif self.state is not State.CLOSED:
+        elif self._life.state is not _CLOSED:
             self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
 
     def _unsubscribe(self, frame: Frame, headers: dict[str, str]) -> None:
@@ -1203,8 +1181,12 @@ class StompSession:
 
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
         """Answer the receipt once every earlier frame's effect is stored, then close."""
-        self.state = State.DISCONNECTING
+        self._node.close()
         self._order.enter_done(_Outstanding(headers.get("receipt"), close=True))
+
+
+def _nothing(result: object) -> None:
+    """What reading waits for is done."""
 
 
 def _negotiate(accepted: str | None) -> Version | None:
