@@ -26,7 +26,6 @@ listener or the credit grant; the consumer takes nothing else meanwhile.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any
 
 import attrs
@@ -53,8 +52,9 @@ from bridge.node.consumer import Consumer, IStreamListener, settle_failed
 from bridge.node.credits import ProducerCredits
 from bridge.node.duplicates import duplicate_id
 from bridge.node.local import LocalTransaction, LocalTransactions
-from bridge.node.order import Place, SendOrder
+from bridge.node.order import Place
 from bridge.node.queue import Queue, QueueError
+from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
 from bridge.protocol import packets as p
 from bridge.selector import SelectorError, compile_selector
@@ -121,7 +121,6 @@ class _Pending(Place):
     turn comes, then its ``grant`` of producer credit goes back."""
 
     sequence: int
-    message: Message | None = None
     grant: int = 0
 
 
@@ -174,7 +173,7 @@ class CoreSession:
         self.protocol_version = p.PROTOCOL_VERSION
         """The version the client speaks (one of ``SUPPORTED_VERSIONS``)."""
         self._last_sequence = 0
-        self._order: SendOrder[_Pending] = SendOrder(self._done, self._due)
+        self._sends: Sends[_Pending] = Sends(broker, self)
         self._confirmable = 0
         self._confirmed = 0
         self._confirm_call: IDelayedCall | None = None
@@ -243,9 +242,7 @@ class CoreSession:
         self._run = []
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
-        for pending in self._order.close():  # held sends were never routed, nor confirmed
-            assert pending.message is not None
-            self._broker.discard(pending.message)
+        self._sends.close()  # held sends were never routed, nor confirmed
         if self._large is not None:
             self._drop_large(self._large)
             self._large = None
@@ -481,40 +478,29 @@ class CoreSession:
         if tx is not None:
             self._route_in(tx, sequence, message)
             return False
-        pending = _Pending(sequence)
-        if not message.durable and self._order.waiting:
+        sends = self._sends
+        if not message.durable and sends.waiting:
             # Routed now, it would reach its queue before the earlier sends that wait for
             # their writes (a durable one is queued after its write, behind those).
-            pending.message, pending.grant = message, credit
-            return self._order.hold(pending)
+            return sends.hold(_Pending(sequence, credit, message=message))
+        pending = _Pending(sequence)
+        sends.track(pending)
         self._publish(pending, message)
-        if pending.done:
-            self._order.enter_done(pending)
-        else:
-            self._order.enter(pending)
         return False
 
     def _publish(self, pending: _Pending, message: Message) -> None:
-        """Route a send outside a transaction. ``pending`` is written once it may be
-        confirmed: at once (routed, or refused with SEND_FAILED), else when its write
-        ends."""
+        """Route a send outside a transaction, ``pending`` in line: it is written once it
+        may be confirmed: at once (routed, or refused with SEND_FAILED), else when its
+        write ends."""
         try:
-            routed = self._broker.publish_then(message, partial(self._written, pending))
-        except AddressNotFound as missing:
-            self._broker.discard(message)
-            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.NOT_FOUND, str(missing)))
-            pending.done = True
-        except AddressFull as full:
-            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.ADDRESS_FULL, str(full)))
-            pending.done = True
-        except NodeError as refused:  # a routing type header naming none
-            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.INVALID, str(refused)))
-            pending.done = True
-        else:
-            if routed is not None:
-                pending.done = True
+            self._sends.route(pending, message)
+        except NodeError as refused:
+            if isinstance(refused, AddressNotFound):
+                self._broker.discard(message)
+            self._emit(p.SendFailed(pending.sequence, _refusal_code(refused), str(refused)))
+            self._sends.written(pending)
 
-    def _due(self, pending: _Pending) -> None:
+    def due(self, pending: _Pending) -> None:
         """A held send's turn came: route it, and give its producer credit back."""
         message, pending.message = pending.message, None
         assert message is not None
@@ -526,39 +512,31 @@ class CoreSession:
         """A send in a transaction: it takes effect when the transaction commits."""
         try:
             routed = self._broker.publish(message, tx=tx)
-        except AddressNotFound as missing:
-            self._broker.discard(message)
-            self._refuse(sequence, p.ErrorCode.NOT_FOUND, str(missing))
-            return
-        except AddressFull as full:
-            self._refuse(sequence, p.ErrorCode.ADDRESS_FULL, str(full))
-            return
-        except NodeError as refused:  # a routing type header naming none
-            self._refuse(sequence, p.ErrorCode.INVALID, str(refused))
+        except NodeError as refused:
+            if isinstance(refused, AddressNotFound):
+                self._broker.discard(message)
+            self._refuse(sequence, _refusal_code(refused), str(refused))
             return
         if isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
-            self._order.enter_done(_Pending(sequence))
-            return
-        pending = _Pending(sequence)
-        self._order.enter(pending)
-        routed.addCallbacks(
-            lambda _: self._written(pending),
-            lambda failure: self._written(pending, failure),
-        )
+            self._sends.order.enter_done(_Pending(sequence))
+        else:
+            self._sends.wait(_Pending(sequence), routed)
 
     def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
         """SEND_FAILED now; the confirmation range passes over it in its turn."""
         self._emit(p.SendFailed(sequence, code, message))
-        self._order.enter_done(_Pending(sequence))
+        self._sends.order.enter_done(_Pending(sequence))
 
-    def _written(self, pending: _Pending, failure: Failure | None = None) -> None:
-        if self._life.state is _CLOSED:
-            return
-        if failure is not None:
+    def failed(self, pending: _Pending, failure: Failure) -> bool:
+        """A send's write failed: SEND_FAILED, and the confirmations pass over it."""
+        if self._life.state is not _CLOSED:
             self._emit(_send_failed(pending.sequence, failure))
-        self._order.written(pending)
+        return True
 
-    def _done(self, pending: _Pending) -> None:
+    def busy(self, busy: bool) -> None:
+        """(Producer credits pace a core client: its sends' bytes are not counted.)"""
+
+    def released(self, pending: _Pending) -> None:
         """Every send up to ``pending`` is done: confirm them at the end of this turn."""
         self._confirmable = pending.sequence
         self._end_of_turn()
@@ -917,6 +895,15 @@ def _code(failure: Failure) -> p.ErrorCode:
         return p.ErrorCode.INVALID
     log.failure("a core request failed", failure)
     return p.ErrorCode.INTERNAL
+
+
+def _refusal_code(refused: NodeError) -> p.ErrorCode:
+    """SEND_FAILED's code for a send the node refused."""
+    if isinstance(refused, AddressNotFound):
+        return p.ErrorCode.NOT_FOUND
+    if isinstance(refused, AddressFull):
+        return p.ErrorCode.ADDRESS_FULL
+    return p.ErrorCode.INVALID  # a routing type header naming none
 
 
 def _failed(request_id: int, failure: Failure) -> p.Failed:

@@ -59,8 +59,9 @@ from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from bridge.node.local import LocalTransaction, LocalTransactions
-from bridge.node.order import Place, SendOrder
+from bridge.node.order import Place
 from bridge.node.queue import QueueError
+from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
 from bridge.selector import SelectorError, compile_selector
 from bridge.store.errors import StoreError
@@ -208,13 +209,9 @@ class _Outstanding(Place):
     goes out in turn."""
 
     receipt: str | None
-    size: int = 0
     close: bool = False
     then: Callable[[], None] | None = None
     """Run once the receipt has gone: a subscription starts delivering after it."""
-    message: Message | None = None
-    """A non-persistent SEND held behind the places before it (its receipt moves to a
-    place of its own when it is published)."""
 
 
 @attrs.define(eq=False)
@@ -255,9 +252,7 @@ class StompSession:
         self._transactions: LocalTransactions[str, _Transaction] = LocalTransactions(
             broker, _Transaction
         )
-        self._order: SendOrder[_Outstanding] = SendOrder(self._released, self._due)
-        self._unstored = 0
-        self._store_paused = False
+        self._sends: Sends[_Outstanding] = Sends(broker, self, self.settings.max_unstored)
         self._auto_acks = AutoAcks(clock)
         self._node = ServerSession(broker, security, clock, self)
         """The node's side of this connection: its login and what it may do."""
@@ -336,9 +331,7 @@ class StompSession:
         self._subscriptions.clear()
         self._by_key.clear()
         transactions = self._transactions.close()
-        for held in self._order.close():  # never published: a large body's file goes
-            assert held.message is not None
-            self._broker.discard(held.message)
+        self._sends.close()  # never published: a large body's file goes
         self._handlers.clear()  # (its bound methods refer back to the session)
         return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
 
@@ -417,56 +410,45 @@ class StompSession:
     ) -> None:
         """Send the receipt (if any) once ``work`` is stored and every earlier frame's
         receipt has gone, then run ``then``; a failure to store is an ERROR."""
-        entry = _Outstanding(receipt, size, then=then)
+        entry = _Outstanding(receipt, then=then, size=size)
         if work is None:
-            self._order.enter_done(entry)
-            return
-        self._track(entry)
-        work.addCallbacks(
-            lambda _: self._stored(entry),
-            lambda failure: self._store_failed(entry, failure),
-        )
+            self._sends.order.enter_done(entry)
+        else:
+            self._sends.wait(entry, work)
 
     def _after_each(self, work: Deferred[Any], receipts: list[str | None]) -> None:
         """Send ``receipts`` in order once ``work`` is stored and every earlier frame's
         receipt has gone (a transaction's SENDs', then its COMMIT's or ABORT's)."""
+        order = self._sends.order
         entries = [_Outstanding(receipt) for receipt in receipts]
         for entry in entries:
-            self._order.enter(entry)
+            order.enter(entry)
 
         def stored(_: object) -> None:
             for entry in entries:
-                self._order.written(entry)
+                order.written(entry)
 
-        work.addCallbacks(stored, lambda failure: self._store_failed(entries[-1], failure))
+        work.addCallbacks(stored, lambda failure: self.failed(entries[-1], failure))
 
-    def _track(self, entry: _Outstanding) -> None:
-        """``entry`` waits in line; its bytes count towards pausing this connection."""
-        self._order.enter(entry)
-        if entry.size:
-            self._unstored += entry.size
-            if self._unstored > self.settings.max_unstored and not self._store_paused:
-                self._store_paused = True
-                self._transport.pause_reading(STORE)
-
-    def _send_settled(self, entry: _Outstanding, failure: Failure | None) -> None:
-        """A persistent SEND's store write ended (``publish_then``'s callable)."""
-        if failure is None:
-            self._stored(entry)
+    def busy(self, busy: bool) -> None:
+        """Too many persistent sends' bytes wait for the store: read no more until half
+        of them are written."""
+        if busy:
+            self._transport.pause_reading(STORE)
         else:
-            self._store_failed(entry, failure)
+            self._transport.resume_reading(STORE)
 
     def _hold_in_order(self, message: Message, receipt: str | None) -> bool:
         """Keep a non-persistent SEND behind the frames before it that wait for the store
         (False if none does), and read nothing more meanwhile (so it is the only one
         held), as the core head holds such a send and Artemis keeps a session's sends in
         order."""
-        if not self._order.hold(_Outstanding(receipt, message=message)):
+        if not self._sends.hold(_Outstanding(receipt, message=message)):
             return False
         self._transport.pause_reading(ORDER)
         return True
 
-    def _due(self, entry: _Outstanding) -> None:
+    def due(self, entry: _Outstanding) -> None:
         """The held SEND's turn came: publish it, then read on."""
         message, entry.message = entry.message, None
         receipt, entry.receipt = entry.receipt, None  # its own place, once published
@@ -475,7 +457,7 @@ class StompSession:
             self._publish_held(message, None, receipt, ORDER, due=True)
         else:
             self._broker.discard(message)
-        self._order.written(entry)
+        self._sends.written(entry)
 
     def _publish_held(
         self,
@@ -492,15 +474,7 @@ class StompSession:
             self._fail(error.message, error.detail, receipt)
         self._transport.resume_reading(reason)
 
-    def _stored(self, entry: _Outstanding) -> None:
-        if entry.size:
-            self._unstored -= entry.size
-            if self._store_paused and self._unstored <= self.settings.max_unstored // 2:
-                self._store_paused = False
-                self._transport.resume_reading(STORE)
-        self._order.written(entry)
-
-    def _released(self, entry: _Outstanding) -> None:
+    def released(self, entry: _Outstanding) -> None:
         """Every frame before ``entry`` has had its effect and its receipt: its turn."""
         if entry.receipt is not None:
             self._emit(Frame(Command.RECEIPT, (("receipt-id", entry.receipt),)))
@@ -509,14 +483,16 @@ class StompSession:
         if entry.close:
             self._closing()
 
-    def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
+    def failed(self, entry: _Outstanding, failure: Failure) -> bool:
+        """A frame's effect could not be stored: an ERROR, and no receipt after it."""
         if self._life.state is _CLOSED:
-            return
+            return False
         if failure.check(NotStored, StoreError):  # a full disk, say: no bug, no traceback
             log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())
         else:
             log.failure("a STOMP send or acknowledgement could not be stored", failure)
         self._fail("not stored", f"the node could not store it: {failure.getErrorMessage()}")
+        return False
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -771,11 +747,7 @@ class StompSession:
         """The hot path of persistent sends: no Deferred, one entry in line (in it before
         publishing, whenever the store tells of its write, which it may do before
         ``publish_then`` returns)."""
-        entry = _Outstanding(receipt, len(message.body))
-        self._track(entry)
-        routed = self._broker.publish_then(message, partial(self._send_settled, entry))
-        if routed is not None:  # routed at once: no write to wait for
-            self._stored(entry)
+        self._sends.publish(_Outstanding(receipt, size=len(message.body)), message)
 
     def _hold(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
         """BLOCK: keep the SEND and stop reading this connection until the address has
@@ -1182,7 +1154,7 @@ class StompSession:
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
         """Answer the receipt once every earlier frame's effect is stored, then close."""
         self._node.close()
-        self._order.enter_done(_Outstanding(headers.get("receipt"), close=True))
+        self._sends.order.enter_done(_Outstanding(headers.get("receipt"), close=True))
 
 
 def _nothing(result: object) -> None:
