@@ -37,7 +37,7 @@ from zope.interface import implementer
 
 from bridge.config.node import Routing as ConfigRouting
 from bridge.message import HeaderValue, Message
-from bridge.node.bodies import CHUNK_SIZE, BodySink
+from bridge.node.bodies import CHUNK_SIZE
 from bridge.node.broker import (
     AddressFull,
     AddressNotFound,
@@ -51,6 +51,7 @@ from bridge.node.broker import (
 from bridge.node.consumer import Consumer, IStreamListener, settle_failed
 from bridge.node.credits import ProducerCredits
 from bridge.node.duplicates import duplicate_id
+from bridge.node.large_sends import LargeSend
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place
 from bridge.node.queue import Queue, QueueError
@@ -102,17 +103,13 @@ _SEND = Permission.SEND
 
 
 @attrs.define(eq=False)
-class _LargeSend:
-    """A large send between its SEND_LARGE_BEGIN and its last chunk: its body goes to
-    ``body`` (None once refused: the chunks are counted, not kept)."""
+class _LargeSend(LargeSend):
+    """A large send between its SEND_LARGE_BEGIN and its last chunk (``refused``: its
+    chunks are counted, not kept)."""
 
-    sequence: int
-    tx_id: int | None
-    message: Message
-    total_size: int
-    body: BodySink | None
+    sequence: int = 0
+    tx_id: int | None = None
     refused: Refused | None = None
-    received: int = 0
 
 
 @attrs.define(eq=False)
@@ -244,7 +241,7 @@ class CoreSession:
             self._confirm_call.cancel()
         self._sends.close()  # held sends were never routed, nor confirmed
         if self._large is not None:
-            self._drop_large(self._large)
+            self._large.discard()
             self._large = None
         self._credits = None  # (it refers back to the session)
         work: list[Deferred[None]] = []
@@ -575,79 +572,40 @@ class CoreSession:
         header = packet.message
         if self._producer_window != p.UNLIMITED:
             self._grant(header.address, header.size)
-        message_id = self._broker.allocate_id()
-        message = header.with_id(message_id)
+        message = header.with_id(self._broker.allocate_id())
+        large = _LargeSend(message, packet.total_size, packet.sequence, packet.tx_id)
+        self._large = large
         try:
             self._check_send(packet.tx_id, header.address)
         except Refused as refused:
-            self._large = _LargeSend(
-                packet.sequence, packet.tx_id, message, packet.total_size, None, refused
-            )
+            large.refused = refused
             return
-        self._large = large = _LargeSend(
-            packet.sequence, packet.tx_id, message, packet.total_size, None
-        )
-        try:
-            large.body = BodySink(self._broker, message_id, packet.total_size)
-        except OSError as error:
-            self._large_not_written(large, error)
+        large.open(self._broker)
 
     def _send_large_chunk(self, packet: p.SendLargeChunk) -> None:
         large = self._large
         if large is None or packet.sequence != large.sequence:
             raise SessionError(f"SEND_LARGE_CHUNK of send {packet.sequence}, which is not open")
         data = packet.data
-        large.received += len(data)
+        large.write(data)
         if self._producer_window != p.UNLIMITED:
             self._grant(large.message.address, len(data))
-        if large.body is not None and large.received <= large.total_size:
-            try:
-                large.body.write(data)
-            except OSError as error:
-                self._large_not_written(large, error)
         if not packet.last:
             return
         self._large = None
         if large.refused is not None:
             self._refuse(large.sequence, large.refused.code, str(large.refused))
             return
-        if large.received != large.total_size:
-            self._drop_large(large)
+        try:
+            message = large.finish()
+        except NotStored as failed:  # its body could not be written: the session goes on
+            self._refuse(large.sequence, p.ErrorCode.INTERNAL, str(failed))
+        except NodeError as invalid:
             self._refuse(
-                large.sequence,
-                p.ErrorCode.INVALID,
-                f"large send {large.sequence} declared {large.total_size} bytes "
-                f"but its chunks held {large.received}",
+                large.sequence, p.ErrorCode.INVALID, f"large send {large.sequence} {invalid}"
             )
-            return
-        assert large.body is not None
-        body = large.body.finish()
-        self._route(large.sequence, large.tx_id, attrs.evolve(large.message, large=body))
-
-    def _large_not_written(self, large: _LargeSend, error: OSError) -> None:
-        """The body file could not be written (a full disk, say): the partial file goes at
-        once (giving its room back), the rest of the chunks are counted, not kept, and the
-        last one is answered SEND_FAILED naming the cause; the connection goes on."""
-        where = error.filename or (large.body.name if large.body is not None else "its store")
-        self._drop_large(large)
-        large.body = None
-        cause = error.strerror or str(error)
-        large.refused = Refused(
-            p.ErrorCode.INTERNAL,
-            f"large message to {large.message.address!r} not stored: writing its body to "
-            f"{where} failed: {cause}",
-        )
-        log.warn(
-            "a large send of client {client} was refused: {why}",
-            client=self.client_id,
-            why=large.refused,
-        )
-
-    @staticmethod
-    def _drop_large(large: _LargeSend) -> None:
-        """A large send that will not be published: its partial body goes."""
-        if large.body is not None:
-            large.body.discard()
+        else:
+            self._route(large.sequence, large.tx_id, message)
 
     def _transaction(self, tx_id: int | None) -> Transaction | None:
         if tx_id is None:

@@ -54,10 +54,10 @@ from bridge.heads.stomp.frames import (
 )
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
-from bridge.node.bodies import BodySink
 from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
+from bridge.node.large_sends import LargeSend
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place
 from bridge.node.queue import QueueError
@@ -193,14 +193,11 @@ class _Subscription:
 
 
 @attrs.define(eq=False)
-class _LargeSend:
-    """A SEND whose body is being streamed to ``sink``: the message it becomes once the
-    body is in, and where it goes."""
+class _LargeSend(LargeSend):
+    """A SEND whose body is being streamed: where it goes once the body is in."""
 
-    sink: BodySink
-    message: Message
-    tx: _Transaction | None
-    receipt: str | None
+    tx: _Transaction | None = None
+    receipt: str | None = None
 
 
 @attrs.define(eq=False)
@@ -324,7 +321,7 @@ class StompSession:
         non-durable topic subscriptions go. Fires once that is stored."""
         self._node.lost()  # a SEND held for room is dropped with its connection
         if self._large is not None:
-            self._large.sink.discard()
+            self._large.discard()
             self._large = None
         self._auto_acks.close()
         subscriptions = list(self._subscriptions.values())
@@ -618,11 +615,12 @@ class StompSession:
         the body goes to a file of the large-message store as it arrives (reading waits
         for a destination being created first)."""
         message, tx, receipt, creating = self._send_message(headers, b"")
-        try:
-            sink = BodySink(self._broker, self._broker.allocate_id(), head.length)
-        except OSError as error:
-            raise StompError("store failed", f"the body has nowhere to go: {error}") from None
-        self._large = _LargeSend(sink, message.with_id(sink.message_id), tx, receipt)
+        message = message.with_id(self._broker.allocate_id())
+        large = _LargeSend(message, head.length, tx, receipt)
+        large.open(self._broker)
+        if large.failure is not None:
+            raise StompError("store failed", large.failure)
+        self._large = large
         if creating is not None:
             self._then(creating, lambda _: None, receipt)
 
@@ -630,13 +628,12 @@ class StompSession:
         """The next bytes of the streamed SEND's body; the last one publishes it."""
         large = self._large
         assert large is not None
-        try:
-            large.sink.write(chunk.data)
-        except OSError as error:
-            raise StompError("store failed", f"the body could not be written: {error}") from None
+        large.write(chunk.data)
+        if large.failure is not None:
+            raise StompError("store failed", large.failure)
         if not chunk.last:
             return
-        message = attrs.evolve(large.message, large=large.sink.finish())
+        message = large.finish()
         try:
             self._publish(message, large.tx, large.receipt)
         except StompError:
