@@ -44,7 +44,17 @@ from twisted.internet.defer import Deferred
 from bridge.config.node import NodeConfig
 from bridge.node.address import Address
 from bridge.node.delivery import ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Delivery
-from bridge.node.errors import AddressFull, AddressNotFound, NodeError, NotStored, QueueNotFound
+from bridge.node.errors import (
+    AddressFull,
+    AddressNotFound,
+    BadFilter,
+    NodeError,
+    NotStored,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+    WrongRouting,
+)
 from bridge.node.large import LargeMessages
 from bridge.node.memory import NodeMemory
 from bridge.node.queue import Entry, Queue
@@ -58,12 +68,16 @@ __all__ = [
     "ORIGINAL_QUEUE",
     "AddressFull",
     "AddressNotFound",
+    "BadFilter",
     "Broker",
     "NodeError",
     "NotStored",
+    "QueueExists",
+    "QueueInUse",
     "QueueNotFound",
     "Routed",
     "Transaction",
+    "WrongRouting",
 ]
 
 

@@ -22,3 +22,41 @@ class AddressFull(NodeError):
 class NotStored(NodeError):
     """The store could not write an operation (a full disk, say): the node undid what it
     had done in memory, and the message says what state things are in. It may be retried."""
+
+
+class QueueExists(NodeError):
+    """A queue of that name exists already (or, for a durable subscription, one that is
+    not it)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"queue {name!r} already exists")
+        self.name = name
+
+
+class QueueInUse(NodeError):
+    """The queue has consumers, so it is not deleted."""
+
+    def __init__(self, name: str, consumers: int) -> None:
+        super().__init__(f"queue {name!r} has {consumers} consumer(s)")
+        self.name = name
+        self.consumers = consumers
+
+
+class BadFilter(NodeError):
+    """A filter (a selector) that does not parse: ``text``, and ``reason``."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"bad filter {text!r}: {reason}")
+        self.text = text
+        self.reason = reason
+
+
+class WrongRouting(NodeError):
+    """The address exists without the routing type asked for, and may not be given it
+    (auto-create-addresses is off for it): ``multicast`` says what it is."""
+
+    def __init__(self, name: str, multicast: bool) -> None:
+        what = "multicast" if multicast else "anycast"
+        super().__init__(f"address {name!r} is {what} and auto-create-addresses is off for it")
+        self.name = name
+        self.multicast = multicast

@@ -25,7 +25,7 @@ listener or the credit grant; the consumer takes nothing else meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -36,7 +36,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from bridge.config.node import Routing as ConfigRouting
-from bridge.message import HeaderValue, Message
+from bridge.message import Message
+from bridge.node.addressing import Addressing, matcher
 from bridge.node.bodies import CHUNK_SIZE
 from bridge.node.broker import (
     AddressFull,
@@ -44,6 +45,7 @@ from bridge.node.broker import (
     Broker,
     NodeError,
     NotStored,
+    QueueExists,
     QueueNotFound,
     Routed,
     Transaction,
@@ -54,11 +56,11 @@ from bridge.node.duplicates import duplicate_id
 from bridge.node.large_sends import LargeSend
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place
-from bridge.node.queue import Queue, QueueError
+from bridge.node.queue import QueueError
 from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
 from bridge.protocol import packets as p
-from bridge.selector import SelectorError, compile_selector
+from bridge.selector import SelectorError
 from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import PermissionDenied
@@ -180,7 +182,7 @@ class CoreSession:
         self._transactions: LocalTransactions[int, LocalTransaction] = LocalTransactions(
             broker, LocalTransaction
         )
-        self._temporary: set[str] = set()
+        self._addressing = Addressing(self._node)
         self._handlers: dict[type, Callable[[p.Packet], None]] = {
             p.CreateQueue: self._create_queue,  # type: ignore[dict-item]
             p.DeleteQueue: self._delete_queue,  # type: ignore[dict-item]
@@ -248,10 +250,7 @@ class CoreSession:
         work.extend(consumer.close() for consumer in self._consumers.values())
         self._consumers.clear()
         work.extend(map(self._transactions.rollback, self._transactions.close()))
-        for name in sorted(self._temporary):
-            if name in self._broker.queues and not self._broker.queue(name).consumer_ids:
-                work.append(Deferred.fromCoroutine(self._broker.delete_queue(name)))
-        self._temporary.clear()
+        work.extend(self._addressing.close())
         self._handlers.clear()  # (its bound methods refer back to the session)
         for deferred in work:
             deferred.addErrback(self._cleanup_failed)
@@ -297,33 +296,15 @@ class CoreSession:
         self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
         self._abort("")
 
-    # -- permissions ----------------------------------------------------------------------
-
-    def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
-        """Refused(PERMISSION_DENIED) unless the subject may do ``permission``."""
-        try:
-            self._node.check(address, permission, queue)
-        except PermissionDenied as denied:
-            raise Refused(p.ErrorCode.PERMISSION_DENIED, str(denied)) from None
-
-    def _check_address(self, address: str) -> None:
-        """Sending to or binding on a missing address creates it: that needs
-        create-address, and the address's settings must allow it."""
-        try:
-            self._node.check_address(address)
-        except PermissionDenied as denied:
-            raise Refused(p.ErrorCode.PERMISSION_DENIED, str(denied)) from None
-        except AddressNotFound as missing:
-            raise Refused(p.ErrorCode.NOT_FOUND, str(missing)) from None
-
     # -- requests -------------------------------------------------------------------------
 
     def _answer(self, request_id: int, work: Callable[[], Deferred[Any] | None]) -> None:
         """Run a request: OK when it (and its store writes) succeeded, FAILED otherwise."""
         try:
             result = work()
-        except Refused as refused:
-            self._emit(p.Failed(request_id, refused.code, str(refused)))
+        except (PermissionDenied, NodeError) as refused:
+            failed = _refused(refused)
+            self._emit(p.Failed(request_id, failed.code, str(failed)))
             return
         if result is None:
             self._emit(p.Ok(request_id))
@@ -338,56 +319,29 @@ class CoreSession:
             self._emit(packet)
 
     def _create_queue(self, packet: p.CreateQueue) -> None:
-        def work() -> Deferred[Any]:
-            name, address = packet.name, packet.address
-            permission = (
-                Permission.CREATE_DURABLE_QUEUE
-                if packet.durable
-                else Permission.CREATE_NON_DURABLE_QUEUE
-            )
-            self._check_address(address)
-            self._check(address, permission, name)
-            if name in self._broker.queues:
-                raise Refused(p.ErrorCode.ALREADY_EXISTS, f"queue {name!r} already exists")
-            _compile(packet.filter)
-            routing = ConfigRouting(packet.routing.name.lower())
-            created = Deferred.fromCoroutine(
-                self._broker.create_queue(
-                    name, address, durable=packet.durable, filter=packet.filter, routing=routing
-                )
-            )
-            if not packet.durable:
-                self._temporary.add(name)
-            return created
-
-        self._answer(packet.request_id, work)
+        routing = ConfigRouting(packet.routing.name.lower())
+        self._answer(
+            packet.request_id,
+            lambda: self._addressing.create_queue(
+                packet.name,
+                packet.address,
+                durable=packet.durable,
+                filter=packet.filter,
+                routing=routing,
+            ),
+        )
 
     def _delete_queue(self, packet: p.DeleteQueue) -> None:
-        def work() -> Deferred[Any]:
-            queue = self._queue(packet.name)
-            durable = self._broker.is_durable(packet.name)
-            permission = (
-                Permission.DELETE_DURABLE_QUEUE if durable else Permission.DELETE_NON_DURABLE_QUEUE
-            )
-            self._check(queue.address, permission, packet.name)
-            if queue.consumer_ids:
-                raise Refused(
-                    p.ErrorCode.INVALID,
-                    f"queue {packet.name!r} has {len(queue.consumer_ids)} consumer(s)",
-                )
-            self._temporary.discard(packet.name)
-            return Deferred.fromCoroutine(self._broker.delete_queue(packet.name))
-
-        self._answer(packet.request_id, work)
+        self._answer(packet.request_id, lambda: self._addressing.delete_queue(packet.name))
 
     def _query_address(self, packet: p.QueryAddress) -> None:
         """ADDRESS_INFO: the address's routing and settings, or for a missing one those it
         would be created with; asking needs the send permission and creates nothing."""
         name = packet.address
         try:
-            self._check(name, Permission.SEND)
-        except Refused as refused:
-            self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
+            self._node.check(name, _SEND)
+        except PermissionDenied as denied:
+            self._emit(p.Failed(packet.request_id, p.ErrorCode.PERMISSION_DENIED, str(denied)))
             return
         view = self._node.describe(name)
         settings = view.settings
@@ -412,12 +366,6 @@ class CoreSession:
             return p.Routing.BOTH if self.protocol_version >= 3 else p.Routing.ANYCAST
         (only,) = routing
         return p.Routing[only.name]
-
-    def _queue(self, name: str) -> Queue:
-        try:
-            return self._broker.queue(name)
-        except QueueNotFound as missing:
-            raise Refused(p.ErrorCode.NOT_FOUND, str(missing)) from None
 
     # -- sending --------------------------------------------------------------------------
 
@@ -455,9 +403,12 @@ class CoreSession:
     def _check_send(self, tx_id: int | None, address: str) -> Transaction | None:
         """The send's transaction; Refused if it may not be sent."""
         tx = None if tx_id is None else self._transaction(tx_id)
-        if not self._broker.has_address(address):
-            self._check_address(address)
-        self._check(address, _SEND)
+        try:
+            if not self._broker.has_address(address):
+                self._node.check_address(address)
+            self._node.check(address, _SEND)
+        except (PermissionDenied, NodeError) as refused:
+            raise _refused(refused) from None
         return tx
 
     def _route(self, sequence: int, tx_id: int | None, message: Message, credit: int = 0) -> bool:
@@ -618,24 +569,25 @@ class CoreSession:
     # -- consuming ------------------------------------------------------------------------
 
     def _create_consumer(self, packet: p.CreateConsumer) -> None:
-        try:
-            self._open_consumer(packet)
-        except Refused as refused:
-            self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
-
-    def _open_consumer(self, packet: p.CreateConsumer) -> None:
         if packet.consumer_id in self._consumers:
-            raise Refused(p.ErrorCode.ALREADY_EXISTS, f"consumer id {packet.consumer_id} is in use")
-        name = packet.queue
-        if name not in self._broker.queues:
-            self._auto_create_queue(name)
-        queue = self._queue(name)
-        permission = Permission.BROWSE if packet.browse_only else Permission.CONSUME
-        self._check(queue.address, permission, name)
-        matches = _compile(packet.filter)
+            self._emit(
+                p.Failed(
+                    packet.request_id,
+                    p.ErrorCode.ALREADY_EXISTS,
+                    f"consumer id {packet.consumer_id} is in use",
+                )
+            )
+            return
+        try:
+            queue = self._addressing.consume(packet.queue, packet.browse_only)
+            matches = matcher(packet.filter)
+        except (PermissionDenied, NodeError) as refused:
+            failed = _refused(refused)
+            self._emit(p.Failed(packet.request_id, failed.code, str(failed)))
+            return
         consumer = Consumer(
             self._broker,
-            name,
+            packet.queue,
             self,
             packet.consumer_id,
             writable=self._writable,
@@ -650,17 +602,6 @@ class CoreSession:
             consumer.browse(e for e in entries if matches is None or matches(e.message.headers))
         else:
             consumer.start(packet.filter)
-
-    def _auto_create_queue(self, name: str) -> None:
-        """Consuming from a missing queue of an anycast address creates both, as sending
-        to it would (create-address and create-durable-queue permissions)."""
-        if self._broker.has_address(name) or not self._broker.may_create_address(name):
-            return
-        if self._node.default_routing(name) is not ConfigRouting.ANYCAST:
-            return
-        self._check(name, Permission.CREATE_ADDRESS)
-        self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
-        self._broker.auto_create(name)
 
     # -- deliveries (what the consumers tell) ---------------------------------------------
 
@@ -827,14 +768,17 @@ class CoreSession:
             self._answer(packet.request_id, lambda: self._transactions.rollback(local))
 
 
-def _compile(text: str | None) -> Callable[[Mapping[str, HeaderValue]], bool] | None:
-    """A filter's test, or Refused(INVALID) naming what is wrong with it."""
-    if not text:
-        return None
-    try:
-        return compile_selector(text).matches
-    except SelectorError as error:
-        raise Refused(p.ErrorCode.INVALID, f"bad filter {text!r}: {error}") from None
+def _refused(refused: PermissionDenied | NodeError) -> Refused:
+    """A request the node refused, as FAILED or SEND_FAILED words it."""
+    if isinstance(refused, PermissionDenied):
+        code = p.ErrorCode.PERMISSION_DENIED
+    elif isinstance(refused, QueueExists):
+        code = p.ErrorCode.ALREADY_EXISTS
+    elif isinstance(refused, (AddressNotFound, QueueNotFound)):
+        code = p.ErrorCode.NOT_FOUND
+    else:
+        code = p.ErrorCode.INVALID  # a bad filter, a queue in use
+    return Refused(code, str(refused))
 
 
 def _code(failure: Failure) -> p.ErrorCode:

@@ -54,7 +54,18 @@ from bridge.heads.stomp.frames import (
 )
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
-from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored
+from bridge.node.addressing import Addressing, matcher
+from bridge.node.broker import (
+    AddressNotFound,
+    BadFilter,
+    Broker,
+    NodeError,
+    NotStored,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+    WrongRouting,
+)
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from bridge.node.large_sends import LargeSend
@@ -63,7 +74,7 @@ from bridge.node.order import Place
 from bridge.node.queue import QueueError
 from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
-from bridge.selector import SelectorError, compile_selector
+from bridge.selector import SelectorError
 from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import PermissionDenied
@@ -123,6 +134,8 @@ _CONNECTING = (Command.CONNECT, Command.STOMP)
 _AWAITING_CONNECT = SessionState.CONNECTED
 _AMQ_QUEUE, _QUEUE = Kind.AMQ_QUEUE, Kind.QUEUE
 _ANYCAST, _MULTICAST = Routing.ANYCAST, Routing.MULTICAST
+_ROUTING = {Kind.QUEUE: _ANYCAST, Kind.TOPIC: _MULTICAST, Kind.AMQ_QUEUE: _ANYCAST}
+"""The routing type a send to each kind of destination states, where it must."""
 _SEND = Permission.SEND
 _AUTO = AckMode.AUTO
 _V1_0, _V1_2 = Version.V1_0, Version.V1_2
@@ -255,6 +268,7 @@ class StompSession:
         """The node's side of this connection: its login and what it may do."""
         self._life = self._node.life
         """Where the connection is in its life (read on every frame)."""
+        self._addressing = Addressing(self._node)
         self._large: _LargeSend | None = None
         """The SEND whose body is being streamed, between its head and its last chunk."""
         self._beats = (0, 0)
@@ -556,50 +570,13 @@ class StompSession:
     def login_refused(self, reason: str) -> None:
         self._fail("authentication failed", reason)
 
-    # -- permissions and destinations -----------------------------------------------------
+    # -- refusals -----------------------------------------------------------------------
 
     def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
         try:
             self._node.check(address, permission, queue)
         except PermissionDenied as denied:
             raise StompError("permission denied", str(denied)) from None
-
-    def _may_create(self, destination: Destination, name: str) -> None:
-        """Using a missing address creates it: that needs create-address, and the
-        address's settings must allow it."""
-        try:
-            self._node.check_create(name)
-        except PermissionDenied as denied:
-            raise StompError("permission denied", str(denied)) from None
-        except AddressNotFound as missing:
-            raise StompError("no such destination", f"{destination}: {missing}") from None
-
-    def _routing(self, destination: Destination, name: str, routing: Routing) -> bool:
-        """Whether address ``name`` exists. One without ``routing`` gets it where the
-        client may create the address (so ``/queue/X`` and ``/topic/X`` can be used side
-        by side, as in Artemis); StompError where it may not."""
-        address = self._broker.addresses.get(name)
-        if address is None:
-            return False
-        if routing in address.routing_types:
-            return True
-        if not self._broker.may_create_address(name):
-            other = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
-            raise StompError(
-                "wrong destination type",
-                f"{destination} names address {name!r}, which is {address.routing.value} "
-                f"(auto-create-addresses is off for it, so it stays so): use {other}{name}",
-            )
-        self._check(name, Permission.CREATE_ADDRESS)
-        self._broker.add_routing(address, routing)
-        return True
-
-    def _existing_queue(self, destination: Destination) -> str:
-        """The address of the existing queue an /amq/queue/ destination names."""
-        queue = self._broker.queues.get(destination.name)
-        if queue is None:
-            raise StompError("no such destination", f"{destination}: no queue {destination.name!r}")
-        return queue.address
 
     # -- sending --------------------------------------------------------------------------
 
@@ -655,11 +632,23 @@ class StompSession:
                 )
         tx = self._transaction(headers.get("transaction"))
         receipt = headers.get("receipt")
-        address, creating = self._send_address(destination)
+        name = destination.name
+        try:
+            if destination.kind is _AMQ_QUEUE:
+                address, creating = self._addressing.send_to_queue(name), None
+            else:
+                address = name
+                creating = self._addressing.send_to(name, _ROUTING[destination.kind])
+        except (PermissionDenied, NodeError) as refused:
+            raise _refusal(refused, destination) from None
         message_headers: dict[str, HeaderValue] = {
             key: value for key, value in headers.items() if key not in _SEND_FRAME_HEADERS
         }
-        self._state_routing(destination, address, message_headers)
+        if self._addressing.states_routing(address):
+            # (``/topic/``: multicast, else anycast)
+            message_headers[ROUTING_TYPE] = _ROUTING[destination.kind].value
+        else:
+            message_headers.pop(ROUTING_TYPE, None)
         duplicate = message_headers.get(DUPLICATE_ID_HEADER)
         message = Message(
             0,
@@ -670,49 +659,6 @@ class StompSession:
             duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
         )
         return message, tx, receipt, creating
-
-    def _state_routing(
-        self, destination: Destination, name: str, headers: dict[str, HeaderValue]
-    ) -> None:
-        """A send to an address with both routing types states the one its destination
-        names (``/topic/``: multicast, else anycast); elsewhere the header is not kept."""
-        address = self._broker.addresses.get(name)
-        if address is not None and len(address.routing_types) > 1:
-            topic = destination.kind is Kind.TOPIC
-            headers[ROUTING_TYPE] = (_MULTICAST if topic else _ANYCAST).value
-        else:
-            headers.pop(ROUTING_TYPE, None)
-
-    def _send_address(self, destination: Destination) -> tuple[str, Deferred[Any] | None]:
-        """Where a SEND goes: the address, and the creation to wait for first, if any."""
-        name = destination.name
-        if destination.kind is _AMQ_QUEUE:
-            address = self._existing_queue(destination)
-            self._routing(destination, address, _ANYCAST)
-            self._check(address, _SEND)
-            return address, None
-        routing = _ANYCAST if destination.kind is _QUEUE else _MULTICAST
-        if self._routing(destination, name, routing):
-            self._check(name, _SEND)
-            return name, None
-        self._may_create(destination, name)
-        self._check(name, Permission.SEND)
-        if routing is Routing.ANYCAST:
-            return name, self._create_anycast(name)
-        # A topic nobody subscribed to yet: its multicast address, which drops the message.
-        self._broker.create_address(name, Routing.MULTICAST)
-        return name, None
-
-    def _create_anycast(self, name: str) -> Deferred[Any] | None:
-        """Create the anycast address ``name`` and its queue: at once where anycast is the
-        default routing (the broker stores the queue in the background, as for a send),
-        else through the store, to wait for."""
-        if self._node.default_routing(name) is Routing.ANYCAST:
-            self._broker.auto_create(name)
-            return None
-        return Deferred.fromCoroutine(
-            self._broker.create_queue(name, name, durable=True, routing=Routing.ANYCAST)
-        )
 
     def _publish(
         self, message: Message, tx: _Transaction | None, receipt: str | None, due: bool = False
@@ -778,11 +724,10 @@ class StompSession:
         ack = _ack_mode(headers.get("ack", "auto"))
         prefetch = self._prefetch(headers)
         selector = headers.get("selector") or None
-        if selector is not None:
-            try:
-                compile_selector(selector)
-            except SelectorError as error:
-                raise StompError("bad selector", f"selector {selector!r}: {error}") from None
+        try:
+            matcher(selector)
+        except BadFilter as bad:
+            raise _refusal(bad, destination) from None
         self._keys += 1
         subscription = _Subscription(
             sub_id,
@@ -803,7 +748,10 @@ class StompSession:
             counts_unacked=not auto,
             auto_acks=self._auto_acks if auto else None,
         )
-        creating = self._subscription_queue(subscription, destination, headers, selector)
+        try:
+            creating = self._subscription_queue(subscription, destination, headers, selector)
+        except (PermissionDenied, NodeError) as refused:
+            raise _refusal(refused, destination) from None
         self._subscriptions[sub_id] = subscription
         self._by_key[subscription.key] = subscription
         receipt = headers.get("receipt")
@@ -834,60 +782,23 @@ class StompSession:
     ) -> Deferred[Any] | None:
         """Name (and create if needed) the queue a subscription consumes from; checks the
         permissions. Returns the creation to wait for, if any."""
-        name = destination.name
+        name, addressing = destination.name, self._addressing
         if destination.kind is Kind.AMQ_QUEUE:
             subscription.queue = name
-            subscription.address = self._existing_queue(destination)
-            binding = self._broker.addresses[subscription.address].binding(name)
-            prefix = "/topic/" if binding.routing is Routing.MULTICAST else "/queue/"
+            subscription.address, routing = addressing.consume_queue(name)
+            prefix = "/topic/" if routing is Routing.MULTICAST else "/queue/"
             subscription.destination = f"{prefix}{subscription.address}"
-            self._check(subscription.address, Permission.CONSUME, name)
             return None
         if destination.kind is Kind.QUEUE:
             subscription.queue = name
-            exists = self._routing(destination, name, Routing.ANYCAST)
-            if name in self._broker.queues:
-                self._check(name, Permission.CONSUME, name)
-                return None
-            if exists and not self._broker.may_create_address(name):
-                raise StompError("no such destination", f"{destination}: no queue {name!r}")
-            if not exists:
-                self._may_create(destination, name)
-            self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
-            self._check(name, Permission.CONSUME, name)
-            return self._create_anycast(name)
-        exists = self._routing(destination, name, Routing.MULTICAST)
+            return addressing.consume_anycast(name)
         if subscription.durable:
-            queue_name = self._durable_name(headers, subscription.id)
-            subscription.queue = queue_name
-            existing = self._broker.queues.get(queue_name)
-            if existing is not None:
-                if existing.address != name or not self._broker.is_durable(queue_name):
-                    raise StompError(
-                        "subscription name in use",
-                        f"queue {queue_name!r} exists and is not a durable subscription of "
-                        f"{destination}: choose another subscription name",
-                    )
-                self._check(name, Permission.CONSUME, queue_name)
-                return None
-            permission = Permission.CREATE_DURABLE_QUEUE
+            subscription.queue = self._durable_name(headers, subscription.id)
         else:
-            queue_name = f"{name}.stomp-{self.id}-{subscription.key}"
-            subscription.queue = queue_name
+            subscription.queue = f"{name}.stomp-{self.id}-{subscription.key}"
             subscription.temporary = True
-            permission = Permission.CREATE_NON_DURABLE_QUEUE
-        if not exists:
-            self._may_create(destination, name)
-        self._check(name, permission, queue_name)
-        self._check(name, Permission.CONSUME, queue_name)
-        return Deferred.fromCoroutine(
-            self._broker.create_queue(
-                queue_name,
-                name,
-                durable=subscription.durable,
-                filter=selector,
-                routing=Routing.MULTICAST,
-            )
+        return addressing.subscribe(
+            name, subscription.queue, durable=subscription.durable, filter=selector
         )
 
     def _durable_name(self, headers: dict[str, str], sub_id: str) -> str:
@@ -962,8 +873,10 @@ class StompSession:
                 return
             raise StompError("no such subscription", f"no subscription with id {sub_id!r}")
         if forget and subscription.durable:
-            queue = self._broker.queue(subscription.queue)
-            self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, subscription.queue)
+            try:
+                self._addressing.may_delete(subscription.queue)
+            except PermissionDenied as denied:
+                raise StompError("permission denied", str(denied)) from None
         del self._subscriptions[sub_id]
         del self._by_key[subscription.key]
         removing = Deferred.fromCoroutine(self._remove(subscription, forget))
@@ -972,28 +885,25 @@ class StompSession:
     async def _remove(self, subscription: _Subscription, forget: bool) -> None:
         """Stop a subscription's consumer; delete its queue if it was temporary, or
         durable and ``forget``."""
-        name = subscription.queue
         await subscription.consumer.close()
-        delete = subscription.temporary or (forget and subscription.durable)
-        if delete and name in self._broker.queues:
-            queue = self._broker.queue(name)
-            if not queue.consumer_ids:
-                await self._broker.delete_queue(name)
+        if subscription.temporary or (forget and subscription.durable):
+            await self._addressing.drop(subscription.queue)
 
     def _forget_durable(self, queue_name: str, receipt: str | None) -> None:
         """UNSUBSCRIBE with ``durable:true`` of a durable subscription not open here."""
-        queue = self._broker.queues.get(queue_name)
-        if queue is None or not self._broker.is_durable(queue_name):
+        try:
+            deleting = self._addressing.delete_queue(queue_name, durable=True)
+        except QueueNotFound:
             raise StompError(
                 "no such subscription", f"no durable subscription queue {queue_name!r}"
-            )
-        self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, queue_name)
-        if queue.consumer_ids:
+            ) from None
+        except QueueInUse as in_use:
             raise StompError(
                 "subscription in use",
-                f"durable subscription {queue_name!r} has {len(queue.consumer_ids)} consumer(s)",
-            )
-        deleting = Deferred.fromCoroutine(self._broker.delete_queue(queue_name))
+                f"durable subscription {queue_name!r} has {in_use.consumers} consumer(s)",
+            ) from None
+        except PermissionDenied as denied:
+            raise StompError("permission denied", str(denied)) from None
         self._then(deleting, lambda _: self._after(None, receipt), receipt)
 
     # -- acknowledging --------------------------------------------------------------------
@@ -1240,6 +1150,29 @@ def _message_headers(headers: Mapping[str, HeaderValue], version: Version) -> li
         if version is Version.V1_2 or encodable(version, key, text):
             out.append((key, text))
     return out
+
+
+def _refusal(refused: PermissionDenied | NodeError, destination: Destination) -> StompError:
+    """What the node refused of a frame naming ``destination``, as an ERROR words it."""
+    if isinstance(refused, PermissionDenied):
+        return StompError("permission denied", str(refused))
+    if isinstance(refused, WrongRouting):
+        name = refused.name
+        what, other = ("multicast", "/topic/") if refused.multicast else ("anycast", "/queue/")
+        return StompError(
+            "wrong destination type",
+            f"{destination} names address {name!r}, which is {what} (auto-create-addresses "
+            f"is off for it, so it stays so): use {other}{name}",
+        )
+    if isinstance(refused, QueueExists):
+        return StompError(
+            "subscription name in use",
+            f"queue {refused.name!r} exists and is not a durable subscription of "
+            f"{destination}: choose another subscription name",
+        )
+    if isinstance(refused, BadFilter):
+        return StompError("bad selector", f"selector {refused.text!r}: {refused.reason}")
+    return StompError("no such destination", f"{destination}: {refused}")
 
 
 def _describe(failure: Failure) -> tuple[str, str]:
