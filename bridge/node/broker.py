@@ -54,6 +54,7 @@ from bridge.node.errors import (
     QueueInUse,
     QueueNotFound,
     WrongRouting,
+    refusal,
 )
 from bridge.node.large import LargeMessages
 from bridge.node.memory import NodeMemory
@@ -78,6 +79,7 @@ __all__ = [
     "Routed",
     "Transaction",
     "WrongRouting",
+    "refusal",
 ]
 
 

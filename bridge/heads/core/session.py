@@ -49,6 +49,7 @@ from bridge.node.broker import (
     QueueNotFound,
     Routed,
     Transaction,
+    refusal,
 )
 from bridge.node.consumer import Consumer, IStreamListener, settle_failed
 from bridge.node.credits import ProducerCredits
@@ -60,8 +61,6 @@ from bridge.node.queue import QueueError
 from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
 from bridge.protocol import packets as p
-from bridge.selector import SelectorError
-from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import PermissionDenied
 from security.permissions import Permission
@@ -102,6 +101,8 @@ Authenticate = Callable[[p.Connect], "Deferred[Subject]"]
 _OPEN, _CLOSED = SessionState.OPEN, SessionState.CLOSED
 _CONNECTED = SessionState.CONNECTED
 _SEND = Permission.SEND
+_REQUEST = "a core request"
+"""What the log calls a request of a core client that failed."""
 
 
 @attrs.define(eq=False)
@@ -303,8 +304,7 @@ class CoreSession:
         try:
             result = work()
         except (PermissionDenied, NodeError) as refused:
-            failed = _refused(refused)
-            self._emit(p.Failed(request_id, failed.code, str(failed)))
+            self._emit(p.Failed(request_id, _code(refused), str(refused)))
             return
         if result is None:
             self._emit(p.Ok(request_id))
@@ -408,7 +408,7 @@ class CoreSession:
                 self._node.check_address(address)
             self._node.check(address, _SEND)
         except (PermissionDenied, NodeError) as refused:
-            raise _refused(refused) from None
+            raise Refused(_code(refused), str(refused)) from None
         return tx
 
     def _route(self, sequence: int, tx_id: int | None, message: Message, credit: int = 0) -> bool:
@@ -445,7 +445,7 @@ class CoreSession:
         except NodeError as refused:
             if isinstance(refused, AddressNotFound):
                 self._broker.discard(message)
-            self._emit(p.SendFailed(pending.sequence, _refusal_code(refused), str(refused)))
+            self._emit(p.SendFailed(pending.sequence, _code(refused), str(refused)))
             self._sends.written(pending)
 
     def due(self, pending: _Pending) -> None:
@@ -463,7 +463,7 @@ class CoreSession:
         except NodeError as refused:
             if isinstance(refused, AddressNotFound):
                 self._broker.discard(message)
-            self._refuse(sequence, _refusal_code(refused), str(refused))
+            self._refuse(sequence, _code(refused), str(refused))
             return
         if isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
             self._sends.order.enter_done(_Pending(sequence))
@@ -582,8 +582,7 @@ class CoreSession:
             queue = self._addressing.consume(packet.queue, packet.browse_only)
             matches = matcher(packet.filter)
         except (PermissionDenied, NodeError) as refused:
-            failed = _refused(refused)
-            self._emit(p.Failed(packet.request_id, failed.code, str(failed)))
+            self._emit(p.Failed(packet.request_id, _code(refused), str(refused)))
             return
         consumer = Consumer(
             self._broker,
@@ -768,52 +767,27 @@ class CoreSession:
             self._answer(packet.request_id, lambda: self._transactions.rollback(local))
 
 
-def _refused(refused: PermissionDenied | NodeError) -> Refused:
-    """A request the node refused, as FAILED or SEND_FAILED words it."""
+def _code(refused: Exception | None) -> p.ErrorCode:
+    """FAILED's or SEND_FAILED's code for what the node refused (None: a fault)."""
     if isinstance(refused, PermissionDenied):
-        code = p.ErrorCode.PERMISSION_DENIED
-    elif isinstance(refused, QueueExists):
-        code = p.ErrorCode.ALREADY_EXISTS
-    elif isinstance(refused, (AddressNotFound, QueueNotFound)):
-        code = p.ErrorCode.NOT_FOUND
-    else:
-        code = p.ErrorCode.INVALID  # a bad filter, a queue in use
-    return Refused(code, str(refused))
-
-
-def _code(failure: Failure) -> p.ErrorCode:
-    if failure.check(AddressFull):
-        return p.ErrorCode.ADDRESS_FULL
-    if failure.check(QueueNotFound, AddressNotFound):
-        return p.ErrorCode.NOT_FOUND
-    if failure.check(NotStored):
-        return p.ErrorCode.INTERNAL  # the broker put things back and logged why
-    if failure.check(StoreError):
-        # The store could not write (a full disk, say): an operational fault, not a bug,
-        # and the error names the file and the cause: one line, no traceback.
-        log.warn("a core request failed: {why}", why=failure.getErrorMessage())
-        return p.ErrorCode.INTERNAL
-    if failure.check(NodeError, SelectorError):
-        return p.ErrorCode.INVALID
-    log.failure("a core request failed", failure)
-    return p.ErrorCode.INTERNAL
-
-
-def _refusal_code(refused: NodeError) -> p.ErrorCode:
-    """SEND_FAILED's code for a send the node refused."""
-    if isinstance(refused, AddressNotFound):
+        return p.ErrorCode.PERMISSION_DENIED
+    if isinstance(refused, QueueExists):
+        return p.ErrorCode.ALREADY_EXISTS
+    if isinstance(refused, (AddressNotFound, QueueNotFound)):
         return p.ErrorCode.NOT_FOUND
     if isinstance(refused, AddressFull):
         return p.ErrorCode.ADDRESS_FULL
-    return p.ErrorCode.INVALID  # a routing type header naming none
+    if refused is None or isinstance(refused, NotStored):
+        return p.ErrorCode.INTERNAL  # (NotStored: the broker put things back, logged why)
+    return p.ErrorCode.INVALID  # a bad filter, a queue in use, a routing type naming none
 
 
 def _failed(request_id: int, failure: Failure) -> p.Failed:
-    return p.Failed(request_id, _code(failure), failure.getErrorMessage())
+    return p.Failed(request_id, _code(refusal(failure, _REQUEST)), failure.getErrorMessage())
 
 
 def _send_failed(sequence: int, failure: Failure) -> p.SendFailed:
-    return p.SendFailed(sequence, _code(failure), failure.getErrorMessage())
+    return p.SendFailed(sequence, _code(refusal(failure, _REQUEST)), failure.getErrorMessage())
 
 
 async def _gather(work: list[Deferred[None]]) -> None:

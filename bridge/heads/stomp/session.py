@@ -60,11 +60,11 @@ from bridge.node.broker import (
     BadFilter,
     Broker,
     NodeError,
-    NotStored,
     QueueExists,
     QueueInUse,
     QueueNotFound,
     WrongRouting,
+    refusal,
 )
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
@@ -74,8 +74,6 @@ from bridge.node.order import Place
 from bridge.node.queue import QueueError
 from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
-from bridge.selector import SelectorError
-from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import PermissionDenied
 from security.permissions import Permission
@@ -498,10 +496,8 @@ class StompSession:
         """A frame's effect could not be stored: an ERROR, and no receipt after it."""
         if self._life.state is _CLOSED:
             return False
-        if failure.check(NotStored, StoreError):  # a full disk, say: no bug, no traceback
+        if refusal(failure, "storing a STOMP frame") is not None:
             log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())
-        else:
-            log.failure("a STOMP send or acknowledgement could not be stored", failure)
         self._fail("not stored", f"the node could not store it: {failure.getErrorMessage()}")
         return False
 
@@ -1177,9 +1173,9 @@ def _refusal(refused: PermissionDenied | NodeError, destination: Destination) ->
 
 def _describe(failure: Failure) -> tuple[str, str]:
     """An ERROR's message and body for a step that failed on the node."""
-    if failure.check(AddressNotFound):
+    refused = refusal(failure, "a STOMP request")
+    if isinstance(refused, AddressNotFound):
         return "no such destination", failure.getErrorMessage()
-    if failure.check(NodeError, SelectorError):
+    if refused is not None:
         return "refused", failure.getErrorMessage()
-    log.failure("a STOMP request failed", failure)
     return "internal error", f"the node failed: {failure.getErrorMessage()}"
