@@ -33,12 +33,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from zope.interface import implementer
 
 from bridge.config.node import Routing as ConfigRouting
+from bridge.heads.core.outbox import BeforeFlush, Emit, Outbox
 from bridge.message import Message
 from bridge.node.addressing import Addressing, matcher
-from bridge.node.bodies import CHUNK_SIZE
 from bridge.node.broker import (
     AddressFull,
     AddressNotFound,
@@ -51,7 +50,7 @@ from bridge.node.broker import (
     Transaction,
     refusal,
 )
-from bridge.node.consumer import Consumer, IStreamListener, settle_failed
+from bridge.node.consumer import Consumer, settle_failed
 from bridge.node.credits import ProducerCredits
 from bridge.node.duplicates import duplicate_id
 from bridge.node.large_sends import LargeSend
@@ -68,17 +67,6 @@ from security.subject import Subject
 
 log = Logger()
 
-MIN_LARGE_MESSAGE_SIZE = 100 * 1024
-"""Bodies of this many bytes or more are delivered in chunks (Artemis's
-``min-large-message-size`` default), fixed until the node has that setting."""
-
-LARGE_CHUNK_SIZE = CHUNK_SIZE
-"""Bytes of body per DELIVER_LARGE_CHUNK (a body in memory cut as one read from the store
-is)."""
-
-BeforeFlush = Callable[[Callable[[], None]], None]
-"""Asks the connection to call something at the end of the turn, before it writes."""
-
 
 class SessionError(Exception):
     """The peer broke a session rule: the connection ends with this message."""
@@ -92,7 +80,6 @@ class Refused(Exception):
         self.code = code
 
 
-Emit = Callable[[p.Packet], None]
 Authenticate = Callable[[p.Connect], "Deferred[Subject]"]
 
 
@@ -124,7 +111,6 @@ class _Pending(Place):
     grant: int = 0
 
 
-@implementer(IStreamListener)
 class CoreSession:
     """The node's side of one core-protocol connection."""
 
@@ -148,16 +134,9 @@ class CoreSession:
         self._node_name = node_name
         self._node_id = node_id
         self._clock = clock
-        self._emit_packet = emit
+        self._out = Outbox(emit, abort, before_flush)
+        self._emit = self._out.emit
         self._max_frame_size = max_frame_size
-        self._before_flush = before_flush
-        self._run: list[Message] = []
-        """Deliveries gathered for one DELIVER_MANY: consecutive ids of one consumer with
-        one delivery count (``_run_key``), sent before any other packet and at the end of
-        the turn (``before_flush``; without it, each delivery goes at once)."""
-        self._run_key = (0, 0, 0)
-        self._run_bytes = 0
-        self._run_limit = 0
         self._abort = abort
         self._authenticate = authenticate
         self._producer_window = producer_window_size
@@ -239,7 +218,7 @@ class CoreSession:
         """Give back what the connection held: unsettled deliveries return to their queues,
         open transactions roll back, its non-durable queues go. Fires when stored."""
         self._node.lost()
-        self._run = []
+        self._out.close()
         if self._confirm_call is not None and self._confirm_call.active():
             self._confirm_call.cancel()
         self._sends.close()  # held sends were never routed, nor confirmed
@@ -278,7 +257,7 @@ class CoreSession:
             return
         self.protocol_version = packet.protocol_version
         self.client_id = packet.client_id
-        self._run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
+        self._out.run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
         self._node.log_in(self._authenticate(packet))
 
     def logged_in(self, subject: Subject) -> None:
@@ -587,12 +566,12 @@ class CoreSession:
         consumer = Consumer(
             self._broker,
             packet.queue,
-            self,
+            self._out,
             packet.consumer_id,
             writable=self._writable,
             is_writable=self._is_writable,
             window=packet.window_size,
-            streamer=self,
+            streamer=self._out,
         )
         self._consumers[packet.consumer_id] = consumer
         self._emit(p.Ok(packet.request_id))
@@ -601,78 +580,6 @@ class CoreSession:
             consumer.browse(e for e in entries if matches is None or matches(e.message.headers))
         else:
             consumer.start(packet.filter)
-
-    # -- deliveries (what the consumers tell) ---------------------------------------------
-
-    def deliver(
-        self, consumer: Consumer[int], delivery_id: int, count: int, message: Message
-    ) -> None:
-        consumer_id = consumer.tag
-        if len(message.body) < MIN_LARGE_MESSAGE_SIZE:
-            self._deliver_in_run(consumer_id, delivery_id, count, message)
-            return
-        body = memoryview(message.body)
-        header = attrs.evolve(message, body=b"")
-        self._emit(p.DeliverLargeBegin(consumer_id, delivery_id, count, header, len(body)))
-        for start in range(0, len(body), LARGE_CHUNK_SIZE):
-            end = start + LARGE_CHUNK_SIZE
-            chunk = bytes(body[start:end])
-            self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
-
-    def begin_large(
-        self, consumer: Consumer[int], delivery_id: int, count: int, header: Message, size: int
-    ) -> None:
-        self._emit(p.DeliverLargeBegin(consumer.tag, delivery_id, count, header, size))
-
-    def chunk(self, consumer: Consumer[int], delivery_id: int, data: bytes, last: bool) -> None:
-        self._emit(p.DeliverLargeChunk(consumer.tag, delivery_id, data, last))
-
-    def stream_failed(self, consumer: Consumer[int], delivery_id: int) -> None:
-        self._abort(f"the body file of large delivery {delivery_id} is short")
-
-    def _deliver_in_run(
-        self, consumer_id: int, delivery_id: int, count: int, message: Message
-    ) -> None:
-        """Add a delivery to the run it continues, or start a new run with it."""
-        run = self._run
-        cost = message.size + 4  # each message of a DELIVER_MANY has its u32 length
-        if run:
-            first_consumer, first_id, first_count = self._run_key
-            if (
-                consumer_id == first_consumer
-                and count == first_count
-                and delivery_id == first_id + len(run)
-                and self._run_bytes + cost <= self._run_limit
-            ):
-                run.append(message)
-                self._run_bytes += cost
-                return
-            self._flush_run()
-        if self._before_flush is None:
-            self._emit_packet(p.Deliver(consumer_id, delivery_id, count, message))
-            return
-        self._run = [message]
-        self._run_key = (consumer_id, delivery_id, count)
-        self._run_bytes = cost
-        self._before_flush(self._flush_run)
-
-    def _flush_run(self) -> None:
-        """Send the gathered deliveries: one DELIVER, or a DELIVER_MANY."""
-        run = self._run
-        if not run:
-            return
-        self._run = []
-        consumer_id, first_id, count = self._run_key
-        if len(run) == 1:
-            self._emit_packet(p.Deliver(consumer_id, first_id, count, run[0]))
-        else:
-            self._emit_packet(p.DeliverMany(consumer_id, first_id, count, tuple(run)))
-
-    def _emit(self, packet: p.Packet) -> None:
-        """Send ``packet`` after the deliveries gathered before it."""
-        if self._run:
-            self._flush_run()
-        self._emit_packet(packet)
 
     def _consumer(self, consumer_id: int, what: str) -> Consumer[int]:
         consumer = self._consumers.get(consumer_id)
