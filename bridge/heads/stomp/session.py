@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from enum import Enum
 from functools import partial
 from typing import Any
 
@@ -36,9 +35,7 @@ from zope.interface import implementer
 from bridge.config.node import Routing
 from bridge.heads.stomp.destinations import (
     Destination,
-    DestinationError,
     Kind,
-    parse_destination,
 )
 from bridge.heads.stomp.frames import (
     BodyChunk,
@@ -48,11 +45,26 @@ from bridge.heads.stomp.frames import (
     FrameError,
     HeartBeat,
     LargeFrame,
-    Limits,
     Version,
-    encodable,
+)
+from bridge.heads.stomp.headers import (
+    DELIVERY_COUNT_HEADER,
+    SEND_FRAME_HEADERS,
+    SERVER,
+    SET_BY_NODE,
+    VERSIONS,
+    AckMode,
+    StompError,
+    ack_mode,
+    destination_of,
+    heart_beat,
+    message_headers,
+    names_durable,
+    negotiate,
+    requeue_of,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
+from bridge.heads.stomp.settings import StompSettings
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.addressing import Addressing, matcher
 from bridge.node.broker import (
@@ -81,21 +93,6 @@ from security.subject import SecurityAuth, Subject
 
 log = Logger()
 
-SERVER = "txbridge/0.1.0"
-VERSIONS = (Version.V1_2, Version.V1_1, Version.V1_0)
-DELIVERY_COUNT_HEADER = "delivery-count"
-"""On every MESSAGE: how many times the node has handed the message out (1 the first
-time); above 1 the MESSAGE also says ``redelivered:true``."""
-
-SET_BY_NODE = frozenset({"message-id", "subscription", "ack", "redelivered", DELIVERY_COUNT_HEADER})
-"""Headers the node sets on MESSAGE frames: a SEND that sets one is refused."""
-_SEND_FRAME_HEADERS = frozenset(
-    {"destination", "content-length", "receipt", "transaction", "persistent"}
-)
-"""Headers of the SEND frame itself, not of the message (``persistent`` is its
-durability)."""
-_MESSAGE_FRAME_HEADERS = SET_BY_NODE | {"destination", "content-length", "persistent"}
-
 BUSY = "session"
 """The reason the session gives when it pauses reading while a step waits on the node."""
 STORE = "store"
@@ -105,21 +102,6 @@ ADDRESS_FULL = "address-full"
 ORDER = "order"
 """The reason it gives while a non-persistent SEND waits for the persistent ones before
 it to be stored and queued, so that it does not overtake them."""
-
-
-class StompError(Exception):
-    """What the client did wrong: the ERROR frame's ``message`` and its body."""
-
-    def __init__(self, message: str, detail: str) -> None:
-        super().__init__(f"{message}: {detail}")
-        self.message = message
-        self.detail = detail
-
-
-class AckMode(Enum):
-    AUTO = "auto"
-    CLIENT = "client"
-    CLIENT_INDIVIDUAL = "client-individual"
 
 
 # Enum members read on every frame, kept as module constants: Python 3.11 takes about
@@ -138,34 +120,6 @@ _SEND = Permission.SEND
 _AUTO = AckMode.AUTO
 _V1_0, _V1_2 = Version.V1_0, Version.V1_2
 _MESSAGE = Command.MESSAGE
-
-
-@attrs.frozen
-class StompSettings:
-    """How the node's STOMP connections behave (from the acceptor's configuration)."""
-
-    limits: Limits = attrs.Factory(Limits)
-    ttl: float | None = 60.0
-    """Drop a peer silent for this long (before CONNECT, or when it sends heart-beats:
-    then at least twice its interval)."""
-    heart_beat: float | None = 20.0
-    """The interval the node offers to send heart-beats at, and asks to receive them."""
-    prefetch: int = 1000
-    """Unacknowledged messages per subscription when SUBSCRIBE names none (0: no limit)."""
-    high_water: int = 128 * 1024
-    low_water: int = 32 * 1024
-    max_unstored: int = 8 * 1024 * 1024
-    """Body bytes of persistent sends waiting for the store before reading pauses."""
-    io_size: int | None = 256 * 1024
-    """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
-    read_size: int | None = None
-    """Bytes read per socket call (None: ``io_size``)."""
-    close_timeout: float = 10.0
-    """Seconds a closing connection may take to send what it holds before it is cut: a
-    peer that does not read must not keep it (and the node's shutdown) waiting."""
-    tcp_no_delay: bool = True
-    """Small frames (receipts, acknowledgements) leave at once, not after the peer's
-    delayed acknowledgement of the last one (``TCP_NODELAY``)."""
 
 
 _NOTHING: Mapping[int, int] = {}
@@ -504,7 +458,7 @@ class StompSession:
     # -- connecting -----------------------------------------------------------------------
 
     def _connect(self, headers: dict[str, str]) -> None:
-        version = _negotiate(headers.get("accept-version"))
+        version = negotiate(headers.get("accept-version"))
         if version is None:
             self._emit(
                 Frame(
@@ -520,7 +474,7 @@ class StompSession:
             )
             self._closing()
             return
-        send, receive = _heart_beat(headers.get("heart-beat", "0,0"))
+        send, receive = heart_beat(headers.get("heart-beat", "0,0"))
         self.version = version
         self.client_id = headers.get("client-id") or None
         auth = SecurityAuth(
@@ -619,7 +573,7 @@ class StompSession:
     ) -> tuple[Message, _Transaction | None, str | None, Deferred[Any] | None]:
         """A SEND's message, checked: its transaction, its receipt, and the creation of
         its destination to wait for, if any."""
-        destination = _destination(headers)
+        destination = destination_of(headers)
         for name in SET_BY_NODE:
             if name in headers:
                 raise StompError(
@@ -638,7 +592,7 @@ class StompSession:
         except (PermissionDenied, NodeError) as refused:
             raise _refusal(refused, destination) from None
         message_headers: dict[str, HeaderValue] = {
-            key: value for key, value in headers.items() if key not in _SEND_FRAME_HEADERS
+            key: value for key, value in headers.items() if key not in SEND_FRAME_HEADERS
         }
         if self._addressing.states_routing(address):
             # (``/topic/``: multicast, else anycast)
@@ -703,9 +657,9 @@ class StompSession:
     # -- subscribing ----------------------------------------------------------------------
 
     def _subscribe(self, frame: Frame, headers: dict[str, str]) -> None:
-        destination = _destination(headers)
+        destination = destination_of(headers)
         sub_id = headers.get("id")
-        durable = destination.kind is Kind.TOPIC and _durable(headers)
+        durable = destination.kind is Kind.TOPIC and names_durable(headers)
         if sub_id is None:
             if self.version is not Version.V1_0:
                 raise StompError("missing header", "SUBSCRIBE needs an 'id' header")
@@ -717,7 +671,7 @@ class StompSession:
             sub_id = str(destination)
         if sub_id in self._subscriptions:
             raise StompError("duplicate subscription", f"subscription id {sub_id!r} is in use")
-        ack = _ack_mode(headers.get("ack", "auto"))
+        ack = ack_mode(headers.get("ack", "auto"))
         prefetch = self._prefetch(headers)
         selector = headers.get("selector") or None
         try:
@@ -848,7 +802,7 @@ class StompSession:
         if message.durable:
             headers.append(("persistent", "true"))
         if message.headers:
-            headers += _message_headers(message.headers, self.version or _V1_0)
+            headers += message_headers(message.headers, self.version or _V1_0)
         if large is None:
             self._emit(Frame(_MESSAGE, tuple(headers), body))
         elif self._life.state is not _CLOSED:
@@ -861,7 +815,7 @@ class StompSession:
         if sub_id is None:
             raise StompError("missing header", "UNSUBSCRIBE needs an 'id' header")
         receipt = headers.get("receipt")
-        forget = _durable(headers)
+        forget = names_durable(headers)
         subscription = self._subscriptions.get(sub_id)
         if subscription is None:
             if forget:
@@ -992,7 +946,7 @@ class StompSession:
     def _nack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.NACK, headers)
         tx = self._transaction(headers.get("transaction"))
-        requeue = _requeue(headers.get("requeue", "true"))
+        requeue = requeue_of(headers.get("requeue", "true"))
         if tx is not None:
             tx.at_commit.append(partial(self._give_up, subscription, deliveries, requeue))
         else:
@@ -1062,90 +1016,6 @@ class StompSession:
 
 def _nothing(result: object) -> None:
     """What reading waits for is done."""
-
-
-def _negotiate(accepted: str | None) -> Version | None:
-    if accepted is None:
-        return Version.V1_0
-    offered = {part.strip() for part in accepted.split(",")}
-    return next((version for version in VERSIONS if version.value in offered), None)
-
-
-def _heart_beat(text: str) -> tuple[int, int]:
-    send, comma, receive = text.partition(",")
-    if comma and send.strip().isdigit() and receive.strip().isdigit():
-        return int(send), int(receive)
-    raise StompError("malformed header", f"heart-beat {text!r} is not two numbers: 'cx,cy'")
-
-
-_DESTINATIONS: dict[str, Destination] = {}
-_DESTINATIONS_KEPT = 1024
-"""Parsed destinations, kept (a few, the most used are re-added) for the hot path."""
-
-
-def _destination(headers: dict[str, str]) -> Destination:
-    text = headers.get("destination")
-    if text is None:
-        raise StompError("missing header", "the frame needs a 'destination' header")
-    found = _DESTINATIONS.get(text)
-    if found is not None:
-        return found
-    try:
-        parsed = parse_destination(text)
-    except DestinationError as error:
-        raise StompError("bad destination", str(error)) from None
-    if len(_DESTINATIONS) >= _DESTINATIONS_KEPT:
-        _DESTINATIONS.clear()
-    _DESTINATIONS[text] = parsed
-    return parsed
-
-
-def _ack_mode(text: str) -> AckMode:
-    try:
-        return AckMode(text)
-    except ValueError:
-        raise StompError(
-            "bad header", f"ack {text!r} is not one of auto, client, client-individual"
-        ) from None
-
-
-def _requeue(text: str) -> bool:
-    """RabbitMQ's ``requeue`` header of NACK: true or false, in any case."""
-    lowered = text.lower()
-    if lowered not in ("true", "false"):
-        raise StompError("bad header", f"requeue {text!r} is not true or false")
-    return lowered == "true"
-
-
-def _durable(headers: Mapping[str, str]) -> bool:
-    """Whether SUBSCRIBE/UNSUBSCRIBE names a durable subscription (RabbitMQ's
-    ``durable``/``persistent``, ActiveMQ's ``activemq.subscriptionName``)."""
-    return (
-        headers.get("durable") == "true"
-        or headers.get("persistent") == "true"
-        or "activemq.subscriptionName" in headers
-    )
-
-
-def _message_headers(headers: Mapping[str, HeaderValue], version: Version) -> list[tuple[str, str]]:
-    """A message's own headers as STOMP headers: strings as they are, booleans as
-    true/false, numbers in decimal, bytes as UTF-8 text. Those the node sets on MESSAGE
-    frames, and those the version cannot carry, are left out."""
-    out = []
-    for key, value in headers.items():
-        if key in _MESSAGE_FRAME_HEADERS:
-            continue
-        if isinstance(value, str):
-            text = value
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, bytes):
-            text = value.decode("utf-8", "replace")
-        else:
-            text = str(value)
-        if version is Version.V1_2 or encodable(version, key, text):
-            out.append((key, text))
-    return out
 
 
 def _refusal(refused: PermissionDenied | NodeError, destination: Destination) -> StompError:
