@@ -21,7 +21,7 @@ docs/stomp.md describes what a client sees; the choices in short:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -65,6 +65,7 @@ from bridge.heads.stomp.headers import (
 )
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.heads.stomp.settings import StompSettings
+from bridge.heads.stomp.subscriptions import Subscription, Subscriptions
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.addressing import Addressing, matcher
 from bridge.node.broker import (
@@ -122,41 +123,6 @@ _V1_0, _V1_2 = Version.V1_0, Version.V1_2
 _MESSAGE = Command.MESSAGE
 
 
-_NOTHING: Mapping[int, int] = {}
-
-
-@attrs.define(eq=False)
-class _Subscription:
-    """A SUBSCRIBE of this connection, a consumer on one queue."""
-
-    id: str
-    key: int
-    """The connection's number for it, the first part of its ack ids."""
-    ack: AckMode
-    destination: str
-    """The destination its MESSAGE frames carry."""
-    address: str
-    temporary: bool = False
-    durable: bool = False
-    by_message: dict[int, int] = attrs.Factory(dict)
-    """Message id -> delivery id (for the ACK of STOMP 1.0 and 1.1, by message-id)."""
-    consumer: Consumer[_Subscription] = attrs.field(init=False)
-    """The node's consumer, which counts what awaits acknowledgement."""
-
-    @property
-    def queue(self) -> str:
-        return self.consumer.queue
-
-    @queue.setter
-    def queue(self, name: str) -> None:
-        self.consumer.queue = name
-
-    @property
-    def unacked(self) -> Mapping[int, int]:
-        """Delivery id -> message id of what awaits acknowledgement, oldest first."""
-        return self.consumer.unacked or _NOTHING
-
-
 @attrs.define(eq=False)
 class _LargeSend(LargeSend):
     """A SEND whose body is being streamed: where it goes once the body is in."""
@@ -208,9 +174,7 @@ class StompSession:
         self.client_id: str | None = None
         self.id = uuid.uuid4().hex
         self._writable = True
-        self._subscriptions: dict[str, _Subscription] = {}
-        self._by_key: dict[int, _Subscription] = {}
-        self._keys = 0
+        self._subscriptions = Subscriptions()
         self._transactions: LocalTransactions[str, _Transaction] = LocalTransactions(
             broker, _Transaction
         )
@@ -273,7 +237,7 @@ class StompSession:
     def writability_changed(self, writable: bool) -> None:
         """Deliveries stop while the connection is not writable and go on once it is."""
         self._writable = writable
-        for subscription in list(self._subscriptions.values()):
+        for subscription in self._subscriptions:
             subscription.consumer.writability_changed(writable)
 
     def close(self, reason: str) -> None:
@@ -290,16 +254,14 @@ class StompSession:
             self._large.discard()
             self._large = None
         self._auto_acks.close()
-        subscriptions = list(self._subscriptions.values())
-        self._subscriptions.clear()
-        self._by_key.clear()
+        subscriptions = self._subscriptions.close()
         transactions = self._transactions.close()
         self._sends.close()  # never published: a large body's file goes
         self._handlers.clear()  # (its bound methods refer back to the session)
         return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
 
     async def _give_back(
-        self, subscriptions: list[_Subscription], transactions: list[_Transaction]
+        self, subscriptions: list[Subscription], transactions: list[_Transaction]
     ) -> None:
         for transaction in transactions:
             await self._quietly(self._transactions.rollback(transaction))
@@ -678,10 +640,9 @@ class StompSession:
             matcher(selector)
         except BadFilter as bad:
             raise _refusal(bad, destination) from None
-        self._keys += 1
-        subscription = _Subscription(
+        subscription = Subscription(
             sub_id,
-            self._keys,
+            self._subscriptions.next_key(),
             ack=ack,
             destination=str(destination),
             address=destination.name,
@@ -702,8 +663,7 @@ class StompSession:
             creating = self._subscription_queue(subscription, destination, headers, selector)
         except (PermissionDenied, NodeError) as refused:
             raise _refusal(refused, destination) from None
-        self._subscriptions[sub_id] = subscription
-        self._by_key[subscription.key] = subscription
+        self._subscriptions.add(subscription)
         receipt = headers.get("receipt")
         consumer_filter = selector if destination.kind is not Kind.TOPIC else None
         if creating is None:
@@ -725,7 +685,7 @@ class StompSession:
 
     def _subscription_queue(
         self,
-        subscription: _Subscription,
+        subscription: Subscription,
         destination: Destination,
         headers: dict[str, str],
         selector: str | None,
@@ -758,11 +718,11 @@ class StompSession:
         return f"{self.client_id}.{name}" if self.client_id else name
 
     def _consume(
-        self, subscription: _Subscription, consumer_filter: str | None, receipt: str | None
+        self, subscription: Subscription, consumer_filter: str | None, receipt: str | None
     ) -> None:
         """Start the subscription's consumer; with a receipt, once the receipt has gone,
         so that it comes before any of the subscription's messages."""
-        if self._subscriptions.get(subscription.id) is not subscription:
+        if not self._subscriptions.is_open(subscription):
             return
         start = partial(self._start, subscription, consumer_filter)
         if receipt is None:
@@ -770,15 +730,13 @@ class StompSession:
         else:
             self._after(None, receipt, then=start)
 
-    def _start(self, subscription: _Subscription, consumer_filter: str | None) -> None:
-        if self._life.state is not _OPEN or (
-            self._subscriptions.get(subscription.id) is not subscription
-        ):
+    def _start(self, subscription: Subscription, consumer_filter: str | None) -> None:
+        if self._life.state is not _OPEN or not self._subscriptions.is_open(subscription):
             return  # unsubscribed, or the connection ends, while the receipt waited
         subscription.consumer.start(consumer_filter)
 
     def deliver(
-        self, consumer: Consumer[_Subscription], delivery_id: int, count: int, message: Message
+        self, consumer: Consumer[Subscription], delivery_id: int, count: int, message: Message
     ) -> None:
         """A MESSAGE frame for what a subscription's consumer delivers."""
         subscription = consumer.tag
@@ -827,12 +785,11 @@ class StompSession:
                 self._addressing.may_delete(subscription.queue)
             except PermissionDenied as denied:
                 raise StompError("permission denied", str(denied)) from None
-        del self._subscriptions[sub_id]
-        del self._by_key[subscription.key]
+        self._subscriptions.remove(subscription)
         removing = Deferred.fromCoroutine(self._remove(subscription, forget))
         self._then(removing, lambda _: self._after(None, receipt), receipt)
 
-    async def _remove(self, subscription: _Subscription, forget: bool) -> None:
+    async def _remove(self, subscription: Subscription, forget: bool) -> None:
         """Stop a subscription's consumer; delete its queue if it was temporary, or
         durable and ``forget``."""
         await subscription.consumer.close()
@@ -858,77 +815,19 @@ class StompSession:
 
     # -- acknowledging --------------------------------------------------------------------
 
-    def _target(self, command: Command, headers: dict[str, str]) -> tuple[_Subscription, int]:
-        """The subscription and delivery an ACK or NACK names: by ``id`` (1.2, the
-        MESSAGE's ``ack``), or by ``message-id`` (and ``subscription``, 1.1)."""
-        ack_id = headers.get("id")
-        if self.version is Version.V1_2:
-            if ack_id is None:
-                raise StompError("missing header", f"{command} needs an 'id' header")
-            key, _, delivery = ack_id.partition("-")
-            subscription = self._by_key.get(int(key)) if key.isdigit() else None
-            if subscription is not None and delivery.isdigit():
-                delivery_id = int(delivery)
-                if delivery_id in subscription.unacked:
-                    return subscription, delivery_id
-            raise StompError(
-                "unknown ack id",
-                f"{command} id {ack_id!r} names no message awaiting acknowledgement on this "
-                "connection",
-            )
-        message_id = headers.get("message-id")
-        if message_id is None or not message_id.isdigit():
-            raise StompError("missing header", f"{command} needs a 'message-id' header")
-        number = int(message_id)
-        sub_id = headers.get("subscription")
-        candidates = (
-            [self._subscriptions[sub_id]]
-            if sub_id is not None and sub_id in self._subscriptions
-            else list(self._subscriptions.values())
-            if sub_id is None
-            else []
-        )
-        for subscription in candidates:
-            found = subscription.by_message.get(number)
-            if found is not None:
-                return subscription, found
-        raise StompError(
-            "unknown message",
-            f"{command} of message {message_id} names no message awaiting acknowledgement "
-            "on this connection",
-        )
-
     def _settling(
         self, command: Command, headers: dict[str, str]
-    ) -> tuple[_Subscription, list[int]]:
-        """The deliveries an ACK or NACK settles: in ``client`` mode, every one up to
-        the one named (cumulative), in ``client-individual`` mode that one."""
-        subscription, delivery_id = self._target(command, headers)
-        if subscription.ack is AckMode.AUTO:
-            raise StompError(
-                "not acknowledged by the client",
-                f"subscription {subscription.id!r} acknowledges automatically (ack:auto)",
-            )
+    ) -> tuple[Subscription, list[int]]:
+        """What an ACK or NACK settles, once checked that the client may."""
+        subscription, deliveries = self._subscriptions.settling(command, headers, self.version)
         self._check(subscription.address, Permission.CONSUME, subscription.queue)
-        if subscription.ack is AckMode.CLIENT_INDIVIDUAL:
-            return subscription, [delivery_id]
-        return subscription, [d for d in subscription.unacked if d <= delivery_id]
-
-    def _settled(self, subscription: _Subscription, delivery_ids: list[int]) -> None:
-        """Forget settled deliveries. A message's id names its latest delivery only: a
-        NACKed message may already be out again under a new delivery id, recorded under
-        the same message id, and that entry stays."""
-        by_message = subscription.by_message
-        message_ids = subscription.consumer.settled(delivery_ids)
-        for delivery_id, message_id in zip(delivery_ids, message_ids, strict=True):
-            if by_message.get(message_id) == delivery_id:
-                del by_message[message_id]
+        return subscription, deliveries
 
     def _ack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.ACK, headers)
         tx = self._transaction(headers.get("transaction"))
         last = deliveries[-1]
-        self._settled(subscription, deliveries)
+        subscription.settled(deliveries)
         try:
             done = subscription.consumer.acknowledge(
                 last,
@@ -953,9 +852,9 @@ class StompSession:
             self._give_up(subscription, deliveries, requeue)
         self._after(None, headers.get("receipt"))
 
-    def _give_up(self, subscription: _Subscription, deliveries: list[int], requeue: bool) -> None:
+    def _give_up(self, subscription: Subscription, deliveries: list[int], requeue: bool) -> None:
         """NACK: back to the queue for redelivery, or dropped (requeue:false)."""
-        if self._by_key.get(subscription.key) is not subscription:
+        if not self._subscriptions.is_open(subscription):
             return  # unsubscribed since: its messages went back already
         deliveries = [d for d in deliveries if d in subscription.unacked]
         for delivery_id in deliveries:
@@ -965,7 +864,7 @@ class StompSession:
                 continue
             done.addErrback(settle_failed)
         # Settled once back in the queue: a prefetch slot it frees takes it again first.
-        self._settled(subscription, deliveries)
+        subscription.settled(deliveries)
 
     # -- transactions ---------------------------------------------------------------------
 
