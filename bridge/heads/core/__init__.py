@@ -2,6 +2,6 @@
 
 from bridge.heads.core.receiver import CoreHead, listen_core
 from bridge.heads.core.session import CoreSession, SessionError
-from bridge.node.duplicates import DUPLICATE_ID_HEADER
+from bridge.node.broker import DUPLICATE_ID_HEADER
 
 __all__ = ["DUPLICATE_ID_HEADER", "CoreHead", "CoreSession", "SessionError", "listen_core"]

@@ -44,19 +44,19 @@ from bridge.node.broker import (
     Broker,
     NodeError,
     NotStored,
+    QueueError,
     QueueExists,
     QueueNotFound,
     Routed,
     Transaction,
+    duplicate_id,
     refusal,
 )
 from bridge.node.consumer import Consumer, settle_failed
 from bridge.node.credits import ProducerCredits
-from bridge.node.duplicates import duplicate_id
 from bridge.node.large_sends import LargeSend
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place
-from bridge.node.queue import QueueError
 from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
 from bridge.protocol import packets as p

@@ -69,10 +69,12 @@ from bridge.heads.stomp.subscriptions import Subscription, Subscriptions
 from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.addressing import Addressing, matcher
 from bridge.node.broker import (
+    DUPLICATE_ID_HEADER,
     AddressNotFound,
     BadFilter,
     Broker,
     NodeError,
+    QueueError,
     QueueExists,
     QueueInUse,
     QueueNotFound,
@@ -80,11 +82,9 @@ from bridge.node.broker import (
     refusal,
 )
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
-from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from bridge.node.large_sends import LargeSend
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place
-from bridge.node.queue import QueueError
 from bridge.node.sends import Sends
 from bridge.node.session import ServerSession, SessionState
 from security import SecurityStore
