@@ -160,8 +160,8 @@ class Addressing:
     ) -> Deferred[Any] | None:
         """A subscription to the multicast address ``name``, through its queue
         ``queue_name``: a durable one's is kept (and found again, ``QueueExists`` if it
-        is not one), another one's is the subscription's alone. The creation to wait
-        for, if any."""
+        is not one), another one's is the subscription's alone, dropped with it or with
+        the connection. The creation to wait for, if any."""
         node = self._node
         exists = self.use(name, _MULTICAST)
         if durable:
@@ -178,11 +178,14 @@ class Addressing:
             node.check_create(name)
         node.check(name, permission, queue_name)
         node.check(name, Permission.CONSUME, queue_name)
-        return Deferred.fromCoroutine(
+        creating = Deferred.fromCoroutine(
             self._broker.create_queue(
                 queue_name, name, durable=durable, filter=filter, routing=_MULTICAST
             )
         )
+        if not durable:
+            self._temporary.add(queue_name)
+        return creating
 
     # -- queues ------------------------------------------------------------------------------
 
@@ -235,12 +238,12 @@ class Addressing:
     async def drop(self, queue_name: str) -> None:
         """Delete the connection's queue ``queue_name`` if it is still there and nobody
         consumes from it (a subscription's own, once its consumer closed)."""
+        self._temporary.discard(queue_name)
         queue = self._broker.queues.get(queue_name)
         if queue is not None and not queue.consumer_ids:
             await self._broker.delete_queue(queue_name)
 
-    def close(self) -> list[Deferred[None]]:
-        """The connection is gone: its non-durable queues go, unless others consume from
-        them. Each fires once stored."""
+    def close(self) -> list[str]:
+        """The connection is gone: its non-durable queues, to ``drop``."""
         names, self._temporary = sorted(self._temporary), set()
-        return [Deferred.fromCoroutine(self.drop(name)) for name in names]
+        return names

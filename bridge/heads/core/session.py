@@ -54,6 +54,7 @@ from bridge.node.broker import (
 )
 from bridge.node.consumer import Consumer, settle_failed
 from bridge.node.credits import ProducerCredits
+from bridge.node.give_back import give_back
 from bridge.node.large_sends import LargeSend
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place
@@ -226,19 +227,12 @@ class CoreSession:
             self._large.discard()
             self._large = None
         self._credits = None  # (it refers back to the session)
-        work: list[Deferred[None]] = []
-        work.extend(consumer.close() for consumer in self._consumers.values())
+        consumers = list(self._consumers.values())
         self._consumers.clear()
-        work.extend(map(self._transactions.rollback, self._transactions.close()))
-        work.extend(self._addressing.close())
         self._handlers.clear()  # (its bound methods refer back to the session)
-        for deferred in work:
-            deferred.addErrback(self._cleanup_failed)
-        return Deferred.fromCoroutine(_gather(work))
-
-    @staticmethod
-    def _cleanup_failed(failure: Failure) -> None:
-        log.failure("cleaning up a closed core session failed", failure)
+        return Deferred.fromCoroutine(
+            give_back(self._transactions, consumers, self._addressing, "a closed core session")
+        )
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -695,8 +689,3 @@ def _failed(request_id: int, failure: Failure) -> p.Failed:
 
 def _send_failed(sequence: int, failure: Failure) -> p.SendFailed:
     return p.SendFailed(sequence, _code(refusal(failure, _REQUEST)), failure.getErrorMessage())
-
-
-async def _gather(work: list[Deferred[None]]) -> None:
-    for deferred in work:
-        await deferred

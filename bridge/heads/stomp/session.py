@@ -82,6 +82,7 @@ from bridge.node.broker import (
     refusal,
 )
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
+from bridge.node.give_back import give_back
 from bridge.node.large_sends import LargeSend
 from bridge.node.local import LocalTransaction, LocalTransactions
 from bridge.node.order import Place
@@ -254,26 +255,12 @@ class StompSession:
             self._large.discard()
             self._large = None
         self._auto_acks.close()
-        subscriptions = self._subscriptions.close()
-        transactions = self._transactions.close()
+        consumers = [subscription.consumer for subscription in self._subscriptions.close()]
         self._sends.close()  # never published: a large body's file goes
         self._handlers.clear()  # (its bound methods refer back to the session)
-        return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
-
-    async def _give_back(
-        self, subscriptions: list[Subscription], transactions: list[_Transaction]
-    ) -> None:
-        for transaction in transactions:
-            await self._quietly(self._transactions.rollback(transaction))
-        for subscription in subscriptions:
-            await self._quietly(Deferred.fromCoroutine(self._remove(subscription, False)))
-
-    @staticmethod
-    async def _quietly(work: Deferred[None]) -> None:
-        try:
-            await work
-        except Exception:
-            log.failure("cleaning up a closed STOMP session failed")
+        return Deferred.fromCoroutine(
+            give_back(self._transactions, consumers, self._addressing, "a closed STOMP session")
+        )
 
     # -- output ---------------------------------------------------------------------------
 
