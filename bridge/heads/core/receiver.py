@@ -15,7 +15,8 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from bridge.heads.core.session import CoreSession, SessionError
+from bridge.heads.core.errors import SessionError
+from bridge.heads.core.session import CoreSession
 from bridge.heads.lifecycle import Head
 from bridge.logins import Logins
 from bridge.node.broker import Broker
