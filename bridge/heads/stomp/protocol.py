@@ -41,8 +41,9 @@ from bridge.heads.stomp.frames import (
     serialize_head,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.heads.stomp.session import ADDRESS_FULL, StompSession
+from bridge.heads.stomp.session import StompSession
 from bridge.heads.stomp.settings import StompSettings
+from bridge.heads.stomp.wire import ADDRESS_FULL
 from bridge.message import LargeBody
 from bridge.node.bodies import BodySource
 from security.subject import SecurityAuth, Subject

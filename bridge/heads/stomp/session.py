@@ -1,4 +1,5 @@
-"""One STOMP connection's session on the node: frames in, broker calls and frames out.
+"""One STOMP connection's session: frames in, calls of the node's session layer
+(``bridge.node.session`` and its neighbours), frames out.
 
 Sans-IO: the session is handed parsed events and writability changes, and answers through
 an :class:`IStompTransport` (send a frame, close, pause or resume reading, heart-beats).
@@ -10,10 +11,8 @@ docs/stomp.md describes what a client sees; the choices in short:
 - Bad input (a malformed frame, a refused operation, a wrong header) is an ERROR frame
   whose ``message`` header says what and whose body says why, then the connection closes,
   as the specification asks. Nothing else on the node is affected.
-- A RECEIPT is a confirmation: for a persistent SEND it goes once the store holds the
-  message, for a SEND in a transaction once the transaction is committed (or aborted),
-  for a SUBSCRIBE before any of its messages; receipts go out in the order of their
-  frames.
+- A RECEIPT is a confirmation, in the order of the frames (``bridge.heads.stomp.publishing``,
+  which also has the SENDs); a SUBSCRIBE's goes before any of its messages.
 - While a step waits on the node (a login, a durable queue being stored) the session
   stops reading, so frames are handled in order and nothing piles up.
 """
@@ -25,11 +24,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from bridge.config.node import Routing
@@ -49,9 +45,7 @@ from bridge.heads.stomp.frames import (
 )
 from bridge.heads.stomp.headers import (
     DELIVERY_COUNT_HEADER,
-    SEND_FRAME_HEADERS,
     SERVER,
-    SET_BY_NODE,
     VERSIONS,
     AckMode,
     StompError,
@@ -64,47 +58,28 @@ from bridge.heads.stomp.headers import (
     requeue_of,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
+from bridge.heads.stomp.publishing import Publisher, StompTransaction, open_transaction
 from bridge.heads.stomp.settings import StompSettings
 from bridge.heads.stomp.subscriptions import Subscription, Subscriptions
-from bridge.message import ROUTING_TYPE, HeaderValue, Message
+from bridge.heads.stomp.wire import Wire, refusal_error
+from bridge.message import Message
 from bridge.node.addressing import Addressing, matcher
 from bridge.node.broker import (
-    DUPLICATE_ID_HEADER,
-    AddressNotFound,
     BadFilter,
     Broker,
     NodeError,
     QueueError,
-    QueueExists,
     QueueInUse,
     QueueNotFound,
-    WrongRouting,
-    refusal,
 )
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
 from bridge.node.give_back import give_back
-from bridge.node.large_sends import LargeSend
-from bridge.node.local import LocalTransaction, LocalTransactions
-from bridge.node.order import Place
-from bridge.node.sends import Sends
+from bridge.node.local import LocalTransactions
 from bridge.node.session import ServerSession, SessionState
 from security import SecurityStore
 from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import SecurityAuth, Subject
-
-log = Logger()
-
-BUSY = "session"
-"""The reason the session gives when it pauses reading while a step waits on the node."""
-STORE = "store"
-"""The reason it gives while too many persistent sends wait for the store."""
-ADDRESS_FULL = "address-full"
-"""The reason it gives while a SEND waits for room on an address full under BLOCK."""
-ORDER = "order"
-"""The reason it gives while a non-persistent SEND waits for the persistent ones before
-it to be stored and queued, so that it does not overtake them."""
-
 
 # Enum members read on every frame, kept as module constants: Python 3.11 takes about
 # 220 ns to read a member off its class (``SessionState.OPEN``), 45 ns to read a global.
@@ -114,39 +89,9 @@ _LIVE = (_OPEN, SessionState.CONNECTED)
 _ENDING = (SessionState.CLOSING, _CLOSED)
 _CONNECTING = (Command.CONNECT, Command.STOMP)
 _AWAITING_CONNECT = SessionState.CONNECTED
-_AMQ_QUEUE, _QUEUE = Kind.AMQ_QUEUE, Kind.QUEUE
-_ANYCAST, _MULTICAST = Routing.ANYCAST, Routing.MULTICAST
-_ROUTING = {Kind.QUEUE: _ANYCAST, Kind.TOPIC: _MULTICAST, Kind.AMQ_QUEUE: _ANYCAST}
-"""The routing type a send to each kind of destination states, where it must."""
-_SEND = Permission.SEND
 _AUTO = AckMode.AUTO
 _V1_0, _V1_2 = Version.V1_0, Version.V1_2
 _MESSAGE = Command.MESSAGE
-
-
-@attrs.define(eq=False)
-class _LargeSend(LargeSend):
-    """A SEND whose body is being streamed: where it goes once the body is in."""
-
-    tx: _Transaction | None = None
-    receipt: str | None = None
-
-
-@attrs.define(eq=False)
-class _Outstanding(Place):
-    """A frame's effect in line (waiting for the store, or held); its receipt (if any)
-    goes out in turn."""
-
-    receipt: str | None
-    close: bool = False
-    then: Callable[[], None] | None = None
-    """Run once the receipt has gone: a subscription starts delivering after it."""
-
-
-@attrs.define(eq=False)
-class _Transaction(LocalTransaction):
-    receipts: list[str] = attrs.Factory(list)
-    """The receipts its SENDs asked for, sent at COMMIT (or ABORT), in order."""
 
 
 Authenticate = Callable[[SecurityAuth], "Deferred[Subject]"]
@@ -168,7 +113,6 @@ class StompSession:
     ) -> None:
         self._broker = broker
         self._transport = transport
-        self._clock = clock
         self._authenticate = authenticate
         self.settings = settings or StompSettings()
         self.version: Version | None = None
@@ -176,22 +120,30 @@ class StompSession:
         self.id = uuid.uuid4().hex
         self._writable = True
         self._subscriptions = Subscriptions()
-        self._transactions: LocalTransactions[str, _Transaction] = LocalTransactions(
-            broker, _Transaction
+        self._transactions: LocalTransactions[str, StompTransaction] = LocalTransactions(
+            broker, StompTransaction
         )
-        self._sends: Sends[_Outstanding] = Sends(broker, self, self.settings.max_unstored)
         self._auto_acks = AutoAcks(clock)
         self._node = ServerSession(broker, security, clock, self)
         """The node's side of this connection: its login and what it may do."""
         self._life = self._node.life
         """Where the connection is in its life (read on every frame)."""
         self._addressing = Addressing(self._node)
-        self._large: _LargeSend | None = None
-        """The SEND whose body is being streamed, between its head and its last chunk."""
+        wire = self._wire = Wire(transport, self._node)
+        self._emit, self._fail, self._then = wire.emit, wire.fail, wire.then
+        publisher = self._publisher = Publisher(
+            broker,
+            self._node,
+            self._addressing,
+            self._transactions,
+            wire,
+            max_unstored=self.settings.max_unstored,
+        )
+        self._after = publisher.after
         self._beats = (0, 0)
         """The heart-beats the client's CONNECT offers and asks for, until logged in."""
         self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
-            Command.SEND: self._send,
+            Command.SEND: publisher.send,
             Command.SUBSCRIBE: self._subscribe,
             Command.UNSUBSCRIBE: self._unsubscribe,
             Command.ACK: self._ack,
@@ -211,9 +163,9 @@ class StompSession:
         headers = {} if isinstance(event, BodyChunk) else event.header_map()
         try:
             if isinstance(event, BodyChunk):
-                self._body_chunk(event)
+                self._publisher.body_chunk(event)
             elif isinstance(event, LargeFrame):
-                self._large_frame(event, headers)
+                self._publisher.large_frame(event, headers)
             elif event.command in _CONNECTING:
                 if self._life.state is not _AWAITING_CONNECT:
                     raise StompError("already connected", f"a second {event.command} frame")
@@ -226,8 +178,8 @@ class StompSession:
                 self._handlers[event.command](event, headers)
         except StompError as error:
             receipt = headers.get("receipt")
-            if isinstance(event, BodyChunk) and self._large is not None:
-                receipt = self._large.receipt
+            if isinstance(event, BodyChunk):
+                receipt = self._publisher.large_receipt
             self._fail(error.message, error.detail, receipt)
 
     def protocol_error(self, error: FrameError) -> None:
@@ -251,158 +203,13 @@ class StompSession:
         queues (counted as delivered), open transactions roll back, the queues of its
         non-durable topic subscriptions go. Fires once that is stored."""
         self._node.lost()  # a SEND held for room is dropped with its connection
-        if self._large is not None:
-            self._large.discard()
-            self._large = None
         self._auto_acks.close()
         consumers = [subscription.consumer for subscription in self._subscriptions.close()]
-        self._sends.close()  # never published: a large body's file goes
+        self._publisher.close()
         self._handlers.clear()  # (its bound methods refer back to the session)
         return Deferred.fromCoroutine(
             give_back(self._transactions, consumers, self._addressing, "a closed STOMP session")
         )
-
-    # -- output ---------------------------------------------------------------------------
-
-    def _emit(self, frame: Frame) -> None:
-        if self._life.state is not _CLOSED:
-            self._transport.send(frame)
-
-    def _fail(self, message: str, detail: str, receipt: str | None = None) -> None:
-        """An ERROR frame, then the connection closes."""
-        headers = [("message", message), ("content-type", "text/plain")]
-        if receipt is not None:
-            headers.append(("receipt-id", receipt))
-        body = detail.encode("utf-8")
-        headers.append(("content-length", str(len(body))))
-        self._emit(Frame(Command.ERROR, tuple(headers), body))
-        self._closing()
-
-    def _closing(self) -> None:
-        self._node.close()
-        self._transport.close()
-
-    def _then(
-        self,
-        work: Deferred[Any],
-        done: Callable[[Any], None],
-        receipt: str | None,
-        failed: Callable[[Failure], None] | None = None,
-    ) -> None:
-        """Stop reading until ``work`` fires, then run ``done`` with its result (or
-        ``failed``, by default an ERROR naming the failure)."""
-        self._transport.pause_reading(BUSY)
-
-        def succeeded(result: Any) -> None:
-            if self._life.state is _CLOSED:
-                return
-            try:
-                done(result)
-            except StompError as error:
-                self._fail(error.message, error.detail, receipt)
-            self._transport.resume_reading(BUSY)
-
-        def refused(failure: Failure) -> None:
-            if self._life.state is _CLOSED:
-                return
-            if failed is not None:
-                failed(failure)
-            else:
-                self._fail(*_describe(failure), receipt)
-            self._transport.resume_reading(BUSY)
-
-        work.addCallbacks(succeeded, refused)
-
-    def _after(
-        self,
-        work: Deferred[Any] | None,
-        receipt: str | None,
-        size: int = 0,
-        then: Callable[[], None] | None = None,
-    ) -> None:
-        """Send the receipt (if any) once ``work`` is stored and every earlier frame's
-        receipt has gone, then run ``then``; a failure to store is an ERROR."""
-        entry = _Outstanding(receipt, then=then, size=size)
-        if work is None:
-            self._sends.order.enter_done(entry)
-        else:
-            self._sends.wait(entry, work)
-
-    def _after_each(self, work: Deferred[Any], receipts: list[str | None]) -> None:
-        """Send ``receipts`` in order once ``work`` is stored and every earlier frame's
-        receipt has gone (a transaction's SENDs', then its COMMIT's or ABORT's)."""
-        order = self._sends.order
-        entries = [_Outstanding(receipt) for receipt in receipts]
-        for entry in entries:
-            order.enter(entry)
-
-        def stored(_: object) -> None:
-            for entry in entries:
-                order.written(entry)
-
-        work.addCallbacks(stored, lambda failure: self.failed(entries[-1], failure))
-
-    def busy(self, busy: bool) -> None:
-        """Too many persistent sends' bytes wait for the store: read no more until half
-        of them are written."""
-        if busy:
-            self._transport.pause_reading(STORE)
-        else:
-            self._transport.resume_reading(STORE)
-
-    def _hold_in_order(self, message: Message, receipt: str | None) -> bool:
-        """Keep a non-persistent SEND behind the frames before it that wait for the store
-        (False if none does), and read nothing more meanwhile (so it is the only one
-        held), as the core head holds such a send and Artemis keeps a session's sends in
-        order."""
-        if not self._sends.hold(_Outstanding(receipt, message=message)):
-            return False
-        self._transport.pause_reading(ORDER)
-        return True
-
-    def due(self, entry: _Outstanding) -> None:
-        """The held SEND's turn came: publish it, then read on."""
-        message, entry.message = entry.message, None
-        receipt, entry.receipt = entry.receipt, None  # its own place, once published
-        assert message is not None
-        if self._life.state is _OPEN:
-            self._publish_held(message, None, receipt, ORDER, due=True)
-        else:
-            self._broker.discard(message)
-        self._sends.written(entry)
-
-    def _publish_held(
-        self,
-        message: Message,
-        tx: _Transaction | None,
-        receipt: str | None,
-        reason: str,
-        due: bool = False,
-    ) -> None:
-        """Publish a SEND held while reading paused for ``reason``, then read on."""
-        try:
-            self._publish(message, tx, receipt, due)
-        except StompError as error:
-            self._fail(error.message, error.detail, receipt)
-        self._transport.resume_reading(reason)
-
-    def released(self, entry: _Outstanding) -> None:
-        """Every frame before ``entry`` has had its effect and its receipt: its turn."""
-        if entry.receipt is not None:
-            self._emit(Frame(Command.RECEIPT, (("receipt-id", entry.receipt),)))
-        if entry.then is not None:
-            entry.then()
-        if entry.close:
-            self._closing()
-
-    def failed(self, entry: _Outstanding, failure: Failure) -> bool:
-        """A frame's effect could not be stored: an ERROR, and no receipt after it."""
-        if self._life.state is _CLOSED:
-            return False
-        if refusal(failure, "storing a STOMP frame") is not None:
-            log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())
-        self._fail("not stored", f"the node could not store it: {failure.getErrorMessage()}")
-        return False
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -421,7 +228,7 @@ class StompSession:
                     f"accepts {headers.get('accept-version')!r}".encode(),
                 )
             )
-            self._closing()
+            self._wire.closing()
             return
         send, receive = heart_beat(headers.get("heart-beat", "0,0"))
         self.version = version
@@ -477,132 +284,6 @@ class StompSession:
         except PermissionDenied as denied:
             raise StompError("permission denied", str(denied)) from None
 
-    # -- sending --------------------------------------------------------------------------
-
-    def _send(self, frame: Frame, headers: dict[str, str]) -> None:
-        message, tx, receipt, creating = self._send_message(headers, frame.body)
-        if creating is None:
-            self._publish(message, tx, receipt)
-        else:
-            self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
-
-    def _large_frame(self, head: LargeFrame, headers: dict[str, str]) -> None:
-        """A SEND whose body is streamed: checked now, as any SEND, before its body comes;
-        the body goes to a file of the large-message store as it arrives (reading waits
-        for a destination being created first)."""
-        message, tx, receipt, creating = self._send_message(headers, b"")
-        message = message.with_id(self._broker.allocate_id())
-        large = _LargeSend(message, head.length, tx, receipt)
-        large.open(self._broker)
-        if large.failure is not None:
-            raise StompError("store failed", large.failure)
-        self._large = large
-        if creating is not None:
-            self._then(creating, lambda _: None, receipt)
-
-    def _body_chunk(self, chunk: BodyChunk) -> None:
-        """The next bytes of the streamed SEND's body; the last one publishes it."""
-        large = self._large
-        assert large is not None
-        large.write(chunk.data)
-        if large.failure is not None:
-            raise StompError("store failed", large.failure)
-        if not chunk.last:
-            return
-        message = large.finish()
-        try:
-            self._publish(message, large.tx, large.receipt)
-        except StompError:
-            self._broker.discard(message)  # published nowhere: its file goes
-            raise  # (with ``_large`` still set, for the ERROR's receipt-id)
-        self._large = None
-
-    def _send_message(
-        self, headers: dict[str, str], body: bytes
-    ) -> tuple[Message, _Transaction | None, str | None, Deferred[Any] | None]:
-        """A SEND's message, checked: its transaction, its receipt, and the creation of
-        its destination to wait for, if any."""
-        destination = destination_of(headers)
-        for name in SET_BY_NODE:
-            if name in headers:
-                raise StompError(
-                    "header not allowed",
-                    f"SEND may not set the {name!r} header: the node sets it on MESSAGE frames",
-                )
-        tx = self._transaction(headers.get("transaction"))
-        receipt = headers.get("receipt")
-        name = destination.name
-        try:
-            if destination.kind is _AMQ_QUEUE:
-                address, creating = self._addressing.send_to_queue(name), None
-            else:
-                address = name
-                creating = self._addressing.send_to(name, _ROUTING[destination.kind])
-        except (PermissionDenied, NodeError) as refused:
-            raise _refusal(refused, destination) from None
-        message_headers: dict[str, HeaderValue] = {
-            key: value for key, value in headers.items() if key not in SEND_FRAME_HEADERS
-        }
-        if self._addressing.states_routing(address):
-            # (``/topic/``: multicast, else anycast)
-            message_headers[ROUTING_TYPE] = _ROUTING[destination.kind].value
-        else:
-            message_headers.pop(ROUTING_TYPE, None)
-        duplicate = message_headers.get(DUPLICATE_ID_HEADER)
-        message = Message(
-            0,
-            address,
-            headers.get("persistent") == "true",
-            message_headers,
-            body,
-            duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
-        )
-        return message, tx, receipt, creating
-
-    def _publish(
-        self, message: Message, tx: _Transaction | None, receipt: str | None, due: bool = False
-    ) -> None:
-        """Publish a SEND, or hold it: for room on its address, or (unless it is ``due``,
-        its turn come) behind the frames before it."""
-        if self._node.full_under_block(message.address):
-            self._hold(message, tx, receipt)
-            return
-        if tx is None and not (message.durable or due) and self._hold_in_order(message, receipt):
-            return
-        try:
-            if tx is None and message.durable:
-                self._publish_persistent(message, receipt)
-                return
-            routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
-        except AddressNotFound as missing:
-            raise StompError("no such destination", str(missing)) from None
-        if tx is not None:  # done at commit: so is its receipt
-            if receipt is not None:
-                tx.receipts.append(receipt)
-            return
-        if isinstance(routed, Deferred):
-            self._after(routed, receipt, len(message.body))
-        elif receipt is not None:
-            self._after(None, receipt)
-
-    def _publish_persistent(self, message: Message, receipt: str | None) -> None:
-        """The hot path of persistent sends: no Deferred, one entry in line (in it before
-        publishing, whenever the store tells of its write, which it may do before
-        ``publish_then`` returns)."""
-        self._sends.publish(_Outstanding(receipt, size=len(message.body)), message)
-
-    def _hold(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
-        """BLOCK: keep the SEND and stop reading this connection until the address has
-        room, then publish it and read on. Only this connection waits, holding one
-        message; its frames keep their order because nothing more is read meanwhile."""
-        self._transport.pause_reading(ADDRESS_FULL)
-
-        def room() -> None:
-            if self._life.state is not _CLOSED:
-                self._publish_held(message, tx, receipt, ADDRESS_FULL)
-
-        self._node.wait_for_room(message.address, room)
-
     # -- subscribing ----------------------------------------------------------------------
 
     def _subscribe(self, frame: Frame, headers: dict[str, str]) -> None:
@@ -626,7 +307,7 @@ class StompSession:
         try:
             matcher(selector)
         except BadFilter as bad:
-            raise _refusal(bad, destination) from None
+            raise refusal_error(bad, destination) from None
         subscription = Subscription(
             sub_id,
             self._subscriptions.next_key(),
@@ -649,7 +330,7 @@ class StompSession:
         try:
             creating = self._subscription_queue(subscription, destination, headers, selector)
         except (PermissionDenied, NodeError) as refused:
-            raise _refusal(refused, destination) from None
+            raise refusal_error(refused, destination) from None
         self._subscriptions.add(subscription)
         receipt = headers.get("receipt")
         consumer_filter = selector if destination.kind is not Kind.TOPIC else None
@@ -812,7 +493,7 @@ class StompSession:
 
     def _ack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.ACK, headers)
-        tx = self._transaction(headers.get("transaction"))
+        tx = open_transaction(self._transactions, headers.get("transaction"))
         last = deliveries[-1]
         subscription.settled(deliveries)
         try:
@@ -831,7 +512,7 @@ class StompSession:
 
     def _nack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.NACK, headers)
-        tx = self._transaction(headers.get("transaction"))
+        tx = open_transaction(self._transactions, headers.get("transaction"))
         requeue = requeue_of(headers.get("requeue", "true"))
         if tx is not None:
             tx.at_commit.append(partial(self._give_up, subscription, deliveries, requeue))
@@ -855,7 +536,7 @@ class StompSession:
 
     # -- transactions ---------------------------------------------------------------------
 
-    def _transaction(self, name: str | None) -> _Transaction | None:
+    def _transaction(self, name: str | None) -> StompTransaction | None:
         if name is None:
             return None
         tx = self._transactions.get(name)
@@ -875,9 +556,9 @@ class StompSession:
             raise StompError("transaction in use", f"transaction {name!r} is already open")
         self._after(None, headers.get("receipt"))
 
-    def _end(self, command: Command, headers: dict[str, str]) -> _Transaction:
+    def _end(self, command: Command, headers: dict[str, str]) -> StompTransaction:
         name = self._transaction_name(command, headers)
-        tx = self._transaction(name)
+        tx = open_transaction(self._transactions, name)
         assert tx is not None
         self._transactions.end(name)
         return tx
@@ -885,53 +566,20 @@ class StompSession:
     def _commit(self, frame: Frame, headers: dict[str, str]) -> None:
         tx = self._end(Command.COMMIT, headers)
         committing = self._transactions.commit(tx)
-        self._after_each(committing, [*tx.receipts, headers.get("receipt")])
+        self._publisher.after_each(committing, [*tx.receipts, headers.get("receipt")])
 
     def _abort(self, frame: Frame, headers: dict[str, str]) -> None:
         """Roll back; the receipts of its SENDs go too (each frame was handled, as the
         client asked: the ABORT undid them), then the ABORT's."""
         tx = self._end(Command.ABORT, headers)
         rolling_back = self._transactions.rollback(tx)
-        self._after_each(rolling_back, [*tx.receipts, headers.get("receipt")])
+        self._publisher.after_each(rolling_back, [*tx.receipts, headers.get("receipt")])
 
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
         """Answer the receipt once every earlier frame's effect is stored, then close."""
         self._node.close()
-        self._sends.order.enter_done(_Outstanding(headers.get("receipt"), close=True))
+        self._publisher.goodbye(headers.get("receipt"))
 
 
 def _nothing(result: object) -> None:
     """What reading waits for is done."""
-
-
-def _refusal(refused: PermissionDenied | NodeError, destination: Destination) -> StompError:
-    """What the node refused of a frame naming ``destination``, as an ERROR words it."""
-    if isinstance(refused, PermissionDenied):
-        return StompError("permission denied", str(refused))
-    if isinstance(refused, WrongRouting):
-        name = refused.name
-        what, other = ("multicast", "/topic/") if refused.multicast else ("anycast", "/queue/")
-        return StompError(
-            "wrong destination type",
-            f"{destination} names address {name!r}, which is {what} (auto-create-addresses "
-            f"is off for it, so it stays so): use {other}{name}",
-        )
-    if isinstance(refused, QueueExists):
-        return StompError(
-            "subscription name in use",
-            f"queue {refused.name!r} exists and is not a durable subscription of "
-            f"{destination}: choose another subscription name",
-        )
-    if isinstance(refused, BadFilter):
-        return StompError("bad selector", f"selector {refused.text!r}: {refused.reason}")
-    return StompError("no such destination", f"{destination}: {refused}")
-
-
-def _describe(failure: Failure) -> tuple[str, str]:
-    """An ERROR's message and body for a step that failed on the node."""
-    refused = refusal(failure, "a STOMP request")
-    if isinstance(refused, AddressNotFound):
-        return "no such destination", failure.getErrorMessage()
-    if refused is not None:
-        return "refused", failure.getErrorMessage()
-    return "internal error", f"the node failed: {failure.getErrorMessage()}"
