@@ -181,27 +181,28 @@ class Producer:
             # their writes (a durable one is queued after its write, behind those).
             return sends.hold(_Pending(sequence, credit, message=message))
         pending = _Pending(sequence)
-        sends.track(pending)
-        self._publish(pending, message)
+        try:
+            sends.publish(pending, message)
+        except NodeError as refused:
+            self._send_refused(pending, message, refused)
         return False
 
-    def _publish(self, pending: _Pending, message: Message) -> None:
-        """Route a send outside a transaction, ``pending`` in line: it is written once it
-        may be confirmed: at once (routed, or refused with SEND_FAILED), else when its
-        write ends."""
-        try:
-            self._sends.route(pending, message)
-        except NodeError as refused:
-            if isinstance(refused, AddressNotFound):
-                self._broker.discard(message)
-            self._emit(p.SendFailed(pending.sequence, code(refused), str(refused)))
-            self._sends.written(pending)
+    def _send_refused(self, pending: _Pending, message: Message, refused: NodeError) -> None:
+        """SEND_FAILED for a send outside a transaction the node refused; the
+        confirmations pass over it in its turn."""
+        if isinstance(refused, AddressNotFound):
+            self._broker.discard(message)
+        self._emit(p.SendFailed(pending.sequence, code(refused), str(refused)))
+        self._sends.written(pending)
 
     def due(self, pending: _Pending) -> None:
         """A held send's turn came: route it, and give its producer credit back."""
         message, pending.message = pending.message, None
         assert message is not None
-        self._publish(pending, message)
+        try:
+            self._sends.route(pending, message)
+        except NodeError as refused:
+            self._send_refused(pending, message, refused)
         if pending.grant:
             self._grant(message.address, pending.grant)
 
