@@ -127,9 +127,7 @@ class CoreReceiver:
 
     def connection_lost(self, reason: BaseException) -> None:
         assert self._session is not None
-        cleanup = self._session.connection_lost()
-        self._head.closed(self, cleanup)
-        cleanup.chainDeferred(self.finished)
+        self._head.closed(self, self._session.connection_lost())
         # Break the receiver <-> connection <-> session cycles: all three (and what the
         # connection buffered) are freed as soon as the session's cleanup ends.
         self._session = None

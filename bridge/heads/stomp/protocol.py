@@ -370,9 +370,7 @@ class StompProtocol(StreamConnection):
         self._stream_lost()
         self._drop_backlog()
         assert self._session is not None
-        cleanup = self._session.connection_lost()
-        self._head.closed(self, cleanup)
-        cleanup.chainDeferred(self.finished)
+        self._head.closed(self, self._session.connection_lost())
         # Break the protocol <-> session <-> writer cycles: the connection and what it
         # buffered are freed as soon as the session's cleanup ends.
         self.writer.release()
