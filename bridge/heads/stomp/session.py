@@ -524,15 +524,7 @@ class StompSession:
         """NACK: back to the queue for redelivery, or dropped (requeue:false)."""
         if not self._subscriptions.is_open(subscription):
             return  # unsubscribed since: its messages went back already
-        deliveries = [d for d in deliveries if d in subscription.unacked]
-        for delivery_id in deliveries:
-            try:
-                done = subscription.consumer.nack(delivery_id, requeue=requeue)
-            except QueueError:
-                continue
-            done.addErrback(settle_failed)
-        # Settled once back in the queue: a prefetch slot it frees takes it again first.
-        subscription.settled(deliveries)
+        subscription.settled(subscription.consumer.refuse(deliveries, requeue=requeue))
 
     # -- transactions ---------------------------------------------------------------------
 
