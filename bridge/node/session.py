@@ -1,4 +1,4 @@
-"""The node's side of one logged-in connection, whatever protocol it speaks.
+"""The node's side of one connection, whatever protocol it speaks.
 
 Every protocol head asks the node the same things for a client: may this subject do that
 on this address; may it use an address that does not exist yet (created on first use, as
@@ -53,7 +53,7 @@ log = Logger()
 _BLOCK = AddressFullPolicy.BLOCK
 
 
-def refusal(failure: Failure) -> str:
+def _login_refusal(failure: Failure) -> str:
     """What a client is told of a failed login: the ``AuthenticationFailed``'s words (the
     same whatever the cause, unless the node is busy); anything else is logged, and told
     as no more than that the login failed."""
@@ -289,7 +289,7 @@ def _refused(lifecycle: _Lifecycle, life: Life, failure: Failure) -> None:
     life.login = None
     life.state = SessionState.CLOSING
     assert life.listener is not None
-    life.listener.login_refused(refusal(failure))
+    life.listener.login_refused(_login_refusal(failure))
 
 
 for _live in (_connected, _logging_in, _open):
