@@ -15,11 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 from twisted.internet.defer import Deferred
 
 from bridge.config.node import Routing
 from bridge.message import HeaderValue
-from bridge.node.broker import BadFilter, QueueExists, QueueInUse, QueueNotFound, WrongRouting
+from bridge.node.broker import (
+    BadFilter,
+    Broker,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+    WrongRouting,
+)
 from bridge.node.queue import Queue
 from bridge.node.session import ServerSession
 from bridge.selector import SelectorError, compile_selector
@@ -41,14 +49,17 @@ def matcher(text: str | None) -> Matcher | None:
         raise BadFilter(text, str(error)) from None
 
 
+@attrs.define(eq=False)
 class Addressing:
     """What one connection's client uses of the node's addresses and queues."""
 
-    def __init__(self, node: ServerSession) -> None:
-        self._node = node
-        self._broker = node.broker
-        self._temporary: set[str] = set()
-        """Non-durable queues the client created, deleted with the connection."""
+    _node: ServerSession
+    _broker: Broker = attrs.field(init=False)
+    _temporary: set[str] = attrs.field(init=False, factory=set)
+    """Non-durable queues the client created, deleted with the connection."""
+
+    def __attrs_post_init__(self) -> None:
+        self._broker = self._node.broker
 
     # -- sends -----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
+import attrs
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
@@ -48,18 +49,21 @@ class ISendListener(Protocol[P_contra]):
         """Too many body bytes wait for the store (True), or no longer (False)."""
 
 
+@attrs.define(eq=False)
 class Sends(Generic[P]):
     """One connection's places in line, and the publishing that fills them."""
 
-    def __init__(
-        self, broker: Broker, listener: ISendListener[P], max_unstored: int | None = None
-    ) -> None:
-        self._broker = broker
-        self._listener = listener
-        self.order: SendOrder[P] = SendOrder(listener.released, listener.due)
-        self._max_unstored = max_unstored
-        self._unstored = 0
-        self._busy = False
+    _broker: Broker
+    _listener: ISendListener[P]
+    _max_unstored: int | None = None
+    """Body bytes that may wait for the store before the connection is ``busy`` (None:
+    not counted)."""
+    order: SendOrder[P] = attrs.field(init=False)
+    _unstored: int = attrs.field(init=False, default=0)
+    _busy: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.order = SendOrder(self._listener.released, self._listener.due)
 
     @property
     def waiting(self) -> bool:
