@@ -69,9 +69,12 @@ class Head(Generic[Connection]):
         self._live.add(connection)
 
     def closed(self, connection: Connection, cleanup: Deferred[None]) -> None:
+        """``connection`` is gone; its ``finished`` fires once ``cleanup`` (its session
+        giving back what it held) has."""
         self._live.discard(connection)
         self._cleanups.add(cleanup)
         cleanup.addBoth(lambda _: self._cleanups.discard(cleanup))
+        cleanup.chainDeferred(connection.finished)
 
     async def close_connections(self, reason: str) -> None:
         """End every connection with ``reason``; returns once their sessions gave back

@@ -44,26 +44,46 @@ from twisted.internet.defer import Deferred
 from bridge.config.node import NodeConfig
 from bridge.node.address import Address
 from bridge.node.delivery import ORIGINAL_ADDRESS, ORIGINAL_QUEUE, Delivery
-from bridge.node.errors import AddressFull, AddressNotFound, NodeError, NotStored, QueueNotFound
+from bridge.node.duplicates import DUPLICATE_ID_HEADER, duplicate_id
+from bridge.node.errors import (
+    AddressFull,
+    AddressNotFound,
+    BadFilter,
+    NodeError,
+    NotStored,
+    QueueExists,
+    QueueInUse,
+    QueueNotFound,
+    WrongRouting,
+    refusal,
+)
 from bridge.node.large import LargeMessages
 from bridge.node.memory import NodeMemory
-from bridge.node.queue import Entry, Queue
+from bridge.node.queue import Entry, Queue, QueueError
 from bridge.node.recovery import Recovery
 from bridge.node.routing import Routed, Router
 from bridge.node.transactions import Transaction, Transactions
 from bridge.store.interfaces import IMessageStore
 
 __all__ = [
+    "DUPLICATE_ID_HEADER",
     "ORIGINAL_ADDRESS",
     "ORIGINAL_QUEUE",
     "AddressFull",
     "AddressNotFound",
+    "BadFilter",
     "Broker",
     "NodeError",
     "NotStored",
+    "QueueError",
+    "QueueExists",
+    "QueueInUse",
     "QueueNotFound",
     "Routed",
     "Transaction",
+    "WrongRouting",
+    "duplicate_id",
+    "refusal",
 ]
 
 

@@ -304,6 +304,21 @@ class Consumer(Generic[T]):
         awaiting acknowledgement."""
         return self.broker.nack(self.queue, self.id, delivery_id, requeue=requeue)
 
+    def refuse(self, delivery_ids: list[int], *, requeue: bool) -> list[int]:
+        """NACK each of ``delivery_ids`` still awaiting acknowledgement (the others were
+        settled since): back to the queue for redelivery, or refused (``requeue`` False).
+        Returns those, for the head to settle once they are back in the queue (so that a
+        prefetch slot one frees takes it again first)."""
+        unacked = self.unacked or {}
+        pending = [delivery_id for delivery_id in delivery_ids if delivery_id in unacked]
+        for delivery_id in pending:
+            try:
+                done = self.nack(delivery_id, requeue=requeue)
+            except QueueError:
+                continue
+            done.addErrback(settle_failed)
+        return pending
+
     def settled(self, delivery_ids: list[int]) -> list[int]:
         """Forget counted deliveries the client settled, and take messages again if that
         frees the prefetch: their message ids, in order."""

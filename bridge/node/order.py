@@ -34,14 +34,19 @@ from typing import Generic, TypeVar
 
 import attrs
 
+from bridge.message import Message
+
 
 @attrs.define(eq=False)
 class Place:
     """An effect in line: ``done`` once written, ``held`` while a held send waits for its
-    turn to be routed."""
+    turn to be routed (its ``message``); ``size``, the body bytes it waits to have
+    written (``bridge.node.sends`` counts them)."""
 
     done: bool = attrs.field(default=False, kw_only=True)
     held: bool = attrs.field(default=False, kw_only=True)
+    size: int = attrs.field(default=0, kw_only=True)
+    message: Message | None = attrs.field(default=None, kw_only=True)
 
 
 P = TypeVar("P", bound=Place)

@@ -19,7 +19,7 @@ from bridge.ctl.service import (
     node_id,
     stomp_settings,
 )
-from bridge.heads.stomp.session import StompSettings
+from bridge.heads.stomp import StompSettings
 from bridge.protocol import PACKET_TYPES
 from bridge.protocol import packets as p
 from tests.heads.conftest import Peer, message

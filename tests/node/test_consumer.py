@@ -195,3 +195,19 @@ async def test_a_large_body_is_streamed_while_writable_and_nothing_else_meanwhil
     assert not consumer.streaming
     assert bodies(head) == [b"", b"0000"]
     await consumer.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_refused_deliveries_go_back_unless_settled_since(brokers: Brokers) -> None:
+    broker = await brokers()
+    head = _Head()
+    consumer = Consumer(broker, "orders", head, "c", prefetch=3, counts_unacked=True)
+    consumer.start()
+    send(broker, 3)
+    assert consumer.unacked is not None
+    first, second, third = list(consumer.unacked)
+    consumer.settled([first])  # acknowledged meanwhile: not refused again
+    assert consumer.refuse([first, second, third], requeue=True) == [second, third]
+    consumer.settled([second, third])
+    # Back in the queue, the refused two come again as the prefetch frees.
+    assert bodies(head) == [b"0000", b"0001", b"0002", b"0001", b"0002"]

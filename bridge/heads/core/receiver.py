@@ -15,7 +15,8 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from bridge.heads.core.session import CoreSession, SessionError
+from bridge.heads.core.errors import SessionError
+from bridge.heads.core.session import CoreSession
 from bridge.heads.lifecycle import Head
 from bridge.logins import Logins
 from bridge.node.broker import Broker
@@ -163,9 +164,7 @@ class CoreReceiver:
         assert self._session is not None
         if self._replica is not None:
             self._replica.lost(reason)
-        cleanup = self._session.connection_lost()
-        self._head.closed(self, cleanup)
-        cleanup.chainDeferred(self.finished)
+        self._head.closed(self, self._session.connection_lost())
         # Break the receiver <-> connection <-> session cycles: all three (and what the
         # connection buffered) are freed as soon as the session's cleanup ends.
         self._session = None

@@ -1,5 +1,5 @@
-"""One core-protocol connection's session on the node: packets in, broker calls and
-packets out.
+"""One core-protocol connection's session: packets in, calls of the node's session layer
+(``bridge.node.session`` and its neighbours), packets out.
 
 The session knows no sockets: it is fed decoded packets and writability changes, and it
 answers through two callables, ``emit`` (queue a packet) and ``abort`` (a session rule was
@@ -12,127 +12,50 @@ consume, browse, create/delete of queues and addresses; an address query needs s
 denial is a FAILED or SEND_FAILED naming the permission and address, and the session goes
 on.
 
-Confirmations are batched: the sends of one reactor turn that are done (durable ones once
-their group commit fired) are confirmed by one SEND_CONFIRMED at the end of the turn.
-
-Flow control (docs/protocol.md rules 4, 5 and 8): the bytes of every send are granted back
-to the producer as PRODUCER_CREDITS at the end of the turn it was handled in, except to an
-address full under the BLOCK policy, whose grants wait for room. A large send's chunks go
-straight to its body file; a large delivery's chunks are read from that file only while
-the connection is writable and the consumer has credit, resuming on the writability
-listener or the credit grant; the consumer takes nothing else meanwhile.
+Sends, their confirmations and producer credits are the :class:`Producer`'s
+(``bridge.heads.core.producing``); what goes out, deliveries gathered into DELIVER_MANY
+runs and large ones in chunks, the :class:`Outbox`'s (``bridge.heads.core.outbox``). A
+large delivery's chunks are read from the store only while the connection is writable
+and the consumer has credit (``bridge.node.consumer``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from enum import Enum, auto
-from functools import partial
+from collections.abc import Callable
 from typing import Any
 
-import attrs
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.logger import Logger
-from twisted.python.failure import Failure
-from zope.interface import implementer
+from twisted.internet.interfaces import IReactorTime
 
 from bridge.config.node import Routing as ConfigRouting
-from bridge.message import HeaderValue, Message
-from bridge.node.bodies import CHUNK_SIZE, BodySink
+from bridge.heads.core.errors import Refused, SessionError, code, failed
+from bridge.heads.core.outbox import BeforeFlush, Emit, Outbox
+from bridge.heads.core.producing import Producer, open_transaction
+from bridge.node.addressing import Addressing, matcher
 from bridge.node.broker import (
-    AddressFull,
-    AddressNotFound,
     Broker,
     NodeError,
-    NotStored,
-    QueueNotFound,
-    Routed,
-    Transaction,
+    QueueError,
 )
-from bridge.node.consumer import Consumer, IStreamListener, settle_failed
-from bridge.node.credits import ProducerCredits
-from bridge.node.duplicates import duplicate_id
+from bridge.node.consumer import Consumer, settle_failed
+from bridge.node.give_back import give_back
 from bridge.node.local import LocalTransaction, LocalTransactions
-from bridge.node.order import Place, SendOrder
-from bridge.node.queue import Queue, QueueError
-from bridge.node.session import ServerSession, cancel_login, refusal
+from bridge.node.session import ServerSession, SessionState
 from bridge.protocol import packets as p
-from bridge.selector import SelectorError, compile_selector
-from bridge.store.errors import StoreError
 from security import SecurityStore
 from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import Subject
 
-log = Logger()
-
-MIN_LARGE_MESSAGE_SIZE = 100 * 1024
-"""Bodies of this many bytes or more are delivered in chunks (Artemis's
-``min-large-message-size`` default), fixed until the node has that setting."""
-
-LARGE_CHUNK_SIZE = CHUNK_SIZE
-"""Bytes of body per DELIVER_LARGE_CHUNK (a body in memory cut as one read from the store
-is)."""
-
-BeforeFlush = Callable[[Callable[[], None]], None]
-"""Asks the connection to call something at the end of the turn, before it writes."""
-
-
-class SessionError(Exception):
-    """The peer broke a session rule: the connection ends with this message."""
-
-
-class Refused(Exception):
-    """A request the node declines: answered FAILED/SEND_FAILED, the session goes on."""
-
-    def __init__(self, code: p.ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class State(Enum):
-    AWAITING_CONNECT = auto()
-    AUTHENTICATING = auto()
-    OPEN = auto()
-    CLOSED = auto()
-
-
-Emit = Callable[[p.Packet], None]
 Authenticate = Callable[[p.Connect], "Deferred[Subject]"]
 
 
 # Enum members read on every packet, kept as module constants: Python 3.11 takes about
-# 220 ns to read a member off its class (``State.OPEN``), 45 ns to read a global.
-_OPEN, _CLOSED = State.OPEN, State.CLOSED
+# 220 ns to read a member off its class (``SessionState.OPEN``), 45 ns to read a global.
+_OPEN, _CONNECTED = SessionState.OPEN, SessionState.CONNECTED
 _SEND = Permission.SEND
 
 
-@attrs.define(eq=False)
-class _LargeSend:
-    """A large send between its SEND_LARGE_BEGIN and its last chunk: its body goes to
-    ``body`` (None once refused: the chunks are counted, not kept)."""
-
-    sequence: int
-    tx_id: int | None
-    message: Message
-    total_size: int
-    body: BodySink | None
-    refused: Refused | None = None
-    received: int = 0
-
-
-@attrs.define(eq=False)
-class _Pending(Place):
-    """A send in line for its confirmation; a held one (``message``) is routed when its
-    turn comes, then its ``grant`` of producer credit goes back."""
-
-    sequence: int
-    message: Message | None = None
-    grant: int = 0
-
-
-@implementer(IStreamListener)
 class CoreSession:
     """The node's side of one core-protocol connection."""
 
@@ -153,55 +76,44 @@ class CoreSession:
         before_flush: BeforeFlush | None = None,
     ) -> None:
         self._broker = broker
-        self._security = security
         self._node_name = node_name
         self._node_id = node_id
-        self._clock = clock
-        self._emit_packet = emit
+        self._out = Outbox(emit, abort, before_flush)
+        self._emit = self._out.emit
         self._max_frame_size = max_frame_size
-        self._before_flush = before_flush
-        self._run: list[Message] = []
-        """Deliveries gathered for one DELIVER_MANY: consecutive ids of one consumer with
-        one delivery count (``_run_key``), sent before any other packet and at the end of
-        the turn (``before_flush``; without it, each delivery goes at once)."""
-        self._run_key = (0, 0, 0)
-        self._run_bytes = 0
-        self._run_limit = 0
         self._abort = abort
         self._authenticate = authenticate
         self._producer_window = producer_window_size
         self._writable = True
         self._is_writable = is_writable or (lambda: self._writable)
-        self._credits: ProducerCredits | None = None
-        """Producer credit given back, once logged in."""
-        self._node: ServerSession | None = None
-        """The node's side of this connection, once logged in."""
-        self.state = State.AWAITING_CONNECT
-        self.subject: Subject | None = None
+        self._node = ServerSession(broker, security, clock, self)
+        """The node's side of this connection: its login and what it may do."""
+        self._life = self._node.life
+        """Where the connection is in its life (read on every frame)."""
         self.client_id = ""
         self.protocol_version = p.PROTOCOL_VERSION
         """The version the client speaks (one of ``SUPPORTED_VERSIONS``)."""
-        self._last_sequence = 0
-        self._order: SendOrder[_Pending] = SendOrder(self._done, self._due)
-        self._confirmable = 0
-        self._confirmed = 0
-        self._confirm_call: IDelayedCall | None = None
-        self._large: _LargeSend | None = None
-        self._login: Deferred[Subject] | None = None
-        """The login under way; cancelled if the connection goes first."""
         self._consumers: dict[int, Consumer[int]] = {}
         """The node's consumers by the client's ids (their tags)."""
         self._transactions: LocalTransactions[int, LocalTransaction] = LocalTransactions(
             broker, LocalTransaction
         )
-        self._temporary: set[str] = set()
+        self._addressing = Addressing(self._node)
+        producer = self._producer = Producer(
+            broker,
+            self._node,
+            self._transactions,
+            clock=clock,
+            emit=self._emit,
+            producer_window_size=producer_window_size,
+        )
         self._handlers: dict[type, Callable[[p.Packet], None]] = {
             p.CreateQueue: self._create_queue,  # type: ignore[dict-item]
             p.DeleteQueue: self._delete_queue,  # type: ignore[dict-item]
-            p.Send: self._send,  # type: ignore[dict-item]
-            p.SendMany: self._send_many,  # type: ignore[dict-item]
-            p.SendLargeBegin: self._send_large_begin,  # type: ignore[dict-item]
-            p.SendLargeChunk: self._send_large_chunk,  # type: ignore[dict-item]
+            p.Send: producer.send,  # type: ignore[dict-item]
+            p.SendMany: producer.send_many,  # type: ignore[dict-item]
+            p.SendLargeBegin: producer.send_large_begin,  # type: ignore[dict-item]
+            p.SendLargeChunk: producer.send_large_chunk,  # type: ignore[dict-item]
             p.CreateConsumer: self._create_consumer,  # type: ignore[dict-item]
             p.CloseConsumer: self._close_consumer,  # type: ignore[dict-item]
             p.ConsumerCredits: self._consumer_credits,  # type: ignore[dict-item]
@@ -217,16 +129,17 @@ class CoreSession:
 
     def packet_received(self, packet: p.Packet) -> None:
         """Act on one packet; SessionError if it breaks a session rule."""
-        if self.state is _OPEN:
+        state = self._life.state
+        if state is _OPEN:
             handler = self._handlers.get(type(packet))
             if handler is None:
                 raise SessionError(f"{packet.TYPE.name} is not sent by a client")
             handler(packet)
-        elif self.state is State.AWAITING_CONNECT:
+        elif state is _CONNECTED:
             if not isinstance(packet, p.Connect):
                 raise SessionError(f"{packet.TYPE.name} before CONNECT: connect first")
             self._connect(packet)
-        elif self.state is State.AUTHENTICATING:
+        elif state is SessionState.LOGGING_IN:
             raise SessionError(f"{packet.TYPE.name} before CONNECTED: wait for the answer")
 
     def writability_changed(self, writable: bool) -> None:
@@ -236,44 +149,27 @@ class CoreSession:
             consumer.writability_changed(writable)
 
     @property
+    def subject(self) -> Subject | None:
+        """Who logged in on the connection (None until then)."""
+        return self._node.subject
+
+    @property
     def producers_blocked(self) -> int:
         """Addresses whose credit grants this connection's producer waits for."""
-        return 0 if self._node is None else self._node.blocked
+        return self._node.blocked
 
     def connection_lost(self) -> Deferred[None]:
         """Give back what the connection held: unsettled deliveries return to their queues,
         open transactions roll back, its non-durable queues go. Fires when stored."""
-        self.state = State.CLOSED
-        login, self._login = self._login, None
-        cancel_login(login)
-        self._run = []
-        if self._confirm_call is not None and self._confirm_call.active():
-            self._confirm_call.cancel()
-        for pending in self._order.close():  # held sends were never routed, nor confirmed
-            assert pending.message is not None
-            self._broker.discard(pending.message)
-        if self._large is not None:
-            self._drop_large(self._large)
-            self._large = None
-        if self._node is not None:
-            self._node.close()
-        self._credits = None  # (it refers back to the session)
-        work: list[Deferred[None]] = []
-        work.extend(consumer.close() for consumer in self._consumers.values())
+        self._node.lost()
+        self._out.close()
+        self._producer.close()
+        consumers = list(self._consumers.values())
         self._consumers.clear()
-        work.extend(map(self._transactions.rollback, self._transactions.close()))
-        for name in sorted(self._temporary):
-            if name in self._broker.queues and not self._broker.queue(name).consumer_ids:
-                work.append(Deferred.fromCoroutine(self._broker.delete_queue(name)))
-        self._temporary.clear()
         self._handlers.clear()  # (its bound methods refer back to the session)
-        for deferred in work:
-            deferred.addErrback(self._cleanup_failed)
-        return Deferred.fromCoroutine(_gather(work))
-
-    @staticmethod
-    def _cleanup_failed(failure: Failure) -> None:
-        log.failure("cleaning up a closed core session failed", failure)
+        return Deferred.fromCoroutine(
+            give_back(self._transactions, consumers, self._addressing, "a closed core session")
+        )
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -292,18 +188,11 @@ class CoreSession:
             return
         self.protocol_version = packet.protocol_version
         self.client_id = packet.client_id
-        self._run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
-        self.state = State.AUTHENTICATING
-        self._login = self._authenticate(packet)
-        self._login.addCallbacks(self._authenticated, self._refused)
+        self._out.run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
+        self._node.log_in(self._authenticate(packet))
 
-    def _authenticated(self, subject: Subject) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self.subject = subject
-        self._node = ServerSession(self._broker, self._security, subject, self._clock)
-        self._credits = ProducerCredits(self._node, self._give)
-        self.state = State.OPEN
+    def logged_in(self, subject: Subject) -> None:
+        self._producer.logged_in()
         self._emit(
             p.Connected(
                 self._node_name,
@@ -314,32 +203,9 @@ class CoreSession:
             )
         )
 
-    def _refused(self, failure: Failure) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, refusal(failure)))
+    def login_refused(self, reason: str) -> None:
+        self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
         self._abort("")
-
-    # -- permissions ----------------------------------------------------------------------
-
-    def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
-        """Refused(PERMISSION_DENIED) unless the subject may do ``permission``."""
-        assert self._node is not None
-        try:
-            self._node.check(address, permission, queue)
-        except PermissionDenied as denied:
-            raise Refused(p.ErrorCode.PERMISSION_DENIED, str(denied)) from None
-
-    def _check_address(self, address: str) -> None:
-        """Sending to or binding on a missing address creates it: that needs
-        create-address, and the address's settings must allow it."""
-        assert self._node is not None
-        try:
-            self._node.check_address(address)
-        except PermissionDenied as denied:
-            raise Refused(p.ErrorCode.PERMISSION_DENIED, str(denied)) from None
-        except AddressNotFound as missing:
-            raise Refused(p.ErrorCode.NOT_FOUND, str(missing)) from None
 
     # -- requests -------------------------------------------------------------------------
 
@@ -347,74 +213,46 @@ class CoreSession:
         """Run a request: OK when it (and its store writes) succeeded, FAILED otherwise."""
         try:
             result = work()
-        except Refused as refused:
-            self._emit(p.Failed(request_id, refused.code, str(refused)))
+        except (PermissionDenied, NodeError) as refused:
+            self._emit(p.Failed(request_id, code(refused), str(refused)))
             return
         if result is None:
             self._emit(p.Ok(request_id))
             return
         result.addCallbacks(
             lambda _: self._reply(p.Ok(request_id)),
-            lambda failure: self._reply(_failed(request_id, failure)),
+            lambda failure: self._reply(failed(request_id, failure)),
         )
 
     def _reply(self, packet: p.Packet) -> None:
-        if self.state is State.OPEN:
+        if self._life.state is _OPEN:
             self._emit(packet)
 
     def _create_queue(self, packet: p.CreateQueue) -> None:
-        def work() -> Deferred[Any]:
-            name, address = packet.name, packet.address
-            permission = (
-                Permission.CREATE_DURABLE_QUEUE
-                if packet.durable
-                else Permission.CREATE_NON_DURABLE_QUEUE
-            )
-            self._check_address(address)
-            self._check(address, permission, name)
-            if name in self._broker.queues:
-                raise Refused(p.ErrorCode.ALREADY_EXISTS, f"queue {name!r} already exists")
-            _compile(packet.filter)
-            routing = ConfigRouting(packet.routing.name.lower())
-            created = Deferred.fromCoroutine(
-                self._broker.create_queue(
-                    name, address, durable=packet.durable, filter=packet.filter, routing=routing
-                )
-            )
-            if not packet.durable:
-                self._temporary.add(name)
-            return created
-
-        self._answer(packet.request_id, work)
+        routing = ConfigRouting(packet.routing.name.lower())
+        self._answer(
+            packet.request_id,
+            lambda: self._addressing.create_queue(
+                packet.name,
+                packet.address,
+                durable=packet.durable,
+                filter=packet.filter,
+                routing=routing,
+            ),
+        )
 
     def _delete_queue(self, packet: p.DeleteQueue) -> None:
-        def work() -> Deferred[Any]:
-            queue = self._queue(packet.name)
-            durable = self._broker.is_durable(packet.name)
-            permission = (
-                Permission.DELETE_DURABLE_QUEUE if durable else Permission.DELETE_NON_DURABLE_QUEUE
-            )
-            self._check(queue.address, permission, packet.name)
-            if queue.consumer_ids:
-                raise Refused(
-                    p.ErrorCode.INVALID,
-                    f"queue {packet.name!r} has {len(queue.consumer_ids)} consumer(s)",
-                )
-            self._temporary.discard(packet.name)
-            return Deferred.fromCoroutine(self._broker.delete_queue(packet.name))
-
-        self._answer(packet.request_id, work)
+        self._answer(packet.request_id, lambda: self._addressing.delete_queue(packet.name))
 
     def _query_address(self, packet: p.QueryAddress) -> None:
         """ADDRESS_INFO: the address's routing and settings, or for a missing one those it
         would be created with; asking needs the send permission and creates nothing."""
         name = packet.address
         try:
-            self._check(name, Permission.SEND)
-        except Refused as refused:
-            self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
+            self._node.check(name, _SEND)
+        except PermissionDenied as denied:
+            self._emit(p.Failed(packet.request_id, p.ErrorCode.PERMISSION_DENIED, str(denied)))
             return
-        assert self._node is not None
         view = self._node.describe(name)
         settings = view.settings
         self._emit(
@@ -439,293 +277,33 @@ class CoreSession:
         (only,) = routing
         return p.Routing[only.name]
 
-    def _queue(self, name: str) -> Queue:
-        try:
-            return self._broker.queue(name)
-        except QueueNotFound as missing:
-            raise Refused(p.ErrorCode.NOT_FOUND, str(missing)) from None
-
-    # -- sending --------------------------------------------------------------------------
-
-    def _sequence(self, sequence: int) -> None:
-        if self._large is not None:
-            raise SessionError(
-                f"send {sequence} while the large send {self._large.sequence} is unfinished"
-            )
-        if sequence <= self._last_sequence:
-            raise SessionError(
-                f"send sequence {sequence} does not follow {self._last_sequence}: "
-                "sequences increase"
-            )
-        self._last_sequence = sequence
-
-    def _send(self, packet: p.Send) -> None:
-        self._send_one(packet.sequence, packet.tx_id, packet.message)
-
-    def _send_many(self, packet: p.SendMany) -> None:
-        """Each message as a SEND of its own, in order (one may end the session)."""
-        sequence, tx_id = packet.first_sequence, packet.tx_id
-        for message in packet.messages:
-            if self.state is not _OPEN:
-                return
-            self._send_one(sequence, tx_id, message)
-            sequence += 1
-
-    def _send_one(self, sequence: int, tx_id: int | None, message: Message) -> None:
-        self._sequence(sequence)
-        credit = message.size if self._producer_window != p.UNLIMITED else 0
-        held = self._route(sequence, tx_id, message, credit)
-        if credit and not held:
-            self._grant(message.address, credit)
-
-    def _check_send(self, tx_id: int | None, address: str) -> Transaction | None:
-        """The send's transaction; Refused if it may not be sent."""
-        tx = None if tx_id is None else self._transaction(tx_id)
-        if not self._broker.has_address(address):
-            self._check_address(address)
-        self._check(address, _SEND)
-        return tx
-
-    def _route(self, sequence: int, tx_id: int | None, message: Message, credit: int = 0) -> bool:
-        """Route a send, or hold a non-durable one behind earlier sends that wait for the
-        store (True: its ``credit`` is given back once it is routed)."""
-        try:
-            tx = self._check_send(tx_id, message.address)
-        except Refused as refused:
-            self._broker.discard(message)
-            self._refuse(sequence, refused.code, str(refused))
-            return False
-        found = duplicate_id(message)
-        if found != message.duplicate_id:
-            message = attrs.evolve(message, duplicate_id=found)
-        if tx is not None:
-            self._route_in(tx, sequence, message)
-            return False
-        pending = _Pending(sequence)
-        if not message.durable and self._order.waiting:
-            # Routed now, it would reach its queue before the earlier sends that wait for
-            # their writes (a durable one is queued after its write, behind those).
-            pending.message, pending.grant = message, credit
-            return self._order.hold(pending)
-        self._publish(pending, message)
-        if pending.done:
-            self._order.enter_done(pending)
-        else:
-            self._order.enter(pending)
-        return False
-
-    def _publish(self, pending: _Pending, message: Message) -> None:
-        """Route a send outside a transaction. ``pending`` is written once it may be
-        confirmed: at once (routed, or refused with SEND_FAILED), else when its write
-        ends."""
-        try:
-            routed = self._broker.publish_then(message, partial(self._written, pending))
-        except AddressNotFound as missing:
-            self._broker.discard(message)
-            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.NOT_FOUND, str(missing)))
-            pending.done = True
-        except AddressFull as full:
-            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.ADDRESS_FULL, str(full)))
-            pending.done = True
-        except NodeError as refused:  # a routing type header naming none
-            self._emit(p.SendFailed(pending.sequence, p.ErrorCode.INVALID, str(refused)))
-            pending.done = True
-        else:
-            if routed is not None:
-                pending.done = True
-
-    def _due(self, pending: _Pending) -> None:
-        """A held send's turn came: route it, and give its producer credit back."""
-        message, pending.message = pending.message, None
-        assert message is not None
-        self._publish(pending, message)
-        if pending.grant:
-            self._grant(message.address, pending.grant)
-
-    def _route_in(self, tx: Transaction, sequence: int, message: Message) -> None:
-        """A send in a transaction: it takes effect when the transaction commits."""
-        try:
-            routed = self._broker.publish(message, tx=tx)
-        except AddressNotFound as missing:
-            self._broker.discard(message)
-            self._refuse(sequence, p.ErrorCode.NOT_FOUND, str(missing))
-            return
-        except AddressFull as full:
-            self._refuse(sequence, p.ErrorCode.ADDRESS_FULL, str(full))
-            return
-        except NodeError as refused:  # a routing type header naming none
-            self._refuse(sequence, p.ErrorCode.INVALID, str(refused))
-            return
-        if isinstance(routed, Routed):  # (cheaper than isinstance of Deferred, an ABC)
-            self._order.enter_done(_Pending(sequence))
-            return
-        pending = _Pending(sequence)
-        self._order.enter(pending)
-        routed.addCallbacks(
-            lambda _: self._written(pending),
-            lambda failure: self._written(pending, failure),
-        )
-
-    def _refuse(self, sequence: int, code: p.ErrorCode, message: str) -> None:
-        """SEND_FAILED now; the confirmation range passes over it in its turn."""
-        self._emit(p.SendFailed(sequence, code, message))
-        self._order.enter_done(_Pending(sequence))
-
-    def _written(self, pending: _Pending, failure: Failure | None = None) -> None:
-        if self.state is _CLOSED:
-            return
-        if failure is not None:
-            self._emit(_send_failed(pending.sequence, failure))
-        self._order.written(pending)
-
-    def _done(self, pending: _Pending) -> None:
-        """Every send up to ``pending`` is done: confirm them at the end of this turn."""
-        self._confirmable = pending.sequence
-        self._end_of_turn()
-
-    def _end_of_turn(self) -> None:
-        if self._confirm_call is None:
-            self._confirm_call = self._clock.callLater(0, self._confirm)
-
-    def _confirm(self) -> None:
-        self._confirm_call = None
-        if self.state is not _OPEN:
-            return
-        if self._confirmable > self._confirmed:
-            self._confirmed = self._confirmable
-            self._emit(p.SendConfirmed(self._confirmed))
-        credits = self._credits
-        if credits is not None and credits.gathered:
-            credits.flush()
-
-    # -- producer credits -----------------------------------------------------------------
-
-    def _grant(self, address: str, credits: int) -> None:
-        """Give ``credits`` back to ``address``'s producer at the end of this turn."""
-        assert self._credits is not None
-        self._credits.grant(address, credits)
-        self._end_of_turn()
-
-    def _give(self, address: str, credits: int) -> None:
-        if self.state is _OPEN:
-            self._emit(p.ProducerCredits(address, credits))
-
-    # -- large sends ----------------------------------------------------------------------
-
-    def _send_large_begin(self, packet: p.SendLargeBegin) -> None:
-        self._sequence(packet.sequence)
-        header = packet.message
-        if self._producer_window != p.UNLIMITED:
-            self._grant(header.address, header.size)
-        message_id = self._broker.allocate_id()
-        message = header.with_id(message_id)
-        try:
-            self._check_send(packet.tx_id, header.address)
-        except Refused as refused:
-            self._large = _LargeSend(
-                packet.sequence, packet.tx_id, message, packet.total_size, None, refused
-            )
-            return
-        self._large = large = _LargeSend(
-            packet.sequence, packet.tx_id, message, packet.total_size, None
-        )
-        try:
-            large.body = BodySink(self._broker, message_id, packet.total_size)
-        except OSError as error:
-            self._large_not_written(large, error)
-
-    def _send_large_chunk(self, packet: p.SendLargeChunk) -> None:
-        large = self._large
-        if large is None or packet.sequence != large.sequence:
-            raise SessionError(f"SEND_LARGE_CHUNK of send {packet.sequence}, which is not open")
-        data = packet.data
-        large.received += len(data)
-        if self._producer_window != p.UNLIMITED:
-            self._grant(large.message.address, len(data))
-        if large.body is not None and large.received <= large.total_size:
-            try:
-                large.body.write(data)
-            except OSError as error:
-                self._large_not_written(large, error)
-        if not packet.last:
-            return
-        self._large = None
-        if large.refused is not None:
-            self._refuse(large.sequence, large.refused.code, str(large.refused))
-            return
-        if large.received != large.total_size:
-            self._drop_large(large)
-            self._refuse(
-                large.sequence,
-                p.ErrorCode.INVALID,
-                f"large send {large.sequence} declared {large.total_size} bytes "
-                f"but its chunks held {large.received}",
-            )
-            return
-        assert large.body is not None
-        body = large.body.finish()
-        self._route(large.sequence, large.tx_id, attrs.evolve(large.message, large=body))
-
-    def _large_not_written(self, large: _LargeSend, error: OSError) -> None:
-        """The body file could not be written (a full disk, say): the partial file goes at
-        once (giving its room back), the rest of the chunks are counted, not kept, and the
-        last one is answered SEND_FAILED naming the cause; the connection goes on."""
-        where = error.filename or (large.body.name if large.body is not None else "its store")
-        self._drop_large(large)
-        large.body = None
-        cause = error.strerror or str(error)
-        large.refused = Refused(
-            p.ErrorCode.INTERNAL,
-            f"large message to {large.message.address!r} not stored: writing its body to "
-            f"{where} failed: {cause}",
-        )
-        log.warn(
-            "a large send of client {client} was refused: {why}",
-            client=self.client_id,
-            why=large.refused,
-        )
-
-    @staticmethod
-    def _drop_large(large: _LargeSend) -> None:
-        """A large send that will not be published: its partial body goes."""
-        if large.body is not None:
-            large.body.discard()
-
-    def _transaction(self, tx_id: int | None) -> Transaction | None:
-        if tx_id is None:
-            return None
-        local = self._transactions.get(tx_id)
-        if local is None:
-            raise Refused(p.ErrorCode.NOT_FOUND, f"no open transaction {tx_id}")
-        return local.tx
-
     # -- consuming ------------------------------------------------------------------------
 
     def _create_consumer(self, packet: p.CreateConsumer) -> None:
-        try:
-            self._open_consumer(packet)
-        except Refused as refused:
-            self._emit(p.Failed(packet.request_id, refused.code, str(refused)))
-
-    def _open_consumer(self, packet: p.CreateConsumer) -> None:
         if packet.consumer_id in self._consumers:
-            raise Refused(p.ErrorCode.ALREADY_EXISTS, f"consumer id {packet.consumer_id} is in use")
-        name = packet.queue
-        if name not in self._broker.queues:
-            self._auto_create_queue(name)
-        queue = self._queue(name)
-        permission = Permission.BROWSE if packet.browse_only else Permission.CONSUME
-        self._check(queue.address, permission, name)
-        matches = _compile(packet.filter)
+            self._emit(
+                p.Failed(
+                    packet.request_id,
+                    p.ErrorCode.ALREADY_EXISTS,
+                    f"consumer id {packet.consumer_id} is in use",
+                )
+            )
+            return
+        try:
+            queue = self._addressing.consume(packet.queue, packet.browse_only)
+            matches = matcher(packet.filter)
+        except (PermissionDenied, NodeError) as refused:
+            self._emit(p.Failed(packet.request_id, code(refused), str(refused)))
+            return
         consumer = Consumer(
             self._broker,
-            name,
-            self,
+            packet.queue,
+            self._out,
             packet.consumer_id,
             writable=self._writable,
             is_writable=self._is_writable,
             window=packet.window_size,
-            streamer=self,
+            streamer=self._out,
         )
         self._consumers[packet.consumer_id] = consumer
         self._emit(p.Ok(packet.request_id))
@@ -734,90 +312,6 @@ class CoreSession:
             consumer.browse(e for e in entries if matches is None or matches(e.message.headers))
         else:
             consumer.start(packet.filter)
-
-    def _auto_create_queue(self, name: str) -> None:
-        """Consuming from a missing queue of an anycast address creates both, as sending
-        to it would (create-address and create-durable-queue permissions)."""
-        if self._broker.has_address(name) or not self._broker.may_create_address(name):
-            return
-        assert self._node is not None
-        if self._node.default_routing(name) is not ConfigRouting.ANYCAST:
-            return
-        self._check(name, Permission.CREATE_ADDRESS)
-        self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
-        self._broker.auto_create(name)
-
-    # -- deliveries (what the consumers tell) ---------------------------------------------
-
-    def deliver(
-        self, consumer: Consumer[int], delivery_id: int, count: int, message: Message
-    ) -> None:
-        consumer_id = consumer.tag
-        if len(message.body) < MIN_LARGE_MESSAGE_SIZE:
-            self._deliver_in_run(consumer_id, delivery_id, count, message)
-            return
-        body = memoryview(message.body)
-        header = attrs.evolve(message, body=b"")
-        self._emit(p.DeliverLargeBegin(consumer_id, delivery_id, count, header, len(body)))
-        for start in range(0, len(body), LARGE_CHUNK_SIZE):
-            end = start + LARGE_CHUNK_SIZE
-            chunk = bytes(body[start:end])
-            self._emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
-
-    def begin_large(
-        self, consumer: Consumer[int], delivery_id: int, count: int, header: Message, size: int
-    ) -> None:
-        self._emit(p.DeliverLargeBegin(consumer.tag, delivery_id, count, header, size))
-
-    def chunk(self, consumer: Consumer[int], delivery_id: int, data: bytes, last: bool) -> None:
-        self._emit(p.DeliverLargeChunk(consumer.tag, delivery_id, data, last))
-
-    def stream_failed(self, consumer: Consumer[int], delivery_id: int) -> None:
-        self._abort(f"the body file of large delivery {delivery_id} is short")
-
-    def _deliver_in_run(
-        self, consumer_id: int, delivery_id: int, count: int, message: Message
-    ) -> None:
-        """Add a delivery to the run it continues, or start a new run with it."""
-        run = self._run
-        cost = message.size + 4  # each message of a DELIVER_MANY has its u32 length
-        if run:
-            first_consumer, first_id, first_count = self._run_key
-            if (
-                consumer_id == first_consumer
-                and count == first_count
-                and delivery_id == first_id + len(run)
-                and self._run_bytes + cost <= self._run_limit
-            ):
-                run.append(message)
-                self._run_bytes += cost
-                return
-            self._flush_run()
-        if self._before_flush is None:
-            self._emit_packet(p.Deliver(consumer_id, delivery_id, count, message))
-            return
-        self._run = [message]
-        self._run_key = (consumer_id, delivery_id, count)
-        self._run_bytes = cost
-        self._before_flush(self._flush_run)
-
-    def _flush_run(self) -> None:
-        """Send the gathered deliveries: one DELIVER, or a DELIVER_MANY."""
-        run = self._run
-        if not run:
-            return
-        self._run = []
-        consumer_id, first_id, count = self._run_key
-        if len(run) == 1:
-            self._emit_packet(p.Deliver(consumer_id, first_id, count, run[0]))
-        else:
-            self._emit_packet(p.DeliverMany(consumer_id, first_id, count, tuple(run)))
-
-    def _emit(self, packet: p.Packet) -> None:
-        """Send ``packet`` after the deliveries gathered before it."""
-        if self._run:
-            self._flush_run()
-        self._emit_packet(packet)
 
     def _consumer(self, consumer_id: int, what: str) -> Consumer[int]:
         consumer = self._consumers.get(consumer_id)
@@ -850,7 +344,7 @@ class CoreSession:
     def _ack(self, packet: p.Ack) -> None:
         consumer = self._settle(packet.consumer_id, "ACK")
         try:
-            tx = self._transaction(packet.tx_id)
+            tx = open_transaction(self._transactions, packet.tx_id)
         except Refused as refused:
             if packet.request_id is None:
                 raise SessionError(
@@ -910,44 +404,3 @@ class CoreSession:
         local = self._tx_end(packet.request_id, packet.tx_id)
         if local is not None:
             self._answer(packet.request_id, lambda: self._transactions.rollback(local))
-
-
-def _compile(text: str | None) -> Callable[[Mapping[str, HeaderValue]], bool] | None:
-    """A filter's test, or Refused(INVALID) naming what is wrong with it."""
-    if not text:
-        return None
-    try:
-        return compile_selector(text).matches
-    except SelectorError as error:
-        raise Refused(p.ErrorCode.INVALID, f"bad filter {text!r}: {error}") from None
-
-
-def _code(failure: Failure) -> p.ErrorCode:
-    if failure.check(AddressFull):
-        return p.ErrorCode.ADDRESS_FULL
-    if failure.check(QueueNotFound, AddressNotFound):
-        return p.ErrorCode.NOT_FOUND
-    if failure.check(NotStored):
-        return p.ErrorCode.INTERNAL  # the broker put things back and logged why
-    if failure.check(StoreError):
-        # The store could not write (a full disk, say): an operational fault, not a bug,
-        # and the error names the file and the cause: one line, no traceback.
-        log.warn("a core request failed: {why}", why=failure.getErrorMessage())
-        return p.ErrorCode.INTERNAL
-    if failure.check(NodeError, SelectorError):
-        return p.ErrorCode.INVALID
-    log.failure("a core request failed", failure)
-    return p.ErrorCode.INTERNAL
-
-
-def _failed(request_id: int, failure: Failure) -> p.Failed:
-    return p.Failed(request_id, _code(failure), failure.getErrorMessage())
-
-
-def _send_failed(sequence: int, failure: Failure) -> p.SendFailed:
-    return p.SendFailed(sequence, _code(failure), failure.getErrorMessage())
-
-
-async def _gather(work: list[Deferred[None]]) -> None:
-    for deferred in work:
-        await deferred

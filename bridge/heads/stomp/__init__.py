@@ -2,7 +2,8 @@
 
 from bridge.heads.stomp.frames import Command, Frame, FrameError, FrameParser, Limits, Version
 from bridge.heads.stomp.protocol import StompHead, StompProtocol
-from bridge.heads.stomp.session import StompSession, StompSettings
+from bridge.heads.stomp.session import StompSession
+from bridge.heads.stomp.settings import StompSettings
 
 __all__ = [
     "Command",

@@ -41,7 +41,9 @@ from bridge.heads.stomp.frames import (
     serialize_head,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.heads.stomp.session import ADDRESS_FULL, StompSession, StompSettings
+from bridge.heads.stomp.session import StompSession
+from bridge.heads.stomp.settings import StompSettings
+from bridge.heads.stomp.wire import ADDRESS_FULL
 from bridge.message import LargeBody
 from bridge.node.bodies import BodySource
 from security.subject import SecurityAuth, Subject
@@ -368,9 +370,7 @@ class StompProtocol(StreamConnection):
         self._stream_lost()
         self._drop_backlog()
         assert self._session is not None
-        cleanup = self._session.connection_lost()
-        self._head.closed(self, cleanup)
-        cleanup.chainDeferred(self.finished)
+        self._head.closed(self, self._session.connection_lost())
         # Break the protocol <-> session <-> writer cycles: the connection and what it
         # buffered are freed as soon as the session's cleanup ends.
         self.writer.release()

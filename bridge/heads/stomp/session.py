@@ -1,4 +1,5 @@
-"""One STOMP connection's session on the node: frames in, broker calls and frames out.
+"""One STOMP connection's session: frames in, calls of the node's session layer
+(``bridge.node.session`` and its neighbours), frames out.
 
 Sans-IO: the session is handed parsed events and writability changes, and answers through
 an :class:`IStompTransport` (send a frame, close, pause or resume reading, heart-beats).
@@ -10,10 +11,8 @@ docs/stomp.md describes what a client sees; the choices in short:
 - Bad input (a malformed frame, a refused operation, a wrong header) is an ERROR frame
   whose ``message`` header says what and whose body says why, then the connection closes,
   as the specification asks. Nothing else on the node is affected.
-- A RECEIPT is a confirmation: for a persistent SEND it goes once the store holds the
-  message, for a SEND in a transaction once the transaction is committed (or aborted),
-  for a SUBSCRIBE before any of its messages; receipts go out in the order of their
-  frames.
+- A RECEIPT is a confirmation, in the order of the frames (``bridge.heads.stomp.publishing``,
+  which also has the SENDs); a SUBSCRIBE's goes before any of its messages.
 - While a step waits on the node (a login, a durable queue being stored) the session
   stops reading, so frames are handled in order and nothing piles up.
 """
@@ -21,24 +20,18 @@ docs/stomp.md describes what a client sees; the choices in short:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
-from enum import Enum, auto
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from bridge.config.node import Routing
 from bridge.heads.stomp.destinations import (
     Destination,
-    DestinationError,
     Kind,
-    parse_destination,
 )
 from bridge.heads.stomp.frames import (
     BodyChunk,
@@ -48,185 +41,57 @@ from bridge.heads.stomp.frames import (
     FrameError,
     HeartBeat,
     LargeFrame,
-    Limits,
     Version,
-    encodable,
+)
+from bridge.heads.stomp.headers import (
+    DELIVERY_COUNT_HEADER,
+    SERVER,
+    VERSIONS,
+    AckMode,
+    StompError,
+    ack_mode,
+    destination_of,
+    heart_beat,
+    message_headers,
+    names_durable,
+    negotiate,
+    requeue_of,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
-from bridge.message import ROUTING_TYPE, HeaderValue, Message
-from bridge.node.bodies import BodySink
-from bridge.node.broker import AddressNotFound, Broker, NodeError, NotStored
+from bridge.heads.stomp.publishing import Publisher, StompTransaction, open_transaction
+from bridge.heads.stomp.settings import StompSettings
+from bridge.heads.stomp.subscriptions import Subscription, Subscriptions
+from bridge.heads.stomp.wire import Wire, refusal_error
+from bridge.message import Message
+from bridge.node.addressing import Addressing, matcher
+from bridge.node.broker import (
+    BadFilter,
+    Broker,
+    NodeError,
+    QueueError,
+    QueueInUse,
+    QueueNotFound,
+)
 from bridge.node.consumer import AutoAcks, Consumer, IConsumerListener, settle_failed
-from bridge.node.duplicates import DUPLICATE_ID_HEADER
-from bridge.node.local import LocalTransaction, LocalTransactions
-from bridge.node.order import Place, SendOrder
-from bridge.node.queue import QueueError
-from bridge.node.session import ServerSession, cancel_login, refusal
-from bridge.selector import SelectorError, compile_selector
-from bridge.store.errors import StoreError
+from bridge.node.give_back import give_back
+from bridge.node.local import LocalTransactions
+from bridge.node.session import ServerSession, SessionState
 from security import SecurityStore
 from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import SecurityAuth, Subject
 
-log = Logger()
-
-SERVER = "txbridge/0.1.0"
-VERSIONS = (Version.V1_2, Version.V1_1, Version.V1_0)
-DELIVERY_COUNT_HEADER = "delivery-count"
-"""On every MESSAGE: how many times the node has handed the message out (1 the first
-time); above 1 the MESSAGE also says ``redelivered:true``."""
-
-SET_BY_NODE = frozenset({"message-id", "subscription", "ack", "redelivered", DELIVERY_COUNT_HEADER})
-"""Headers the node sets on MESSAGE frames: a SEND that sets one is refused."""
-_SEND_FRAME_HEADERS = frozenset(
-    {"destination", "content-length", "receipt", "transaction", "persistent"}
-)
-"""Headers of the SEND frame itself, not of the message (``persistent`` is its
-durability)."""
-_MESSAGE_FRAME_HEADERS = SET_BY_NODE | {"destination", "content-length", "persistent"}
-
-BUSY = "session"
-"""The reason the session gives when it pauses reading while a step waits on the node."""
-STORE = "store"
-"""The reason it gives while too many persistent sends wait for the store."""
-ADDRESS_FULL = "address-full"
-"""The reason it gives while a SEND waits for room on an address full under BLOCK."""
-ORDER = "order"
-"""The reason it gives while a non-persistent SEND waits for the persistent ones before
-it to be stored and queued, so that it does not overtake them."""
-
-
-class StompError(Exception):
-    """What the client did wrong: the ERROR frame's ``message`` and its body."""
-
-    def __init__(self, message: str, detail: str) -> None:
-        super().__init__(f"{message}: {detail}")
-        self.message = message
-        self.detail = detail
-
-
-class AckMode(Enum):
-    AUTO = "auto"
-    CLIENT = "client"
-    CLIENT_INDIVIDUAL = "client-individual"
-
-
-class State(Enum):
-    AWAITING_CONNECT = auto()
-    AUTHENTICATING = auto()
-    OPEN = auto()
-    DISCONNECTING = auto()
-    """DISCONNECT or an ERROR: nothing more is read; receipts still go out."""
-    CLOSED = auto()
-
-
 # Enum members read on every frame, kept as module constants: Python 3.11 takes about
-# 220 ns to read a member off its class (``State.OPEN``), 45 ns to read a global.
-_LIVE = (State.OPEN, State.AWAITING_CONNECT)
+# 220 ns to read a member off its class (``SessionState.OPEN``), 45 ns to read a global.
+# (CLOSING: a DISCONNECT or an ERROR; nothing more is read, receipts still go out.)
+_OPEN, _CLOSED = SessionState.OPEN, SessionState.CLOSED
+_LIVE = (_OPEN, SessionState.CONNECTED)
+_ENDING = (SessionState.CLOSING, _CLOSED)
 _CONNECTING = (Command.CONNECT, Command.STOMP)
-_AWAITING_CONNECT = State.AWAITING_CONNECT
-_AMQ_QUEUE, _QUEUE = Kind.AMQ_QUEUE, Kind.QUEUE
-_ANYCAST, _MULTICAST = Routing.ANYCAST, Routing.MULTICAST
-_SEND = Permission.SEND
+_AWAITING_CONNECT = SessionState.CONNECTED
 _AUTO = AckMode.AUTO
 _V1_0, _V1_2 = Version.V1_0, Version.V1_2
 _MESSAGE = Command.MESSAGE
-
-
-@attrs.frozen
-class StompSettings:
-    """How the node's STOMP connections behave (from the acceptor's configuration)."""
-
-    limits: Limits = attrs.Factory(Limits)
-    ttl: float | None = 60.0
-    """Drop a peer silent for this long (before CONNECT, or when it sends heart-beats:
-    then at least twice its interval)."""
-    heart_beat: float | None = 20.0
-    """The interval the node offers to send heart-beats at, and asks to receive them."""
-    prefetch: int = 1000
-    """Unacknowledged messages per subscription when SUBSCRIBE names none (0: no limit)."""
-    high_water: int = 128 * 1024
-    low_water: int = 32 * 1024
-    max_unstored: int = 8 * 1024 * 1024
-    """Body bytes of persistent sends waiting for the store before reading pauses."""
-    io_size: int | None = 256 * 1024
-    """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
-    read_size: int | None = None
-    """Bytes read per socket call (None: ``io_size``)."""
-    close_timeout: float = 10.0
-    """Seconds a closing connection may take to send what it holds before it is cut: a
-    peer that does not read must not keep it (and the node's shutdown) waiting."""
-    tcp_no_delay: bool = True
-    """Small frames (receipts, acknowledgements) leave at once, not after the peer's
-    delayed acknowledgement of the last one (``TCP_NODELAY``)."""
-
-
-_NOTHING: Mapping[int, int] = {}
-
-
-@attrs.define(eq=False)
-class _Subscription:
-    """A SUBSCRIBE of this connection, a consumer on one queue."""
-
-    id: str
-    key: int
-    """The connection's number for it, the first part of its ack ids."""
-    ack: AckMode
-    destination: str
-    """The destination its MESSAGE frames carry."""
-    address: str
-    temporary: bool = False
-    durable: bool = False
-    by_message: dict[int, int] = attrs.Factory(dict)
-    """Message id -> delivery id (for the ACK of STOMP 1.0 and 1.1, by message-id)."""
-    consumer: Consumer[_Subscription] = attrs.field(init=False)
-    """The node's consumer, which counts what awaits acknowledgement."""
-
-    @property
-    def queue(self) -> str:
-        return self.consumer.queue
-
-    @queue.setter
-    def queue(self, name: str) -> None:
-        self.consumer.queue = name
-
-    @property
-    def unacked(self) -> Mapping[int, int]:
-        """Delivery id -> message id of what awaits acknowledgement, oldest first."""
-        return self.consumer.unacked or _NOTHING
-
-
-@attrs.define(eq=False)
-class _LargeSend:
-    """A SEND whose body is being streamed to ``sink``: the message it becomes once the
-    body is in, and where it goes."""
-
-    sink: BodySink
-    message: Message
-    tx: _Transaction | None
-    receipt: str | None
-
-
-@attrs.define(eq=False)
-class _Outstanding(Place):
-    """A frame's effect in line (waiting for the store, or held); its receipt (if any)
-    goes out in turn."""
-
-    receipt: str | None
-    size: int = 0
-    close: bool = False
-    then: Callable[[], None] | None = None
-    """Run once the receipt has gone: a subscription starts delivering after it."""
-    message: Message | None = None
-    """A non-persistent SEND held behind the places before it (its receipt moves to a
-    place of its own when it is published)."""
-
-
-@attrs.define(eq=False)
-class _Transaction(LocalTransaction):
-    receipts: list[str] = attrs.Factory(list)
-    """The receipts its SENDs asked for, sent at COMMIT (or ABORT), in order."""
 
 
 Authenticate = Callable[[SecurityAuth], "Deferred[Subject]"]
@@ -247,35 +112,38 @@ class StompSession:
         settings: StompSettings | None = None,
     ) -> None:
         self._broker = broker
-        self._security = security
         self._transport = transport
-        self._clock = clock
         self._authenticate = authenticate
         self.settings = settings or StompSettings()
-        self.state = State.AWAITING_CONNECT
         self.version: Version | None = None
-        self.subject: Subject | None = None
         self.client_id: str | None = None
         self.id = uuid.uuid4().hex
         self._writable = True
-        self._subscriptions: dict[str, _Subscription] = {}
-        self._by_key: dict[int, _Subscription] = {}
-        self._keys = 0
-        self._transactions: LocalTransactions[str, _Transaction] = LocalTransactions(
-            broker, _Transaction
+        self._subscriptions = Subscriptions()
+        self._transactions: LocalTransactions[str, StompTransaction] = LocalTransactions(
+            broker, StompTransaction
         )
-        self._order: SendOrder[_Outstanding] = SendOrder(self._released, self._due)
-        self._unstored = 0
-        self._store_paused = False
         self._auto_acks = AutoAcks(clock)
-        self._node: ServerSession | None = None
-        """The node's side of this connection, once logged in."""
-        self._large: _LargeSend | None = None
-        """The SEND whose body is being streamed, between its head and its last chunk."""
-        self._login: Deferred[Subject] | None = None
-        """The login under way; cancelled if the connection goes first."""
+        self._node = ServerSession(broker, security, clock, self)
+        """The node's side of this connection: its login and what it may do."""
+        self._life = self._node.life
+        """Where the connection is in its life (read on every frame)."""
+        self._addressing = Addressing(self._node)
+        wire = self._wire = Wire(transport, self._node)
+        self._emit, self._fail, self._then = wire.emit, wire.fail, wire.then
+        publisher = self._publisher = Publisher(
+            broker,
+            self._node,
+            self._addressing,
+            self._transactions,
+            wire,
+            max_unstored=self.settings.max_unstored,
+        )
+        self._after = publisher.after
+        self._beats = (0, 0)
+        """The heart-beats the client's CONNECT offers and asks for, until logged in."""
         self._handlers: dict[Command, Callable[[Frame, dict[str, str]], None]] = {
-            Command.SEND: self._send,
+            Command.SEND: publisher.send,
             Command.SUBSCRIBE: self._subscribe,
             Command.UNSUBSCRIBE: self._unsubscribe,
             Command.ACK: self._ack,
@@ -290,19 +158,19 @@ class StompSession:
 
     def event_received(self, event: Event) -> None:
         """Act on one frame or heart-beat."""
-        if isinstance(event, HeartBeat) or self.state not in _LIVE:
+        if isinstance(event, HeartBeat) or self._life.state not in _LIVE:
             return
         headers = {} if isinstance(event, BodyChunk) else event.header_map()
         try:
             if isinstance(event, BodyChunk):
-                self._body_chunk(event)
+                self._publisher.body_chunk(event)
             elif isinstance(event, LargeFrame):
-                self._large_frame(event, headers)
+                self._publisher.large_frame(event, headers)
             elif event.command in _CONNECTING:
-                if self.state is not _AWAITING_CONNECT:
+                if self._life.state is not _AWAITING_CONNECT:
                     raise StompError("already connected", f"a second {event.command} frame")
                 self._connect(headers)
-            elif self.state is _AWAITING_CONNECT:
+            elif self._life.state is _AWAITING_CONNECT:
                 raise StompError(
                     "not connected", f"{event.command} before CONNECT: send CONNECT first"
                 )
@@ -310,230 +178,43 @@ class StompSession:
                 self._handlers[event.command](event, headers)
         except StompError as error:
             receipt = headers.get("receipt")
-            if isinstance(event, BodyChunk) and self._large is not None:
-                receipt = self._large.receipt
+            if isinstance(event, BodyChunk):
+                receipt = self._publisher.large_receipt
             self._fail(error.message, error.detail, receipt)
 
     def protocol_error(self, error: FrameError) -> None:
         """The bytes from the peer are not a frame this node accepts."""
-        if self.state not in (State.DISCONNECTING, State.CLOSED):
+        if self._life.state not in _ENDING:
             self._fail(error.message, error.detail)
 
     def writability_changed(self, writable: bool) -> None:
         """Deliveries stop while the connection is not writable and go on once it is."""
         self._writable = writable
-        for subscription in list(self._subscriptions.values()):
+        for subscription in self._subscriptions:
             subscription.consumer.writability_changed(writable)
 
     def close(self, reason: str) -> None:
         """The node ends the connection (shutting down): an ERROR saying why, then close."""
-        if self.state not in (State.DISCONNECTING, State.CLOSED):
+        if self._life.state not in _ENDING:
             self._fail("connection closed by the node", reason)
 
     def connection_lost(self) -> Deferred[None]:
         """Give back what the connection held: unacknowledged messages return to their
         queues (counted as delivered), open transactions roll back, the queues of its
         non-durable topic subscriptions go. Fires once that is stored."""
-        self.state = State.CLOSED
-        login, self._login = self._login, None
-        cancel_login(login)
-        if self._large is not None:
-            self._large.sink.discard()
-            self._large = None
+        self._node.lost()  # a SEND held for room is dropped with its connection
         self._auto_acks.close()
-        if self._node is not None:
-            self._node.close()  # a SEND held for room is dropped with its connection
-        subscriptions = list(self._subscriptions.values())
-        self._subscriptions.clear()
-        self._by_key.clear()
-        transactions = self._transactions.close()
-        for held in self._order.close():  # never published: a large body's file goes
-            assert held.message is not None
-            self._broker.discard(held.message)
+        consumers = [subscription.consumer for subscription in self._subscriptions.close()]
+        self._publisher.close()
         self._handlers.clear()  # (its bound methods refer back to the session)
-        return Deferred.fromCoroutine(self._give_back(subscriptions, transactions))
-
-    async def _give_back(
-        self, subscriptions: list[_Subscription], transactions: list[_Transaction]
-    ) -> None:
-        for transaction in transactions:
-            await self._quietly(self._transactions.rollback(transaction))
-        for subscription in subscriptions:
-            await self._quietly(Deferred.fromCoroutine(self._remove(subscription, False)))
-
-    @staticmethod
-    async def _quietly(work: Deferred[None]) -> None:
-        try:
-            await work
-        except Exception:
-            log.failure("cleaning up a closed STOMP session failed")
-
-    # -- output ---------------------------------------------------------------------------
-
-    def _emit(self, frame: Frame) -> None:
-        if self.state is not State.CLOSED:
-            self._transport.send(frame)
-
-    def _fail(self, message: str, detail: str, receipt: str | None = None) -> None:
-        """An ERROR frame, then the connection closes."""
-        headers = [("message", message), ("content-type", "text/plain")]
-        if receipt is not None:
-            headers.append(("receipt-id", receipt))
-        body = detail.encode("utf-8")
-        headers.append(("content-length", str(len(body))))
-        self._emit(Frame(Command.ERROR, tuple(headers), body))
-        self._closing()
-
-    def _closing(self) -> None:
-        if self.state is not State.CLOSED:
-            self.state = State.DISCONNECTING
-        self._transport.close()
-
-    def _then(
-        self,
-        work: Deferred[Any],
-        done: Callable[[Any], None],
-        receipt: str | None,
-        failed: Callable[[Failure], None] | None = None,
-    ) -> None:
-        """Stop reading until ``work`` fires, then run ``done`` with its result (or
-        ``failed``, by default an ERROR naming the failure)."""
-        self._transport.pause_reading(BUSY)
-
-        def succeeded(result: Any) -> None:
-            if self.state is State.CLOSED:
-                return
-            try:
-                done(result)
-            except StompError as error:
-                self._fail(error.message, error.detail, receipt)
-            self._transport.resume_reading(BUSY)
-
-        def refused(failure: Failure) -> None:
-            if self.state is State.CLOSED:
-                return
-            if failed is not None:
-                failed(failure)
-            else:
-                self._fail(*_describe(failure), receipt)
-            self._transport.resume_reading(BUSY)
-
-        work.addCallbacks(succeeded, refused)
-
-    def _after(
-        self,
-        work: Deferred[Any] | None,
-        receipt: str | None,
-        size: int = 0,
-        then: Callable[[], None] | None = None,
-    ) -> None:
-        """Send the receipt (if any) once ``work`` is stored and every earlier frame's
-        receipt has gone, then run ``then``; a failure to store is an ERROR."""
-        entry = _Outstanding(receipt, size, then=then)
-        if work is None:
-            self._order.enter_done(entry)
-            return
-        self._track(entry)
-        work.addCallbacks(
-            lambda _: self._stored(entry),
-            lambda failure: self._store_failed(entry, failure),
+        return Deferred.fromCoroutine(
+            give_back(self._transactions, consumers, self._addressing, "a closed STOMP session")
         )
-
-    def _after_each(self, work: Deferred[Any], receipts: list[str | None]) -> None:
-        """Send ``receipts`` in order once ``work`` is stored and every earlier frame's
-        receipt has gone (a transaction's SENDs', then its COMMIT's or ABORT's)."""
-        entries = [_Outstanding(receipt) for receipt in receipts]
-        for entry in entries:
-            self._order.enter(entry)
-
-        def stored(_: object) -> None:
-            for entry in entries:
-                self._order.written(entry)
-
-        work.addCallbacks(stored, lambda failure: self._store_failed(entries[-1], failure))
-
-    def _track(self, entry: _Outstanding) -> None:
-        """``entry`` waits in line; its bytes count towards pausing this connection."""
-        self._order.enter(entry)
-        if entry.size:
-            self._unstored += entry.size
-            if self._unstored > self.settings.max_unstored and not self._store_paused:
-                self._store_paused = True
-                self._transport.pause_reading(STORE)
-
-    def _send_settled(self, entry: _Outstanding, failure: Failure | None) -> None:
-        """A persistent SEND's store write ended (``publish_then``'s callable)."""
-        if failure is None:
-            self._stored(entry)
-        else:
-            self._store_failed(entry, failure)
-
-    def _hold_in_order(self, message: Message, receipt: str | None) -> bool:
-        """Keep a non-persistent SEND behind the frames before it that wait for the store
-        (False if none does), and read nothing more meanwhile (so it is the only one
-        held), as the core head holds such a send and Artemis keeps a session's sends in
-        order."""
-        if not self._order.hold(_Outstanding(receipt, message=message)):
-            return False
-        self._transport.pause_reading(ORDER)
-        return True
-
-    def _due(self, entry: _Outstanding) -> None:
-        """The held SEND's turn came: publish it, then read on."""
-        message, entry.message = entry.message, None
-        receipt, entry.receipt = entry.receipt, None  # its own place, once published
-        assert message is not None
-        if self.state is State.OPEN:
-            self._publish_held(message, None, receipt, ORDER, due=True)
-        else:
-            self._broker.discard(message)
-        self._order.written(entry)
-
-    def _publish_held(
-        self,
-        message: Message,
-        tx: _Transaction | None,
-        receipt: str | None,
-        reason: str,
-        due: bool = False,
-    ) -> None:
-        """Publish a SEND held while reading paused for ``reason``, then read on."""
-        try:
-            self._publish(message, tx, receipt, due)
-        except StompError as error:
-            self._fail(error.message, error.detail, receipt)
-        self._transport.resume_reading(reason)
-
-    def _stored(self, entry: _Outstanding) -> None:
-        if entry.size:
-            self._unstored -= entry.size
-            if self._store_paused and self._unstored <= self.settings.max_unstored // 2:
-                self._store_paused = False
-                self._transport.resume_reading(STORE)
-        self._order.written(entry)
-
-    def _released(self, entry: _Outstanding) -> None:
-        """Every frame before ``entry`` has had its effect and its receipt: its turn."""
-        if entry.receipt is not None:
-            self._emit(Frame(Command.RECEIPT, (("receipt-id", entry.receipt),)))
-        if entry.then is not None:
-            entry.then()
-        if entry.close:
-            self._closing()
-
-    def _store_failed(self, entry: _Outstanding, failure: Failure) -> None:
-        if self.state is State.CLOSED:
-            return
-        if failure.check(NotStored, StoreError):  # a full disk, say: no bug, no traceback
-            log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())
-        else:
-            log.failure("a STOMP send or acknowledgement could not be stored", failure)
-        self._fail("not stored", f"the node could not store it: {failure.getErrorMessage()}")
 
     # -- connecting -----------------------------------------------------------------------
 
     def _connect(self, headers: dict[str, str]) -> None:
-        version = _negotiate(headers.get("accept-version"))
+        version = negotiate(headers.get("accept-version"))
         if version is None:
             self._emit(
                 Frame(
@@ -547,9 +228,9 @@ class StompSession:
                     f"accepts {headers.get('accept-version')!r}".encode(),
                 )
             )
-            self._closing()
+            self._wire.closing()
             return
-        send, receive = _heart_beat(headers.get("heart-beat", "0,0"))
+        send, receive = heart_beat(headers.get("heart-beat", "0,0"))
         self.version = version
         self.client_id = headers.get("client-id") or None
         auth = SecurityAuth(
@@ -559,21 +240,18 @@ class StompSession:
             remote_address=self._transport.peer,
             protocol="stomp",
         )
-        self.state = State.AUTHENTICATING
-        self._login = self._authenticate(auth)
-        self._then(
-            self._login,
-            lambda subject: self._connected(subject, send, receive),
-            None,
-            self._refused,
-        )
+        self._beats = (send, receive)
+        login = self._authenticate(auth)
+        self._node.log_in(login)
+        self._then(login, _nothing, None)  # (reading waits for the answer)
 
-    def _connected(self, subject: Subject, client_send: int, client_receive: int) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self.subject = subject
-        self._node = ServerSession(self._broker, self._security, subject, self._clock)
-        self.state = State.OPEN
+    @property
+    def subject(self) -> Subject | None:
+        """Who logged in on the connection (None until then)."""
+        return self._node.subject
+
+    def logged_in(self, subject: Subject) -> None:
+        client_send, client_receive = self._beats
         ours = round(self.settings.heart_beat * 1000) if self.settings.heart_beat else 0
         send_every = max(ours, client_receive) / 1000 if ours and client_receive else None
         expect_every = max(ours, client_send) / 1000 if ours and client_send else None
@@ -595,228 +273,23 @@ class StompSession:
             )
         )
 
-    def _refused(self, failure: Failure) -> None:
-        if self.state is not State.AUTHENTICATING:
-            return
-        self._fail("authentication failed", refusal(failure))
+    def login_refused(self, reason: str) -> None:
+        self._fail("authentication failed", reason)
 
-    # -- permissions and destinations -----------------------------------------------------
+    # -- refusals -----------------------------------------------------------------------
 
     def _check(self, address: str, permission: Permission, queue: str | None = None) -> None:
-        assert self._node is not None
         try:
             self._node.check(address, permission, queue)
         except PermissionDenied as denied:
             raise StompError("permission denied", str(denied)) from None
 
-    def _may_create(self, destination: Destination, name: str) -> None:
-        """Using a missing address creates it: that needs create-address, and the
-        address's settings must allow it."""
-        assert self._node is not None
-        try:
-            self._node.check_create(name)
-        except PermissionDenied as denied:
-            raise StompError("permission denied", str(denied)) from None
-        except AddressNotFound as missing:
-            raise StompError("no such destination", f"{destination}: {missing}") from None
-
-    def _routing(self, destination: Destination, name: str, routing: Routing) -> bool:
-        """Whether address ``name`` exists. One without ``routing`` gets it where the
-        client may create the address (so ``/queue/X`` and ``/topic/X`` can be used side
-        by side, as in Artemis); StompError where it may not."""
-        address = self._broker.addresses.get(name)
-        if address is None:
-            return False
-        if routing in address.routing_types:
-            return True
-        if not self._broker.may_create_address(name):
-            other = "/topic/" if address.routing is Routing.MULTICAST else "/queue/"
-            raise StompError(
-                "wrong destination type",
-                f"{destination} names address {name!r}, which is {address.routing.value} "
-                f"(auto-create-addresses is off for it, so it stays so): use {other}{name}",
-            )
-        self._check(name, Permission.CREATE_ADDRESS)
-        self._broker.add_routing(address, routing)
-        return True
-
-    def _existing_queue(self, destination: Destination) -> str:
-        """The address of the existing queue an /amq/queue/ destination names."""
-        queue = self._broker.queues.get(destination.name)
-        if queue is None:
-            raise StompError("no such destination", f"{destination}: no queue {destination.name!r}")
-        return queue.address
-
-    # -- sending --------------------------------------------------------------------------
-
-    def _send(self, frame: Frame, headers: dict[str, str]) -> None:
-        message, tx, receipt, creating = self._send_message(headers, frame.body)
-        if creating is None:
-            self._publish(message, tx, receipt)
-        else:
-            self._then(creating, lambda _: self._publish(message, tx, receipt), receipt)
-
-    def _large_frame(self, head: LargeFrame, headers: dict[str, str]) -> None:
-        """A SEND whose body is streamed: checked now, as any SEND, before its body comes;
-        the body goes to a file of the large-message store as it arrives (reading waits
-        for a destination being created first)."""
-        message, tx, receipt, creating = self._send_message(headers, b"")
-        try:
-            sink = BodySink(self._broker, self._broker.allocate_id(), head.length)
-        except OSError as error:
-            raise StompError("store failed", f"the body has nowhere to go: {error}") from None
-        self._large = _LargeSend(sink, message.with_id(sink.message_id), tx, receipt)
-        if creating is not None:
-            self._then(creating, lambda _: None, receipt)
-
-    def _body_chunk(self, chunk: BodyChunk) -> None:
-        """The next bytes of the streamed SEND's body; the last one publishes it."""
-        large = self._large
-        assert large is not None
-        try:
-            large.sink.write(chunk.data)
-        except OSError as error:
-            raise StompError("store failed", f"the body could not be written: {error}") from None
-        if not chunk.last:
-            return
-        message = attrs.evolve(large.message, large=large.sink.finish())
-        try:
-            self._publish(message, large.tx, large.receipt)
-        except StompError:
-            self._broker.discard(message)  # published nowhere: its file goes
-            raise  # (with ``_large`` still set, for the ERROR's receipt-id)
-        self._large = None
-
-    def _send_message(
-        self, headers: dict[str, str], body: bytes
-    ) -> tuple[Message, _Transaction | None, str | None, Deferred[Any] | None]:
-        """A SEND's message, checked: its transaction, its receipt, and the creation of
-        its destination to wait for, if any."""
-        destination = _destination(headers)
-        for name in SET_BY_NODE:
-            if name in headers:
-                raise StompError(
-                    "header not allowed",
-                    f"SEND may not set the {name!r} header: the node sets it on MESSAGE frames",
-                )
-        tx = self._transaction(headers.get("transaction"))
-        receipt = headers.get("receipt")
-        address, creating = self._send_address(destination)
-        message_headers: dict[str, HeaderValue] = {
-            key: value for key, value in headers.items() if key not in _SEND_FRAME_HEADERS
-        }
-        self._state_routing(destination, address, message_headers)
-        duplicate = message_headers.get(DUPLICATE_ID_HEADER)
-        message = Message(
-            0,
-            address,
-            headers.get("persistent") == "true",
-            message_headers,
-            body,
-            duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
-        )
-        return message, tx, receipt, creating
-
-    def _state_routing(
-        self, destination: Destination, name: str, headers: dict[str, HeaderValue]
-    ) -> None:
-        """A send to an address with both routing types states the one its destination
-        names (``/topic/``: multicast, else anycast); elsewhere the header is not kept."""
-        address = self._broker.addresses.get(name)
-        if address is not None and len(address.routing_types) > 1:
-            topic = destination.kind is Kind.TOPIC
-            headers[ROUTING_TYPE] = (_MULTICAST if topic else _ANYCAST).value
-        else:
-            headers.pop(ROUTING_TYPE, None)
-
-    def _send_address(self, destination: Destination) -> tuple[str, Deferred[Any] | None]:
-        """Where a SEND goes: the address, and the creation to wait for first, if any."""
-        name = destination.name
-        if destination.kind is _AMQ_QUEUE:
-            address = self._existing_queue(destination)
-            self._routing(destination, address, _ANYCAST)
-            self._check(address, _SEND)
-            return address, None
-        routing = _ANYCAST if destination.kind is _QUEUE else _MULTICAST
-        if self._routing(destination, name, routing):
-            self._check(name, _SEND)
-            return name, None
-        self._may_create(destination, name)
-        self._check(name, Permission.SEND)
-        if routing is Routing.ANYCAST:
-            return name, self._create_anycast(name)
-        # A topic nobody subscribed to yet: its multicast address, which drops the message.
-        self._broker.create_address(name, Routing.MULTICAST)
-        return name, None
-
-    def _create_anycast(self, name: str) -> Deferred[Any] | None:
-        """Create the anycast address ``name`` and its queue: at once where anycast is the
-        default routing (the broker stores the queue in the background, as for a send),
-        else through the store, to wait for."""
-        assert self._node is not None
-        if self._node.default_routing(name) is Routing.ANYCAST:
-            self._broker.auto_create(name)
-            return None
-        return Deferred.fromCoroutine(
-            self._broker.create_queue(name, name, durable=True, routing=Routing.ANYCAST)
-        )
-
-    def _publish(
-        self, message: Message, tx: _Transaction | None, receipt: str | None, due: bool = False
-    ) -> None:
-        """Publish a SEND, or hold it: for room on its address, or (unless it is ``due``,
-        its turn come) behind the frames before it."""
-        assert self._node is not None
-        if self._node.full_under_block(message.address):
-            self._hold(message, tx, receipt)
-            return
-        if tx is None and not (message.durable or due) and self._hold_in_order(message, receipt):
-            return
-        try:
-            if tx is None and message.durable:
-                self._publish_persistent(message, receipt)
-                return
-            routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
-        except AddressNotFound as missing:
-            raise StompError("no such destination", str(missing)) from None
-        if tx is not None:  # done at commit: so is its receipt
-            if receipt is not None:
-                tx.receipts.append(receipt)
-            return
-        if isinstance(routed, Deferred):
-            self._after(routed, receipt, len(message.body))
-        elif receipt is not None:
-            self._after(None, receipt)
-
-    def _publish_persistent(self, message: Message, receipt: str | None) -> None:
-        """The hot path of persistent sends: no Deferred, one entry in line (in it before
-        publishing, whenever the store tells of its write, which it may do before
-        ``publish_then`` returns)."""
-        entry = _Outstanding(receipt, len(message.body))
-        self._track(entry)
-        routed = self._broker.publish_then(message, partial(self._send_settled, entry))
-        if routed is not None:  # routed at once: no write to wait for
-            self._stored(entry)
-
-    def _hold(self, message: Message, tx: _Transaction | None, receipt: str | None) -> None:
-        """BLOCK: keep the SEND and stop reading this connection until the address has
-        room, then publish it and read on. Only this connection waits, holding one
-        message; its frames keep their order because nothing more is read meanwhile."""
-        assert self._node is not None
-        self._transport.pause_reading(ADDRESS_FULL)
-
-        def room() -> None:
-            if self.state is not State.CLOSED:
-                self._publish_held(message, tx, receipt, ADDRESS_FULL)
-
-        self._node.wait_for_room(message.address, room)
-
     # -- subscribing ----------------------------------------------------------------------
 
     def _subscribe(self, frame: Frame, headers: dict[str, str]) -> None:
-        destination = _destination(headers)
+        destination = destination_of(headers)
         sub_id = headers.get("id")
-        durable = destination.kind is Kind.TOPIC and _durable(headers)
+        durable = destination.kind is Kind.TOPIC and names_durable(headers)
         if sub_id is None:
             if self.version is not Version.V1_0:
                 raise StompError("missing header", "SUBSCRIBE needs an 'id' header")
@@ -828,18 +301,16 @@ class StompSession:
             sub_id = str(destination)
         if sub_id in self._subscriptions:
             raise StompError("duplicate subscription", f"subscription id {sub_id!r} is in use")
-        ack = _ack_mode(headers.get("ack", "auto"))
+        ack = ack_mode(headers.get("ack", "auto"))
         prefetch = self._prefetch(headers)
         selector = headers.get("selector") or None
-        if selector is not None:
-            try:
-                compile_selector(selector)
-            except SelectorError as error:
-                raise StompError("bad selector", f"selector {selector!r}: {error}") from None
-        self._keys += 1
-        subscription = _Subscription(
+        try:
+            matcher(selector)
+        except BadFilter as bad:
+            raise refusal_error(bad, destination) from None
+        subscription = Subscription(
             sub_id,
-            self._keys,
+            self._subscriptions.next_key(),
             ack=ack,
             destination=str(destination),
             address=destination.name,
@@ -856,9 +327,11 @@ class StompSession:
             counts_unacked=not auto,
             auto_acks=self._auto_acks if auto else None,
         )
-        creating = self._subscription_queue(subscription, destination, headers, selector)
-        self._subscriptions[sub_id] = subscription
-        self._by_key[subscription.key] = subscription
+        try:
+            creating = self._subscription_queue(subscription, destination, headers, selector)
+        except (PermissionDenied, NodeError) as refused:
+            raise refusal_error(refused, destination) from None
+        self._subscriptions.add(subscription)
         receipt = headers.get("receipt")
         consumer_filter = selector if destination.kind is not Kind.TOPIC else None
         if creating is None:
@@ -880,67 +353,30 @@ class StompSession:
 
     def _subscription_queue(
         self,
-        subscription: _Subscription,
+        subscription: Subscription,
         destination: Destination,
         headers: dict[str, str],
         selector: str | None,
     ) -> Deferred[Any] | None:
         """Name (and create if needed) the queue a subscription consumes from; checks the
         permissions. Returns the creation to wait for, if any."""
-        name = destination.name
+        name, addressing = destination.name, self._addressing
         if destination.kind is Kind.AMQ_QUEUE:
             subscription.queue = name
-            subscription.address = self._existing_queue(destination)
-            binding = self._broker.addresses[subscription.address].binding(name)
-            prefix = "/topic/" if binding.routing is Routing.MULTICAST else "/queue/"
+            subscription.address, routing = addressing.consume_queue(name)
+            prefix = "/topic/" if routing is Routing.MULTICAST else "/queue/"
             subscription.destination = f"{prefix}{subscription.address}"
-            self._check(subscription.address, Permission.CONSUME, name)
             return None
         if destination.kind is Kind.QUEUE:
             subscription.queue = name
-            exists = self._routing(destination, name, Routing.ANYCAST)
-            if name in self._broker.queues:
-                self._check(name, Permission.CONSUME, name)
-                return None
-            if exists and not self._broker.may_create_address(name):
-                raise StompError("no such destination", f"{destination}: no queue {name!r}")
-            if not exists:
-                self._may_create(destination, name)
-            self._check(name, Permission.CREATE_DURABLE_QUEUE, name)
-            self._check(name, Permission.CONSUME, name)
-            return self._create_anycast(name)
-        exists = self._routing(destination, name, Routing.MULTICAST)
+            return addressing.consume_anycast(name)
         if subscription.durable:
-            queue_name = self._durable_name(headers, subscription.id)
-            subscription.queue = queue_name
-            existing = self._broker.queues.get(queue_name)
-            if existing is not None:
-                if existing.address != name or not self._broker.is_durable(queue_name):
-                    raise StompError(
-                        "subscription name in use",
-                        f"queue {queue_name!r} exists and is not a durable subscription of "
-                        f"{destination}: choose another subscription name",
-                    )
-                self._check(name, Permission.CONSUME, queue_name)
-                return None
-            permission = Permission.CREATE_DURABLE_QUEUE
+            subscription.queue = self._durable_name(headers, subscription.id)
         else:
-            queue_name = f"{name}.stomp-{self.id}-{subscription.key}"
-            subscription.queue = queue_name
+            subscription.queue = f"{name}.stomp-{self.id}-{subscription.key}"
             subscription.temporary = True
-            permission = Permission.CREATE_NON_DURABLE_QUEUE
-        if not exists:
-            self._may_create(destination, name)
-        self._check(name, permission, queue_name)
-        self._check(name, Permission.CONSUME, queue_name)
-        return Deferred.fromCoroutine(
-            self._broker.create_queue(
-                queue_name,
-                name,
-                durable=subscription.durable,
-                filter=selector,
-                routing=Routing.MULTICAST,
-            )
+        return addressing.subscribe(
+            name, subscription.queue, durable=subscription.durable, filter=selector
         )
 
     def _durable_name(self, headers: dict[str, str], sub_id: str) -> str:
@@ -950,11 +386,11 @@ class StompSession:
         return f"{self.client_id}.{name}" if self.client_id else name
 
     def _consume(
-        self, subscription: _Subscription, consumer_filter: str | None, receipt: str | None
+        self, subscription: Subscription, consumer_filter: str | None, receipt: str | None
     ) -> None:
         """Start the subscription's consumer; with a receipt, once the receipt has gone,
         so that it comes before any of the subscription's messages."""
-        if self._subscriptions.get(subscription.id) is not subscription:
+        if not self._subscriptions.is_open(subscription):
             return
         start = partial(self._start, subscription, consumer_filter)
         if receipt is None:
@@ -962,15 +398,13 @@ class StompSession:
         else:
             self._after(None, receipt, then=start)
 
-    def _start(self, subscription: _Subscription, consumer_filter: str | None) -> None:
-        if self.state is not State.OPEN or (
-            self._subscriptions.get(subscription.id) is not subscription
-        ):
+    def _start(self, subscription: Subscription, consumer_filter: str | None) -> None:
+        if self._life.state is not _OPEN or not self._subscriptions.is_open(subscription):
             return  # unsubscribed, or the connection ends, while the receipt waited
         subscription.consumer.start(consumer_filter)
 
     def deliver(
-        self, consumer: Consumer[_Subscription], delivery_id: int, count: int, message: Message
+        self, consumer: Consumer[Subscription], delivery_id: int, count: int, message: Message
     ) -> None:
         """A MESSAGE frame for what a subscription's consumer delivers."""
         subscription = consumer.tag
@@ -994,10 +428,10 @@ class StompSession:
         if message.durable:
             headers.append(("persistent", "true"))
         if message.headers:
-            headers += _message_headers(message.headers, self.version or _V1_0)
+            headers += message_headers(message.headers, self.version or _V1_0)
         if large is None:
             self._emit(Frame(_MESSAGE, tuple(headers), body))
-        elif self.state is not State.CLOSED:
+        elif self._life.state is not _CLOSED:
             self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
 
     def _unsubscribe(self, frame: Frame, headers: dict[str, str]) -> None:
@@ -1007,7 +441,7 @@ class StompSession:
         if sub_id is None:
             raise StompError("missing header", "UNSUBSCRIBE needs an 'id' header")
         receipt = headers.get("receipt")
-        forget = _durable(headers)
+        forget = names_durable(headers)
         subscription = self._subscriptions.get(sub_id)
         if subscription is None:
             if forget:
@@ -1015,113 +449,53 @@ class StompSession:
                 return
             raise StompError("no such subscription", f"no subscription with id {sub_id!r}")
         if forget and subscription.durable:
-            queue = self._broker.queue(subscription.queue)
-            self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, subscription.queue)
-        del self._subscriptions[sub_id]
-        del self._by_key[subscription.key]
+            try:
+                self._addressing.may_delete(subscription.queue)
+            except PermissionDenied as denied:
+                raise StompError("permission denied", str(denied)) from None
+        self._subscriptions.remove(subscription)
         removing = Deferred.fromCoroutine(self._remove(subscription, forget))
         self._then(removing, lambda _: self._after(None, receipt), receipt)
 
-    async def _remove(self, subscription: _Subscription, forget: bool) -> None:
+    async def _remove(self, subscription: Subscription, forget: bool) -> None:
         """Stop a subscription's consumer; delete its queue if it was temporary, or
         durable and ``forget``."""
-        name = subscription.queue
         await subscription.consumer.close()
-        delete = subscription.temporary or (forget and subscription.durable)
-        if delete and name in self._broker.queues:
-            queue = self._broker.queue(name)
-            if not queue.consumer_ids:
-                await self._broker.delete_queue(name)
+        if subscription.temporary or (forget and subscription.durable):
+            await self._addressing.drop(subscription.queue)
 
     def _forget_durable(self, queue_name: str, receipt: str | None) -> None:
         """UNSUBSCRIBE with ``durable:true`` of a durable subscription not open here."""
-        queue = self._broker.queues.get(queue_name)
-        if queue is None or not self._broker.is_durable(queue_name):
+        try:
+            deleting = self._addressing.delete_queue(queue_name, durable=True)
+        except QueueNotFound:
             raise StompError(
                 "no such subscription", f"no durable subscription queue {queue_name!r}"
-            )
-        self._check(queue.address, Permission.DELETE_DURABLE_QUEUE, queue_name)
-        if queue.consumer_ids:
+            ) from None
+        except QueueInUse as in_use:
             raise StompError(
                 "subscription in use",
-                f"durable subscription {queue_name!r} has {len(queue.consumer_ids)} consumer(s)",
-            )
-        deleting = Deferred.fromCoroutine(self._broker.delete_queue(queue_name))
+                f"durable subscription {queue_name!r} has {in_use.consumers} consumer(s)",
+            ) from None
+        except PermissionDenied as denied:
+            raise StompError("permission denied", str(denied)) from None
         self._then(deleting, lambda _: self._after(None, receipt), receipt)
 
     # -- acknowledging --------------------------------------------------------------------
 
-    def _target(self, command: Command, headers: dict[str, str]) -> tuple[_Subscription, int]:
-        """The subscription and delivery an ACK or NACK names: by ``id`` (1.2, the
-        MESSAGE's ``ack``), or by ``message-id`` (and ``subscription``, 1.1)."""
-        ack_id = headers.get("id")
-        if self.version is Version.V1_2:
-            if ack_id is None:
-                raise StompError("missing header", f"{command} needs an 'id' header")
-            key, _, delivery = ack_id.partition("-")
-            subscription = self._by_key.get(int(key)) if key.isdigit() else None
-            if subscription is not None and delivery.isdigit():
-                delivery_id = int(delivery)
-                if delivery_id in subscription.unacked:
-                    return subscription, delivery_id
-            raise StompError(
-                "unknown ack id",
-                f"{command} id {ack_id!r} names no message awaiting acknowledgement on this "
-                "connection",
-            )
-        message_id = headers.get("message-id")
-        if message_id is None or not message_id.isdigit():
-            raise StompError("missing header", f"{command} needs a 'message-id' header")
-        number = int(message_id)
-        sub_id = headers.get("subscription")
-        candidates = (
-            [self._subscriptions[sub_id]]
-            if sub_id is not None and sub_id in self._subscriptions
-            else list(self._subscriptions.values())
-            if sub_id is None
-            else []
-        )
-        for subscription in candidates:
-            found = subscription.by_message.get(number)
-            if found is not None:
-                return subscription, found
-        raise StompError(
-            "unknown message",
-            f"{command} of message {message_id} names no message awaiting acknowledgement "
-            "on this connection",
-        )
-
     def _settling(
         self, command: Command, headers: dict[str, str]
-    ) -> tuple[_Subscription, list[int]]:
-        """The deliveries an ACK or NACK settles: in ``client`` mode, every one up to
-        the one named (cumulative), in ``client-individual`` mode that one."""
-        subscription, delivery_id = self._target(command, headers)
-        if subscription.ack is AckMode.AUTO:
-            raise StompError(
-                "not acknowledged by the client",
-                f"subscription {subscription.id!r} acknowledges automatically (ack:auto)",
-            )
+    ) -> tuple[Subscription, list[int]]:
+        """What an ACK or NACK settles, once checked that the client may."""
+        subscription, deliveries = self._subscriptions.settling(command, headers, self.version)
         self._check(subscription.address, Permission.CONSUME, subscription.queue)
-        if subscription.ack is AckMode.CLIENT_INDIVIDUAL:
-            return subscription, [delivery_id]
-        return subscription, [d for d in subscription.unacked if d <= delivery_id]
-
-    def _settled(self, subscription: _Subscription, delivery_ids: list[int]) -> None:
-        """Forget settled deliveries. A message's id names its latest delivery only: a
-        NACKed message may already be out again under a new delivery id, recorded under
-        the same message id, and that entry stays."""
-        by_message = subscription.by_message
-        message_ids = subscription.consumer.settled(delivery_ids)
-        for delivery_id, message_id in zip(delivery_ids, message_ids, strict=True):
-            if by_message.get(message_id) == delivery_id:
-                del by_message[message_id]
+        return subscription, deliveries
 
     def _ack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.ACK, headers)
-        tx = self._transaction(headers.get("transaction"))
+        tx = open_transaction(self._transactions, headers.get("transaction"))
         last = deliveries[-1]
-        self._settled(subscription, deliveries)
+        subscription.settled(deliveries)
         try:
             done = subscription.consumer.acknowledge(
                 last,
@@ -1138,31 +512,23 @@ class StompSession:
 
     def _nack(self, frame: Frame, headers: dict[str, str]) -> None:
         subscription, deliveries = self._settling(Command.NACK, headers)
-        tx = self._transaction(headers.get("transaction"))
-        requeue = _requeue(headers.get("requeue", "true"))
+        tx = open_transaction(self._transactions, headers.get("transaction"))
+        requeue = requeue_of(headers.get("requeue", "true"))
         if tx is not None:
             tx.at_commit.append(partial(self._give_up, subscription, deliveries, requeue))
         else:
             self._give_up(subscription, deliveries, requeue)
         self._after(None, headers.get("receipt"))
 
-    def _give_up(self, subscription: _Subscription, deliveries: list[int], requeue: bool) -> None:
+    def _give_up(self, subscription: Subscription, deliveries: list[int], requeue: bool) -> None:
         """NACK: back to the queue for redelivery, or dropped (requeue:false)."""
-        if self._by_key.get(subscription.key) is not subscription:
+        if not self._subscriptions.is_open(subscription):
             return  # unsubscribed since: its messages went back already
-        deliveries = [d for d in deliveries if d in subscription.unacked]
-        for delivery_id in deliveries:
-            try:
-                done = subscription.consumer.nack(delivery_id, requeue=requeue)
-            except QueueError:
-                continue
-            done.addErrback(settle_failed)
-        # Settled once back in the queue: a prefetch slot it frees takes it again first.
-        self._settled(subscription, deliveries)
+        subscription.settled(subscription.consumer.refuse(deliveries, requeue=requeue))
 
     # -- transactions ---------------------------------------------------------------------
 
-    def _transaction(self, name: str | None) -> _Transaction | None:
+    def _transaction(self, name: str | None) -> StompTransaction | None:
         if name is None:
             return None
         tx = self._transactions.get(name)
@@ -1182,9 +548,9 @@ class StompSession:
             raise StompError("transaction in use", f"transaction {name!r} is already open")
         self._after(None, headers.get("receipt"))
 
-    def _end(self, command: Command, headers: dict[str, str]) -> _Transaction:
+    def _end(self, command: Command, headers: dict[str, str]) -> StompTransaction:
         name = self._transaction_name(command, headers)
-        tx = self._transaction(name)
+        tx = open_transaction(self._transactions, name)
         assert tx is not None
         self._transactions.end(name)
         return tx
@@ -1192,110 +558,20 @@ class StompSession:
     def _commit(self, frame: Frame, headers: dict[str, str]) -> None:
         tx = self._end(Command.COMMIT, headers)
         committing = self._transactions.commit(tx)
-        self._after_each(committing, [*tx.receipts, headers.get("receipt")])
+        self._publisher.after_each(committing, [*tx.receipts, headers.get("receipt")])
 
     def _abort(self, frame: Frame, headers: dict[str, str]) -> None:
         """Roll back; the receipts of its SENDs go too (each frame was handled, as the
         client asked: the ABORT undid them), then the ABORT's."""
         tx = self._end(Command.ABORT, headers)
         rolling_back = self._transactions.rollback(tx)
-        self._after_each(rolling_back, [*tx.receipts, headers.get("receipt")])
+        self._publisher.after_each(rolling_back, [*tx.receipts, headers.get("receipt")])
 
     def _disconnect(self, frame: Frame, headers: dict[str, str]) -> None:
         """Answer the receipt once every earlier frame's effect is stored, then close."""
-        self.state = State.DISCONNECTING
-        self._order.enter_done(_Outstanding(headers.get("receipt"), close=True))
+        self._node.close()
+        self._publisher.goodbye(headers.get("receipt"))
 
 
-def _negotiate(accepted: str | None) -> Version | None:
-    if accepted is None:
-        return Version.V1_0
-    offered = {part.strip() for part in accepted.split(",")}
-    return next((version for version in VERSIONS if version.value in offered), None)
-
-
-def _heart_beat(text: str) -> tuple[int, int]:
-    send, comma, receive = text.partition(",")
-    if comma and send.strip().isdigit() and receive.strip().isdigit():
-        return int(send), int(receive)
-    raise StompError("malformed header", f"heart-beat {text!r} is not two numbers: 'cx,cy'")
-
-
-_DESTINATIONS: dict[str, Destination] = {}
-_DESTINATIONS_KEPT = 1024
-"""Parsed destinations, kept (a few, the most used are re-added) for the hot path."""
-
-
-def _destination(headers: dict[str, str]) -> Destination:
-    text = headers.get("destination")
-    if text is None:
-        raise StompError("missing header", "the frame needs a 'destination' header")
-    found = _DESTINATIONS.get(text)
-    if found is not None:
-        return found
-    try:
-        parsed = parse_destination(text)
-    except DestinationError as error:
-        raise StompError("bad destination", str(error)) from None
-    if len(_DESTINATIONS) >= _DESTINATIONS_KEPT:
-        _DESTINATIONS.clear()
-    _DESTINATIONS[text] = parsed
-    return parsed
-
-
-def _ack_mode(text: str) -> AckMode:
-    try:
-        return AckMode(text)
-    except ValueError:
-        raise StompError(
-            "bad header", f"ack {text!r} is not one of auto, client, client-individual"
-        ) from None
-
-
-def _requeue(text: str) -> bool:
-    """RabbitMQ's ``requeue`` header of NACK: true or false, in any case."""
-    lowered = text.lower()
-    if lowered not in ("true", "false"):
-        raise StompError("bad header", f"requeue {text!r} is not true or false")
-    return lowered == "true"
-
-
-def _durable(headers: Mapping[str, str]) -> bool:
-    """Whether SUBSCRIBE/UNSUBSCRIBE names a durable subscription (RabbitMQ's
-    ``durable``/``persistent``, ActiveMQ's ``activemq.subscriptionName``)."""
-    return (
-        headers.get("durable") == "true"
-        or headers.get("persistent") == "true"
-        or "activemq.subscriptionName" in headers
-    )
-
-
-def _message_headers(headers: Mapping[str, HeaderValue], version: Version) -> list[tuple[str, str]]:
-    """A message's own headers as STOMP headers: strings as they are, booleans as
-    true/false, numbers in decimal, bytes as UTF-8 text. Those the node sets on MESSAGE
-    frames, and those the version cannot carry, are left out."""
-    out = []
-    for key, value in headers.items():
-        if key in _MESSAGE_FRAME_HEADERS:
-            continue
-        if isinstance(value, str):
-            text = value
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, bytes):
-            text = value.decode("utf-8", "replace")
-        else:
-            text = str(value)
-        if version is Version.V1_2 or encodable(version, key, text):
-            out.append((key, text))
-    return out
-
-
-def _describe(failure: Failure) -> tuple[str, str]:
-    """An ERROR's message and body for a step that failed on the node."""
-    if failure.check(AddressNotFound):
-        return "no such destination", failure.getErrorMessage()
-    if failure.check(NodeError, SelectorError):
-        return "refused", failure.getErrorMessage()
-    log.failure("a STOMP request failed", failure)
-    return "internal error", f"the node failed: {failure.getErrorMessage()}"
+def _nothing(result: object) -> None:
+    """What reading waits for is done."""
