@@ -5,7 +5,6 @@ naming why, the backup then out of sync."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -22,16 +21,8 @@ from bridge.store.op_codec import encode_operations, encode_rows
 from bridge.store.operations import CreateQueue
 from bridge.store.records import QueueRecord
 from bridge.store.schema import SCHEMA_VERSION
+from tests.replication.conftest import until
 from transport.frames import Frame
-
-TIMEOUT = 30.0
-
-
-async def until(condition: Callable[[], object], what: str) -> None:
-    deadline = reactor.seconds() + TIMEOUT
-    while not condition():
-        assert reactor.seconds() < deadline, f"{what} did not hold in time"
-        await deferLater(reactor, 0.01, lambda: None)
 
 
 @attrs.define

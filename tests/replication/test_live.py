@@ -6,7 +6,6 @@ then recovers exactly what the live node's does."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -23,17 +22,10 @@ from bridge.replication.backup import ReplicaSink
 from bridge.replication.live import ReplicationLost, Replicator, SyncState
 from bridge.store import SQLiteMessageStore
 from bridge.store.schema import SCHEMA_VERSION
+from tests.replication.conftest import TIMEOUT, until
 from tests.store.conftest import anycast, message
 
-TIMEOUT = 30.0
 LARGE = 700 * 1024
-
-
-async def until(condition: Callable[[], object], what: str = "the condition") -> None:
-    deadline = reactor.seconds() + TIMEOUT
-    while not condition():
-        assert reactor.seconds() < deadline, f"{what} did not hold in time"
-        await deferLater(reactor, 0.01, lambda: None)
 
 
 @attrs.define
