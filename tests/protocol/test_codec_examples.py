@@ -52,10 +52,10 @@ from bridge.protocol.packets import (
     ReplicaBatch,
     ReplicaBody,
     ReplicaDiscard,
-    ReplicaRows,
     ReplicaSyncBegin,
     ReplicaSynced,
     ReplicaSyncEnd,
+    ReplicaSyncFile,
 )
 
 MESSAGE = Message(id=7, address="q", durable=True, headers={"k": 1}, body=b"hi")
@@ -182,7 +182,7 @@ GOLDEN: list[tuple[Packet, int, str]] = [
     ),
     (ReplicaAnnounce("b", "b/1", 3, True), 128, "0001 62 | 0003 622f31 | 0003 | 01"),
     (ReplicaSyncBegin("a", 7, 3), 129, "0001 61 | 0000000000000007 | 0003"),
-    (ReplicaRows("t", b"\x05"), 130, "0001 74 | 00000001 05"),
+    (ReplicaSyncFile(b"\x05"), 130, "00000001 05"),
     (ReplicaBody(9, b"ab", False), 131, "0000000000000009 | 00000002 6162 | 00"),
     (ReplicaSyncEnd(4), 132, "0000000000000004"),
     (ReplicaSynced(4), 133, "0000000000000004"),

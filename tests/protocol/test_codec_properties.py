@@ -58,10 +58,10 @@ from bridge.protocol.packets import (
     ReplicaBatch,
     ReplicaBody,
     ReplicaDiscard,
-    ReplicaRows,
     ReplicaSyncBegin,
     ReplicaSynced,
     ReplicaSyncEnd,
+    ReplicaSyncFile,
 )
 
 U16 = st.integers(0, 0xFFFF)
@@ -144,7 +144,7 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     ),
     ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16, st.booleans()),
     ReplicaSyncBegin: st.builds(ReplicaSyncBegin, NAMES, U64, U16),
-    ReplicaRows: st.builds(ReplicaRows, NAMES, DATA),
+    ReplicaSyncFile: st.builds(ReplicaSyncFile, DATA),
     ReplicaBody: st.builds(ReplicaBody, U64, DATA, st.booleans()),
     ReplicaSyncEnd: st.builds(ReplicaSyncEnd, U64),
     ReplicaSynced: st.builds(ReplicaSynced, U64),
