@@ -59,19 +59,20 @@ class ClusterMembers:
         own = Member(name, tuple(urls), settings.own_host_id())
         self._topology = Topology(own, (store,), settings.failover_policy)
         self._waiters: list[Deferred[None]] = []
-        self._links: dict[URL, Reconnector] = {}
+        self._links: dict[int, Reconnector] = {}
+        """By the member's place in ``[cluster] members``."""
 
     # -- the links ----------------------------------------------------------------------
     def start(self) -> None:
         """Link with every static member."""
         interval = self.settings.retry_interval
         policy = ReconnectPolicy(interval, 1.0, interval, -1)
-        for url in self.settings.members:
+        for index, url in enumerate(self.settings.members):
             factory = FrameFactory(
-                partial(_Link, self, url), self._reactor, None, PACKET_TYPES, True
+                partial(_Link, self, index, url), self._reactor, None, PACKET_TYPES, True
             )
             endpoint = client_endpoint(self._reactor, url)
-            link = self._links[url] = Reconnector(endpoint, factory, policy, self._reactor)
+            link = self._links[index] = Reconnector(endpoint, factory, policy, self._reactor)
             link.start()
 
     async def stop(self) -> None:
@@ -82,9 +83,9 @@ class ClusterMembers:
         for waiter in list(self._waiters):
             waiter.cancel()  # (its canceller takes it off the list)
 
-    def _itself(self, url: URL) -> None:
-        """The member at ``url`` is this node: no link there."""
-        link = self._links.pop(url, None)
+    def _itself(self, index: int) -> None:
+        """The member ``index`` is this node: no link there."""
+        link = self._links.pop(index, None)
         if link is not None:
             self._reactor.callLater(0, link.stop)
 
@@ -153,8 +154,9 @@ class _Link:
     """One connection to a member: log in as the cluster user, announce this node, learn
     the member from its answer."""
 
-    def __init__(self, members: ClusterMembers, url: URL) -> None:
+    def __init__(self, members: ClusterMembers, index: int, url: URL) -> None:
         self._members = members
+        self._index = index
         self._url = url
         self._connection: IFrameConnection | None = None
         self._peer = ""
@@ -185,7 +187,7 @@ class _Link:
             connection.logged_in()
             self._peer = packet.node_name
             if packet.node_name == members.name:
-                members._itself(self._url)
+                members._itself(self._index)
                 connection.close()
                 return
             own = members.topology_now.own

@@ -50,6 +50,7 @@ async def test_a_kill_9_sends_the_clients_through_a_redirect_to_the_backup(nodes
     reader = await connect(reactor, url_a, reconnect=FOLLOW, trace=writers[1])
     await reader.consumer("orders", on_message=on_message)
     writer = await connect(reactor, url_a, reconnect=FOLLOW, trace=writers[0])
+    await eventually(lambda: writer.topology is not None and reader.topology is not None)
     assert writer.topology is not None
     assert [m.node_id for m in writer.topology.members] == ["a", "b"]
     settled: list[ClientError | None] = []
