@@ -18,6 +18,7 @@ import pytest
 from zope.interface.interface import InterfaceClass
 
 from bridge.ha.failover import IFailoverPolicy
+from bridge.heads.core.cluster import ICluster
 from bridge.node.consumer import IStreamListener
 from bridge.store.interfaces import IMessageStore
 from security.interfaces import ISecurityAuth
@@ -157,6 +158,7 @@ def test_nothing_outside_the_node_reaches_into_the_broker():
 @pytest.mark.parametrize(
     "interface",
     [
+        ICluster,
         IFailoverPolicy,
         IFrameConnection,
         IFrameReceiver,

@@ -4,7 +4,9 @@
 ``retry-interval-multiplier`` for each further one up to ``max-retry-interval``;
 ``reconnect-attempts`` bounds the consecutive failed retries (-1: forever, 0: never retry).
 The count starts again after every successful connection. When it runs out the service
-stops and ``on_exhausted`` is told why.
+stops and ``on_exhausted`` is told why. The owner may change the policy for the next drop
+(``reconsider``: a client that learned its failover nodes allows a round of them), and
+send the next retry at once (``retry_now``: a node redirected it).
 """
 
 from __future__ import annotations
@@ -124,11 +126,24 @@ class Reconnector:
         )
         self._watch: Deferred[IProtocol] | None = None
         self._stopped = False
+        self._now = False
         self.exhausted: ReconnectAttemptsExhausted | None = None
+
+    def reconsider(self, policy: ReconnectPolicy) -> None:
+        """Follow ``policy`` from the next retry and the next drop on."""
+        self.policy = policy
+        self._delay = policy.delay()
+
+    def retry_now(self) -> None:
+        """The next retry goes at once, not after the policy's wait."""
+        self._now = True
 
     def _retry_delay(self, failed: int) -> float:
         """ClientService schedules retry ``failed``: log it, unless the policy gives up
         before it (the count starts again after every connection, as the policy's does)."""
+        if self._now:
+            self._now = False
+            return 0.0
         delay = self._delay(failed)
         attempts = self.policy.reconnect_attempts
         if attempts < 0 or failed <= attempts:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+import sys
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -42,12 +43,14 @@ from bridge.client.session import (
     Event,
     LoginRefused,
     Ready,
+    Redirected,
     SendsConfirmed,
     Settle,
     Settled,
+    TopologyChanged,
 )
 from bridge.message import HeaderValue, Message
-from bridge.protocol import PACKET_TYPES, Routing
+from bridge.protocol import PACKET_TYPES, Routing, Topology
 from transport.connection import FrameFactory
 from transport.endpoints import client_endpoint
 from transport.errors import ReconnectAttemptsExhausted
@@ -63,6 +66,9 @@ log = Logger()
 
 NO_RECONNECT = ReconnectPolicy(reconnect_attempts=0)
 """One connection attempt, and no reconnection after a drop (Artemis's client default)."""
+
+DEFAULT_MAX_REDIRECTS = 3
+"""Redirects a client follows in a row before it counts the node as failed."""
 
 Body = bytes | bytearray | memoryview | IO[bytes]
 """A message body: bytes, or a binary file-like object streamed as a large message."""
@@ -358,8 +364,21 @@ class Client:
         settings: ConnectionSettings | None,
         reconnect: ReconnectPolicy,
         trace: event_log.EventWriter | None = None,
+        max_redirects: int = DEFAULT_MAX_REDIRECTS,
     ) -> None:
+        if max_redirects < 0:
+            raise ValueError(f"max-redirects must not be negative, got {max_redirects}")
         self._session = session
+        self._reactor = reactor
+        self._tls = tls
+        self._policy = reconnect
+        self._max_redirects = max_redirects
+        self._redirects = 0
+        """Redirects followed since the last login."""
+        self._redirected_to: URL | None = None
+        self.topology: Topology | None = None
+        """The cluster's latest TOPOLOGY, as the node last reached sent it (None: not a
+        member of a cluster, or a node of an older protocol)."""
         self._trace = None if trace is None else _Trace(trace, session.client_id)
         self.urls = tuple(urls)
         """The node and its backups, tried in turn (``transport.failover``)."""
@@ -378,10 +397,13 @@ class Client:
         factory = FrameFactory(
             lambda: _Receiver(self), clock, settings, PACKET_TYPES, is_client=True
         )
+        self._order = self.urls
+        """The URLs in the order attempts go to them: ``urls``, or once a TOPOLOGY came,
+        the node's and its failover nodes'."""
         endpoints = [client_endpoint(reactor, url, tls) for url in self.urls]
         self._endpoint = FailoverEndpoint(endpoints)
         self._reconnector = Reconnector(
-            self._endpoint if len(endpoints) > 1 else endpoints[0],
+            self._endpoint,
             factory,
             reconnect,
             clock,
@@ -405,7 +427,9 @@ class Client:
     @property
     def url(self) -> URL:
         """The URL connected to (or tried next, between connections)."""
-        return self.urls[self._endpoint.current]
+        if self._endpoint.detour is not None and self._redirected_to is not None:
+            return self._redirected_to
+        return self._order[self._endpoint.current]
 
     @property
     def node_name(self) -> str:
@@ -758,7 +782,7 @@ class Client:
             consumer._connection_lost()
         if not self._closed:
             log.info("connection to {url} lost: {reason}", url=self.url, reason=reason)
-        if not self._established:
+        if not self._established and self._endpoint.detour is None:
             self._endpoint.failed()  # never logged in there: the next attempt may move on
         self._after()
 
@@ -836,6 +860,10 @@ class Client:
                     lost._fail(event.error)
             elif type(event) is LoginRefused:
                 self._refused(event.error)
+            elif type(event) is TopologyChanged:
+                self._follow(event.topology)
+            elif type(event) is Redirected:
+                self._redirected(event)
 
     @staticmethod
     def _settle(callback: Settle, error: ClientError | None) -> None:
@@ -844,8 +872,63 @@ class Client:
         except Exception:
             log.failure("a send or request callback failed")
 
+    def _follow(self, topology: Topology) -> None:
+        """Keep the map; from now on ask for the store this node serves, and after a drop
+        retry this node first (``reconnect-attempts`` times: a glitch is not a
+        failover), then its failover nodes in order, one attempt each."""
+        self.topology = topology
+        members = {member.node_id: member for member in topology.members}
+        own = members.get(self.node_name)
+        if own is None or not own.urls:
+            return
+        self._session.store = own.serves[0] if own.serves else own.node_id
+        order = [parse_url(own.urls[0])]
+        order += [
+            parse_url(members[node].urls[0])
+            for node in own.failover
+            if node in members and members[node].urls
+        ]
+        attempts = self._policy.reconnect_attempts
+        if attempts == 0:
+            return  # no reconnection at all
+        self._order = tuple(order)
+        first = attempts if attempts > 0 else sys.maxsize
+        endpoints = [client_endpoint(self._reactor, url, self._tls) for url in order]
+        self._endpoint.follow(endpoints, first)
+        if attempts > 0:  # a whole round before giving up
+            policy = attrs.evolve(self._policy, reconnect_attempts=attempts + len(order) - 1)
+            self._reconnector.reconsider(policy)
+
+    def _redirected(self, event: Redirected) -> None:
+        """The node does not serve our store: go where it says, at once (or, when no
+        member serves it yet, on to the next in the order)."""
+        self._redirects += 1
+        connection = self._connection
+        if self._redirects > self._max_redirects:
+            error = ConnectionLost(
+                f"redirected {self._redirects} times in a row looking for store "
+                f"{event.store!r} (max-redirects {self._max_redirects})"
+            )
+            self._fail(error)
+            self._reconnector.stop()
+        elif event.urls:
+            log.info(
+                "{url}: store {store} is served at {to}; going there",
+                url=self.url,
+                store=event.store,
+                to=event.urls[0],
+            )
+            self._redirected_to = target = parse_url(event.urls[0])
+            self._endpoint.redirect(client_endpoint(self._reactor, target, self._tls))
+            self._reconnector.retry_now()
+        else:
+            log.info("{url}: no member serves store {store} yet", url=self.url, store=event.store)
+        if connection is not None:
+            connection.close()
+
     def _ready(self, event: Ready) -> None:
         self._established = True
+        self._redirects = 0
         self._endpoint.established()
         if event.reconnected:
             log.info(
@@ -892,6 +975,7 @@ def connect(
     reconnect: ReconnectPolicy = NO_RECONNECT,
     settings: ConnectionSettings | None = None,
     trace: event_log.EventWriter | None = None,
+    max_redirects: int = DEFAULT_MAX_REDIRECTS,
 ) -> Deferred[Client]:
     """Connect and log in to the node at ``url``; fires with the ``Client`` once the node
     accepted the login. Fails with ``AuthenticationFailed`` (the node's words) or
@@ -905,7 +989,13 @@ def connect(
     With ``trace``, the client records its sends, their outcomes, deliveries, acks and
     flow-control pauses into that event writer (docs/events.md), ``client_id`` (default:
     the writer's process name) being the producer id. ``producer_window_size`` caps the
-    producer credit used per address below the node's grant (-1: the node's grant)."""
+    producer credit used per address below the node's grant (-1: the node's grant).
+
+    A node of a cluster sends the client its failover map (TOPOLOGY): after a drop the
+    client retries its node ``reconnect.reconnect_attempts`` times, then the node's
+    failover nodes, asking each for the store it was on; a node that does not serve it
+    redirects the client to the one that does, at most ``max_redirects`` times in a row
+    (docs/client.md, "Following the failover map")."""
     given = [url] if isinstance(url, (str, URL)) else list(url)
     if not given:
         raise ValueError("connect: no URL given")
@@ -922,6 +1012,13 @@ def connect(
         max_frame_size=(settings or ConnectionSettings()).max_frame_size,
     )
     client = Client(
-        reactor, parsed, session, tls=tls, settings=settings, reconnect=reconnect, trace=trace
+        reactor,
+        parsed,
+        session,
+        tls=tls,
+        settings=settings,
+        reconnect=reconnect,
+        trace=trace,
+        max_redirects=max_redirects,
     )
     return client._start()

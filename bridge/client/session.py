@@ -46,7 +46,7 @@ from bridge.protocol import (
     UNLIMITED,
     Ack,
     CloseConsumer,
-    Connect,
+    ClusterConnect,
     Connected,
     ConsumerCredits,
     CreateConsumer,
@@ -63,12 +63,14 @@ from bridge.protocol import (
     PacketFormatError,
     ProducerCredits,
     QueryAddress,
+    Redirect,
     Routing,
     Send,
     SendConfirmed,
     SendFailed,
     SendLargeBegin,
     SendLargeChunk,
+    Topology,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -203,7 +205,33 @@ class Answered:
     info: AddressInfo
 
 
-Event = Ready | LoginRefused | SendsConfirmed | Settled | ConsumerLost | Delivery | Answered
+@attrs.frozen
+class TopologyChanged:
+    """The node sent its cluster's TOPOLOGY (after CONNECTED, and at every change)."""
+
+    topology: Topology
+
+
+@attrs.frozen
+class Redirected:
+    """The node does not serve the store asked for: it is served at ``urls`` (none: by no
+    member now). The glue closes the connection and goes there."""
+
+    store: str
+    urls: tuple[str, ...]
+
+
+Event = (
+    Ready
+    | LoginRefused
+    | SendsConfirmed
+    | Settled
+    | ConsumerLost
+    | Delivery
+    | Answered
+    | TopologyChanged
+    | Redirected
+)
 
 
 # -- bookkeeping -----------------------------------------------------------------------
@@ -321,6 +349,7 @@ class _Lifecycle(Protocol):
     def connection_made(self) -> None: ...
     def connected(self, packet: Connected) -> None: ...
     def refused(self, packet: Failed) -> None: ...
+    def redirected(self, packet: Redirect) -> None: ...
     def connection_lost(self) -> None: ...
     def close(self, error: ClientError) -> None: ...
 
@@ -376,6 +405,9 @@ class ClientSession:
         self._connections = 0
         self.node_name = ""
         self.node_id = ""
+        self.store = ""
+        """The store asked for at the next connection (the one the sessions were on), ""
+        for any: the glue sets it from the TOPOLOGY."""
         # requests
         self._next_request = 1  # 0 answers the CONNECT
         self._requests: dict[int, _Request] = {}
@@ -406,6 +438,7 @@ class ClientSession:
             SendFailed: self._on_send_failed,  # type: ignore[dict-item]
             ProducerCredits: self._on_producer_credits,  # type: ignore[dict-item]
             AddressInfoPacket: self._on_address_info,  # type: ignore[dict-item]
+            Topology: self._on_topology,  # type: ignore[dict-item]
             DeliverLargeBegin: self._on_large_begin,  # type: ignore[dict-item]
             DeliverLargeChunk: self._on_large_chunk,  # type: ignore[dict-item]
         }
@@ -512,6 +545,8 @@ class ClientSession:
                 self._lifecycle.connected(packet)
             elif type(packet) is Failed and packet.request_id == 0:
                 self._lifecycle.refused(packet)
+            elif type(packet) is Redirect:
+                self._lifecycle.redirected(packet)
             elif handler is None:
                 raise NodeProtocolError(
                     f"the node sent {packet.TYPE.name}, a client -> node packet"
@@ -531,13 +566,14 @@ class ClientSession:
         self._connections += 1
         self._put(
             encode_packet(
-                Connect(
+                ClusterConnect(
                     PROTOCOL_VERSION,
                     self.client_id,
                     self.user,
                     self._password,
                     self.confirmation_window_size,
                     self.max_frame_size,
+                    self.store,
                 )
             )
         )
@@ -792,6 +828,9 @@ class ClientSession:
             lambda rid: QueryAddress(rid, address),
             answer=answered,
         )
+
+    def _on_topology(self, packet: Topology) -> None:
+        self._events.append(TopologyChanged(packet))
 
     def _on_address_info(self, packet: AddressInfoPacket) -> None:
         request = self._take_request(packet)
@@ -1282,6 +1321,12 @@ def _refused(lifecycle: _Lifecycle, session: ClientSession, packet: Failed) -> N
     error = refused(session.login_description, packet.code, packet.message)
     session._events.append(LoginRefused(error))
     session._shut_down(error)
+
+
+@_handshaking.upon(_Lifecycle.redirected).loop()
+def _redirected(lifecycle: _Lifecycle, session: ClientSession, packet: Redirect) -> None:
+    """The node closes the connection after it; the glue goes where it says."""
+    session._events.append(Redirected(packet.store, packet.urls))
 
 
 @_handshaking.upon(_Lifecycle.connection_lost).to(_disconnected)

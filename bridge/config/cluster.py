@@ -6,6 +6,13 @@ Names follow Artemis where a concept matches: the cluster's ``name``, its cluste
 which the security store checks against its users), the static ``members``. The
 ``password`` is given as a bridge's is. ``failover-policy`` is imported when the file is
 read, so a policy that cannot be used stops the node before it starts.
+
+How the members find each other and their clients the store they were on: ``store`` (the
+name of the store the node serves when live: its own name, or for a backup the name of
+the node whose store it shares or copies), ``retry-interval`` (Artemis's
+cluster-connection name: the wait between attempts to link with a member) and
+``connect-hold-timeout`` (how long a client asking for a store nobody serves yet is held
+before it is told to try again).
 """
 
 from __future__ import annotations
@@ -22,12 +29,24 @@ from bridge.config.checks import expect_name, expect_url, required
 from bridge.ha.failover import IFailoverPolicy, PolicyError, load_policy
 from security import SecuritySettings
 from security.errors import ConfigError
-from security.validate import check_keys, describe, expect_str, key_path
+from security.validate import check_keys, describe, expect_duration, expect_str, key_path
 from transport.urls import URL
 
 DEFAULT_POLICY = "ring"
 MACHINE_ID = Path("/etc/machine-id")
-_KEYS = ("name", "user", "password", "members", "failover-policy", "host-id")
+DEFAULT_RETRY_INTERVAL = 0.5
+DEFAULT_HOLD_TIMEOUT = 15.0
+_KEYS = (
+    "name",
+    "user",
+    "password",
+    "members",
+    "failover-policy",
+    "host-id",
+    "store",
+    "retry-interval",
+    "connect-hold-timeout",
+)
 
 
 @attrs.frozen
@@ -45,6 +64,13 @@ class ClusterSettings:
     password: str | None = attrs.field(default=None, repr=False)
     host_id: str | None = None
     """``host-id`` as written; None: the machine's (:meth:`own_host_id`)."""
+    store: str | None = None
+    """``store``: the store this node serves when live; None: the node's own name."""
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
+    """``retry-interval``: seconds between attempts to link with a member."""
+    hold_timeout: float = DEFAULT_HOLD_TIMEOUT
+    """``connect-hold-timeout``: how long a RECONNECT for a store that no member serves
+    yet waits for one to serve it."""
 
     def own_host_id(self) -> str:
         """The node's host id: ``host-id``, or this machine's id."""
@@ -129,4 +155,19 @@ def parse_cluster(
         else None
     )
     host_id = _host_id(table["host-id"], source) if "host-id" in table else None
-    return ClusterSettings(name, user, members, policy, policy_name, password, host_id)
+    store = expect_name(table["store"], source, "cluster.store") if "store" in table else None
+    retry = _positive(table, "retry-interval", DEFAULT_RETRY_INTERVAL, source)
+    hold = _positive(table, "connect-hold-timeout", DEFAULT_HOLD_TIMEOUT, source)
+    return ClusterSettings(
+        name, user, members, policy, policy_name, password, host_id, store, retry, hold
+    )
+
+
+def _positive(table: Mapping[str, Any], key: str, default: float, source: str) -> float:
+    written = table.get(key)
+    if written is None:
+        return default
+    value = expect_duration(written, source, f"cluster.{key}")
+    if value <= 0:
+        raise ConfigError(source, f"cluster.{key}", "expected a duration above zero")
+    return value

@@ -42,6 +42,7 @@ from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges, loa
 from bridge.ctl.auditlog import route_audit_log
 from bridge.ctl.ha import HaNode
 from bridge.ctl.management import NodeView, Serving, management_site, view_site
+from bridge.ctl.members import ClusterMembers
 from bridge.ctl.preflight import check_startable
 from bridge.ctl.replication import NodeReplication
 from bridge.forward.manager import Bridges, client_connector
@@ -84,6 +85,12 @@ def node_id(data_dir: Path) -> str:
         temporary.write_text(value + "\n")
         temporary.replace(path)
         return value
+
+
+def advertised_urls(config: NodeConfig) -> tuple[str, ...]:
+    """The URLs a member gives its cluster and its clients: its core acceptors', as
+    configured (so they name a host clients reach and a fixed port)."""
+    return tuple(str(a.url) for a in config.acceptors if a.protocols == ("core",))
 
 
 def partial_frame_limits(
@@ -158,6 +165,8 @@ class NodeService(Service):
         """With ``[ha]``: the node's activation on the lease."""
         self.replication: NodeReplication | None = None
         """With ``[ha]`` replication: the copy of the store, to or from this node."""
+        self.members: ClusterMembers | None = None
+        """With ``[cluster]``, while serving: the node's view of its cluster."""
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -272,6 +281,15 @@ class NodeService(Service):
         self.stomp = stomp = StompHead(broker, security, reactor=self.reactor, logins=logins)
         if self.replication is not None:
             self.replication.live(store, head)
+        if config.cluster is not None:
+            head.cluster = self.members = ClusterMembers(
+                config.name,
+                config.cluster,
+                config.cluster.store or config.name,
+                advertised_urls(config),
+                head=head,
+                reactor=self.reactor,
+            )
         budget = partial_frame_budget(config)
         for acceptor in config.acceptors:
             if len(acceptor.protocols) > 1:
@@ -313,6 +331,8 @@ class NodeService(Service):
             )
             await self._listen_management(site)
         bridges.start_all()
+        if self.members is not None:
+            self.members.start()
         log.info(
             "node {name} ({id}) started: {ports}",
             name=config.name,
@@ -438,6 +458,9 @@ class NodeService(Service):
             # first: closing its link with the connections would clear its backup from
             # the lease, and the sends still in flight would be confirmed without it
             await self.replication.stop_live()
+        if self.members is not None:
+            members, self.members = self.members, None
+            await members.stop()
         if self.bridges is not None:
             bridges, self.bridges = self.bridges, None
             await bridges.stop_all()

@@ -40,6 +40,7 @@ from bridge.protocol.packets import (
     AddressFullPolicy,
     AddressInfo,
     CloseConsumer,
+    ClusterConnect,
     Connect,
     Connected,
     ConsumerCredits,
@@ -53,11 +54,13 @@ from bridge.protocol.packets import (
     ErrorCode,
     Failed,
     Nack,
+    NodeAnnounce,
     Ok,
     Packet,
     PacketType,
     ProducerCredits,
     QueryAddress,
+    Redirect,
     ReplicaAck,
     ReplicaAnnounce,
     ReplicaBatch,
@@ -74,6 +77,8 @@ from bridge.protocol.packets import (
     SendLargeBegin,
     SendLargeChunk,
     SendMany,
+    Topology,
+    TopologyMember,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -354,6 +359,65 @@ class _Messages(_Wire):
         return tuple(messages), at
 
 
+class _List(_Wire):
+    """A u16 count, then that many ``inner`` fields, as a tuple. The count is checked
+    against the bytes left (each item takes at least ``least`` bytes), so a hostile count
+    allocates nothing."""
+
+    def __init__(self, inner: _Wire, least: int) -> None:
+        self.name = f"u16 count, then count x {inner.name}"
+        self._inner = inner
+        self._least = least
+
+    def encode(self, value: Any, parts: list[bytes]) -> None:
+        if not isinstance(value, tuple):
+            raise _Unencodable(f"{type(value).__name__} is not a tuple")
+        if len(value) > 0xFFFF:
+            raise _Unencodable(f"{len(value)} items, at most {0xFFFF} fit")
+        parts.append(_BE_U16.pack(len(value)))
+        for item in value:
+            self._inner.encode(item, parts)
+
+    def decode(self, view: memoryview, at: int) -> tuple[tuple[Any, ...], int]:
+        count: int = _unpack(view, at, _BE_U16)
+        at += _BE_U16.size
+        if count * self._least > len(view) - at:
+            raise _Malformed(f"truncated: {count} items declared, {len(view) - at} bytes remain")
+        items = []
+        for _ in range(count):
+            item, at = self._inner.decode(view, at)
+            items.append(item)
+        return tuple(items), at
+
+
+class _Record(_Wire):
+    """A nested attrs value: its fields in order, each in its own wire form."""
+
+    def __init__(self, name: str, cls: type[Any], fields: tuple[tuple[str, _Wire], ...]) -> None:
+        self.name = name
+        self._cls = cls
+        self._fields = fields
+
+    def encode(self, value: Any, parts: list[bytes]) -> None:
+        if not isinstance(value, self._cls):
+            raise _Unencodable(f"{type(value).__name__} is not a {self._cls.__name__}")
+        for name, wire in self._fields:
+            try:
+                wire.encode(getattr(value, name), parts)
+            except _Unencodable as error:
+                raise _Unencodable(f"{name}: {error}") from None
+
+    def decode(self, view: memoryview, at: int) -> tuple[Any, int]:
+        values = []
+        for name, wire in self._fields:
+            try:
+                value, at = wire.decode(view, at)
+            except _Malformed as error:
+                raise _Malformed(f"{name}: {error}") from None
+            values.append(value)
+        return self._cls(*values), at
+
+
 U16 = _Int("u16", _BE_U16, 0, 0xFFFF)
 U32 = _Int("u32", _BE_U32, 0, 0xFFFF_FFFF)
 U64 = _Int("u64", _BE_U64, 0, 0xFFFF_FFFF_FFFF_FFFF)
@@ -370,6 +434,19 @@ ROUTING = _Enum("routing u8", _BE_U8, Routing)
 QUEUE_ROUTING = _Enum("queue routing u8", _BE_U8, Routing, (Routing.ANYCAST, Routing.MULTICAST))
 POLICY = _Enum("policy u8", _BE_U8, AddressFullPolicy)
 MESSAGES = _Messages()
+NAME_LIST = _List(STR, _BE_U16.size)
+MEMBER = _Record(
+    "member",
+    TopologyMember,
+    (
+        ("node_id", STR),
+        ("host_id", STR),
+        ("urls", NAME_LIST),
+        ("serves", NAME_LIST),
+        ("failover", NAME_LIST),
+    ),
+)
+MEMBERS = _List(MEMBER, 5 * _BE_U16.size)
 
 
 @attrs.frozen
@@ -540,6 +617,25 @@ LAYOUTS: dict[type[Packet], Layout] = {
         _layout(ReplicaBatch, ("sequence", U64), ("operations", DATA)),
         _layout(ReplicaAck, ("sequence", U64)),
         _layout(ReplicaDiscard, ("message_id", U64)),
+        _layout(Topology, ("members", MEMBERS)),
+        _layout(Redirect, ("store", STR), ("urls", NAME_LIST)),
+        _layout(
+            ClusterConnect,
+            ("protocol_version", U16),
+            ("client_id", STR),
+            ("user", _Optional(STR)),
+            ("password", _Optional(STR)),
+            ("confirmation_window_size", U32),
+            ("max_frame_size", U32),
+            ("store", STR),
+        ),
+        _layout(
+            NodeAnnounce,
+            ("node_id", STR),
+            ("host_id", STR),
+            ("urls", NAME_LIST),
+            ("serves", NAME_LIST),
+        ),
     )
 }
 """Every packet's generic codec, by packet class."""

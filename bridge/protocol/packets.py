@@ -19,11 +19,15 @@ import attrs
 
 from bridge.message import Message
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """The core protocol version this codec speaks (CONNECT/CONNECTED ``protocol_version``)."""
 
-SUPPORTED_VERSIONS = frozenset({2, PROTOCOL_VERSION})
-"""The versions a node accepts in a CONNECT: version 2 lacks only ``Routing.BOTH``."""
+SUPPORTED_VERSIONS = frozenset({2, 3, PROTOCOL_VERSION})
+"""The versions a node accepts in a CONNECT: version 2 lacks only ``Routing.BOTH``,
+version 3 the cluster's packets (TOPOLOGY, REDIRECT, CLUSTER_CONNECT, NODE_ANNOUNCE)."""
+
+TOPOLOGY_VERSION = 4
+"""The first version whose clients may send CLUSTER_CONNECT (and get TOPOLOGY)."""
 
 FRAME_SIZE_UNSTATED = 4 * 1024 * 1024
 """The ``max_frame_size`` a CONNECT or CONNECTED built without one states: the
@@ -95,6 +99,11 @@ class PacketType(IntEnum):
     REPLICA_BATCH = 134
     REPLICA_ACK = 135
     REPLICA_DISCARD = 136
+    # Cluster (140-149)
+    TOPOLOGY = 140
+    REDIRECT = 141
+    CLUSTER_CONNECT = 142
+    NODE_ANNOUNCE = 143
 
 
 PACKET_TYPES: frozenset[int] = frozenset(PacketType)
@@ -624,6 +633,77 @@ class ReplicaDiscard:
     message_id: int
 
 
+# Cluster: the members a node knows, pushed to its clients (protocol 4), and where a
+# client that lost its node finds the store it was on (docs/ha.md, "Clients that follow
+# the failover map").
+
+
+@attrs.frozen
+class TopologyMember:
+    """One member in a TOPOLOGY: its node id, host id, the URLs clients reach it at, the
+    stores (node names) it serves now, and its failover list, first choice first."""
+
+    node_id: str
+    host_id: str
+    urls: tuple[str, ...]
+    serves: tuple[str, ...]
+    failover: tuple[str, ...]
+
+
+@attrs.frozen
+class Topology:
+    """node -> client, after the CONNECTED answering a CLUSTER_CONNECT and at every change
+    of the node's view: the members in view order with the failover map."""
+
+    TYPE: ClassVar[PacketType] = PacketType.TOPOLOGY
+
+    members: tuple[TopologyMember, ...]
+
+
+@attrs.frozen
+class Redirect:
+    """node -> client, instead of CONNECTED to a CLUSTER_CONNECT for a store this node does not
+    serve: ``store`` is served at ``urls`` (none: no member serves it now, try again).
+    The node closes the connection after it."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REDIRECT
+
+    store: str
+    urls: tuple[str, ...]
+
+
+@attrs.frozen
+class ClusterConnect:
+    """client -> node, instead of CONNECT (protocol 4): CONNECT's fields, and the
+    ``store`` the client's sessions were on (the name of the node it last reached; ""
+    for none yet). A node that does not serve that store redirects the client to the one
+    that does (REDIRECT); a session opened so gets the node's TOPOLOGY."""
+
+    TYPE: ClassVar[PacketType] = PacketType.CLUSTER_CONNECT
+
+    protocol_version: int
+    client_id: str
+    user: str | None
+    password: str | None
+    confirmation_window_size: int
+    max_frame_size: int
+    store: str
+
+
+@attrs.frozen
+class NodeAnnounce:
+    """member -> member, once logged in as the cluster user: this node, live, serving
+    ``serves``. Answered by TOPOLOGY; the receiver knows the member while the connection
+    lasts."""
+
+    TYPE: ClassVar[PacketType] = PacketType.NODE_ANNOUNCE
+
+    node_id: str
+    host_id: str
+    urls: tuple[str, ...]
+    serves: tuple[str, ...]
+
+
 Packet = (
     Connect
     | Connected
@@ -661,6 +741,10 @@ Packet = (
     | ReplicaBatch
     | ReplicaAck
     | ReplicaDiscard
+    | Topology
+    | Redirect
+    | ClusterConnect
+    | NodeAnnounce
 )
 """Any core protocol packet."""
 
@@ -701,5 +785,9 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     ReplicaBatch,
     ReplicaAck,
     ReplicaDiscard,
+    Topology,
+    Redirect,
+    ClusterConnect,
+    NodeAnnounce,
 )
 """Every packet class, in frame-type order."""

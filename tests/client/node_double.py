@@ -23,6 +23,7 @@ from bridge.protocol import (
     UNLIMITED,
     Ack,
     CloseConsumer,
+    ClusterConnect,
     Connect,
     Connected,
     ConsumerCredits,
@@ -38,12 +39,14 @@ from bridge.protocol import (
     Ok,
     Packet,
     ProducerCredits,
+    Redirect,
     Send,
     SendConfirmed,
     SendFailed,
     SendLargeBegin,
     SendLargeChunk,
     SendMany,
+    Topology,
     TxBegin,
     TxCommit,
     TxRollback,
@@ -82,7 +85,13 @@ class NodeDouble:
         producer_window_size: int = UNLIMITED,
         large_delivery_size: int = 1 << 30,
         chunk_size: int = 4,
+        name: str = "double",
     ) -> None:
+        self.name = name
+        self.topology: Topology | None = None
+        """Sent after CONNECTED to a CLUSTER_CONNECT."""
+        self.redirects: dict[str, tuple[str, ...]] = {}
+        """Stores served elsewhere: a CLUSTER_CONNECT for one is redirected."""
         self.password = password
         self.producer_window_size = producer_window_size
         self.large_delivery_size = large_delivery_size
@@ -114,7 +123,8 @@ class NodeDouble:
             if side.connection is not None and side.connection.lost_reason is None:
                 await side.connection.when_lost()
         if self.port is not None:
-            await self.port.stopListening()
+            port, self.port = self.port, None
+            await port.stopListening()
 
     def route(self, message: Message) -> None:
         stored = attrs.evolve(message, id=next(self.ids))
@@ -168,13 +178,25 @@ class NodeSide:
         handler(packet)
         self.dispatch()
 
-    def on_Connect(self, packet: Connect) -> None:
+    def on_ClusterConnect(self, packet: ClusterConnect) -> None:
+        if packet.store in self.node.redirects:
+            self.out(Redirect(packet.store, self.node.redirects[packet.store]))
+            assert self.connection is not None
+            self.connection.close()
+            return
+        self.on_Connect(packet)
+        if self.node.topology is not None:
+            self.out(self.node.topology)
+
+    def on_Connect(self, packet: Connect | ClusterConnect) -> None:
         if self.node.password is not None and packet.password != self.node.password:
             self.out(Failed(0, ErrorCode.AUTHENTICATION, f"bad password for user {packet.user}"))
             assert self.connection is not None
             self.connection.close()
             return
-        self.out(Connected("double", "double-id", 1, self.node.producer_window_size))
+        self.out(
+            Connected(self.node.name, f"{self.node.name}-id", 1, self.node.producer_window_size)
+        )
 
     def on_CreateQueue(self, packet: CreateQueue) -> None:
         if packet.name in self.node.queues:

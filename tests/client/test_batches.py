@@ -9,7 +9,7 @@ import pytest
 from bridge.client.session import ClientSession, Delivery
 from bridge.protocol import (
     Ack,
-    Connect,
+    ClusterConnect,
     Connected,
     DeliverMany,
     Ok,
@@ -85,7 +85,7 @@ def test_the_client_states_its_frame_size_and_keeps_within_the_nodes():
     driver = Driver(ClientSession(client_id="small", max_frame_size=8192))
     driver.session.connection_made()
     [connect] = driver.sent()
-    assert isinstance(connect, Connect) and connect.max_frame_size == 8192
+    assert isinstance(connect, ClusterConnect) and connect.max_frame_size == 8192
     driver.feed(Connected("n", "i", 2, -1, 2048))
     for _ in range(10):
         driver.session.send(message(body=b"x" * 400))

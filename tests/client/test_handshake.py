@@ -8,7 +8,9 @@ import pytest
 from bridge.client.errors import AuthenticationFailed, ClientClosed, NodeProtocolError
 from bridge.client.session import ClientSession, LoginRefused, Ready
 from bridge.protocol import (
+    FRAME_SIZE_UNSTATED,
     PROTOCOL_VERSION,
+    ClusterConnect,
     Connect,
     Connected,
     ErrorCode,
@@ -28,7 +30,9 @@ def test_connect_goes_first_and_connected_makes_the_session_ready():
     driver = Driver(session)
     assert not session.is_ready
     session.connection_made()
-    assert driver.sent() == [Connect(PROTOCOL_VERSION, "app", "alice", "secret", 4096)]
+    assert driver.sent() == [
+        ClusterConnect(PROTOCOL_VERSION, "app", "alice", "secret", 4096, FRAME_SIZE_UNSTATED, "")
+    ]
     assert not session.is_writable
     [event] = driver.feed(Connected("node-a", "id-a", 1, 65536))
     assert event == Ready("node-a", "id-a", 65536, reconnected=False)
@@ -40,7 +44,7 @@ def test_sends_made_before_connected_wait_for_it():
     driver = Driver(ClientSession(client_id="app"))
     driver.session.connection_made()
     driver.session.send(message())
-    assert [type(p) for p in driver.sent()] == [Connect]
+    assert [type(p) for p in driver.sent()] == [ClusterConnect]
     driver.feed(Connected("n", "i", 1, -1))
     assert [type(p) for p in driver.sent()] == [Send]
 

@@ -10,7 +10,7 @@ import pytest
 from bridge.client.errors import ConnectionLost, StaleDelivery
 from bridge.client.session import ConsumerLost, Ready
 from bridge.protocol import (
-    Connect,
+    ClusterConnect,
     Connected,
     CreateConsumer,
     CreateQueue,
@@ -41,7 +41,7 @@ def test_unconfirmed_sends_are_resent_in_order_on_the_next_connection():
     assert not driver.session.is_writable
     driver.session.send(message(body=b"later"))
     driver.session.connection_made()
-    assert [type(p) for p in driver.sent()] == [Connect]
+    assert [type(p) for p in driver.sent()] == [ClusterConnect]
     [event] = [e for e in driver.feed(Connected("n", "i", 1, -1)) if isinstance(e, Ready)]
     assert event.reconnected
     resent = driver.sent()

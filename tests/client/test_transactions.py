@@ -11,7 +11,7 @@ from bridge.client.errors import ConnectionLost, NotFound, TransactionRolledBack
 from bridge.client.transactions import Transactions
 from bridge.protocol import (
     Ack,
-    Connect,
+    ClusterConnect,
     Connected,
     Deliver,
     ErrorCode,
@@ -86,7 +86,7 @@ def _reconnect(driver) -> list:
     session sends once logged in."""
     driver.session.connection_lost()
     driver.session.connection_made()
-    assert [type(p) for p in driver.sent()] == [Connect]
+    assert [type(p) for p in driver.sent()] == [ClusterConnect]
     driver.feed(Connected("node-b", "id-b", 1, -1))
     return driver.sent()
 

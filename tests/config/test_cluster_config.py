@@ -181,3 +181,25 @@ def test_the_machines_host_id_is_its_machine_id_else_its_host_name(tmp_path, con
     if content is not None:
         machine_id.write_text(content)
     assert machine_host_id(machine_id, lambda: "box-7") == expected
+
+
+def test_how_members_link_and_clients_are_held(tmp_path):
+    default = _load(tmp_path, NODE + CLUSTER)
+    assert default is not None
+    assert (default.store, default.retry_interval, default.hold_timeout) == (None, 0.5, 15.0)
+    text = NODE + CLUSTER + 'store = "a"\nretry-interval = "250ms"\nconnect-hold-timeout = "4s"\n'
+    cluster = _load(tmp_path, text)
+    assert cluster is not None
+    assert (cluster.store, cluster.retry_interval, cluster.hold_timeout) == ("a", 0.25, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('store = "a b"', "cluster.store"),
+        ('retry-interval = "0s"', "cluster.retry-interval"),
+        ("connect-hold-timeout = 3", "cluster.connect-hold-timeout"),
+    ],
+)
+def test_bad_link_and_hold_keys_are_named(tmp_path, line, key):
+    assert key in _refused(tmp_path, NODE + CLUSTER + line + "\n")

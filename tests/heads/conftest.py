@@ -202,6 +202,7 @@ class Node:
     head: CoreHead | None = None
     port: IListeningPort | None = None
     peers: list[Peer] = attrs.Factory(list)
+    name: str = "a"
 
     async def start(self) -> Node:
         document = CONFIG | self.extra
@@ -212,7 +213,9 @@ class Node:
         self.broker = Broker(config, self.store)
         await self.broker.open()
         security = SecurityStore(config.security, time.monotonic)
-        self.head = CoreHead(self.broker, security, node_name="a", node_id="id-a", reactor=reactor)
+        self.head = CoreHead(
+            self.broker, security, node_name=self.name, node_id=f"id-{self.name}", reactor=reactor
+        )
         self.port = await self.head.listen(
             "tcp://127.0.0.1:0",
             settings=self.settings,

@@ -47,6 +47,9 @@ from bridge.protocol import (
     encode_packet,
 )
 from bridge.protocol.packets import (
+    ClusterConnect,
+    NodeAnnounce,
+    Redirect,
     ReplicaAck,
     ReplicaAnnounce,
     ReplicaBatch,
@@ -56,6 +59,8 @@ from bridge.protocol.packets import (
     ReplicaSynced,
     ReplicaSyncEnd,
     ReplicaSyncFile,
+    Topology,
+    TopologyMember,
 )
 
 MESSAGE = Message(id=7, address="q", durable=True, headers={"k": 1}, body=b"hi")
@@ -189,6 +194,23 @@ GOLDEN: list[tuple[Packet, int, str]] = [
     (ReplicaBatch(5, b"\x00"), 134, "0000000000000005 | 00000001 00"),
     (ReplicaAck(5), 135, "0000000000000005"),
     (ReplicaDiscard(9), 136, "0000000000000009"),
+    (
+        Topology((TopologyMember("a", "h1", ("tcp://x:1",), ("a",), ("b",)),)),
+        140,
+        "0001 | 0001 61 | 0002 6831 | 0001 0009 7463703a2f2f783a31 | 0001 0001 61 | 0001 0001 62",
+    ),
+    (Redirect("a", ("tcp://c:2",)), 141, "0001 61 | 0001 0009 7463703a2f2f633a32"),
+    (Redirect("a", ()), 141, "0001 61 | 0000"),
+    (
+        ClusterConnect(4, "cli", "u", None, 65536, 1024, "a"),
+        142,
+        "0004 | 0003 636c69 | 01 0001 75 | 00 | 00010000 | 00000400 | 0001 61",
+    ),
+    (
+        NodeAnnounce("b", "h2", ("tcp://y:3",), ("b",)),
+        143,
+        "0001 62 | 0002 6832 | 0001 0009 7463703a2f2f793a33 | 0001 0001 62",
+    ),
 ]
 
 
@@ -218,6 +240,16 @@ def test_the_golden_messages_are_bridge_message_encodings():
     [
         (16, "0001 | 0003 636c69 | 02", r"CONNECT\.user at offset 7: flag byte is 2, not 0 or 1"),
         (16, "00", r"CONNECT\.protocol_version at offset 0: truncated: 2 bytes needed, 1 remain"),
+        (
+            140,
+            "ffff",
+            r"TOPOLOGY\.members at offset 0: truncated: 65535 items declared, 0 bytes remain",
+        ),
+        (
+            140,
+            "0001 | 0001 61 | 0001 62 | 0001 0005 6162",
+            r"TOPOLOGY\.members at offset 0: urls: truncated: 5 bytes declared, 2 remain",
+        ),
         (
             17,
             "0001 61 | 0001 62 | 0001 | fffffffe",

@@ -53,6 +53,9 @@ from bridge.protocol import (
 )
 from bridge.protocol.codec import LAYOUTS, encode_sends
 from bridge.protocol.packets import (
+    ClusterConnect,
+    NodeAnnounce,
+    Redirect,
     ReplicaAck,
     ReplicaAnnounce,
     ReplicaBatch,
@@ -62,6 +65,8 @@ from bridge.protocol.packets import (
     ReplicaSynced,
     ReplicaSyncEnd,
     ReplicaSyncFile,
+    Topology,
+    TopologyMember,
 )
 
 U16 = st.integers(0, 0xFFFF)
@@ -74,6 +79,7 @@ NAMES = st.text(max_size=30)
 TEXTS = st.text(max_size=200)
 DATA = st.binary(max_size=500)
 CODES = st.sampled_from(ErrorCode)
+NAME_LISTS = st.lists(NAMES, max_size=4).map(tuple)
 
 
 def message_strategy(body: st.SearchStrategy[bytes]) -> st.SearchStrategy[Message]:
@@ -151,6 +157,18 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     ReplicaBatch: st.builds(ReplicaBatch, U64, DATA),
     ReplicaAck: st.builds(ReplicaAck, U64),
     ReplicaDiscard: st.builds(ReplicaDiscard, U64),
+    Topology: st.builds(
+        Topology,
+        st.lists(
+            st.builds(TopologyMember, NAMES, NAMES, NAME_LISTS, NAME_LISTS, NAME_LISTS),
+            max_size=4,
+        ).map(tuple),
+    ),
+    Redirect: st.builds(Redirect, NAMES, NAME_LISTS),
+    ClusterConnect: st.builds(
+        ClusterConnect, U16, NAMES, st.none() | NAMES, st.none() | NAMES, U32, U32, NAMES
+    ),
+    NodeAnnounce: st.builds(NodeAnnounce, NAMES, NAMES, NAME_LISTS, NAME_LISTS),
 }
 PACKETS = st.one_of(*STRATEGIES.values())
 HOT_PATH = (Send, SendConfirmed, Deliver, ConsumerCredits, Ack)

@@ -89,3 +89,35 @@ def test_nonsense_is_refused():
         FailoverEndpoint([])
     with pytest.raises(ValueError, match="attempts per endpoint must be at least 1"):
         FailoverEndpoint([Scripted(0, [], [])], 0)
+
+
+def test_following_a_map_tries_the_own_node_first_then_each_failover_node_once():
+    tried: list[int] = []
+    outcomes = [False] * 8
+    endpoint = FailoverEndpoint([Scripted(9, tried, outcomes)])
+    endpoint.follow([Scripted(n, tried, outcomes) for n in range(3)], first_attempts=3)
+    for _ in range(8):
+        endpoint.connect(Factory.forProtocol(Protocol)).addErrback(lambda _: None)
+    assert tried == [0, 0, 0, 1, 2, 0, 0, 0]
+
+
+def test_a_redirect_sends_the_next_attempt_elsewhere_once():
+    tried: list[int] = []
+    outcomes = [True, False, False]
+    endpoint = FailoverEndpoint([Scripted(n, tried, outcomes) for n in range(2)])
+    endpoint.redirect(Scripted(7, tried, outcomes))
+    endpoint.connect(Factory.forProtocol(Protocol))
+    endpoint.established()  # logged in there: it stays the place to go
+    assert endpoint.detour is not None
+    endpoint.connect(Factory.forProtocol(Protocol)).addErrback(lambda _: None)
+    assert endpoint.detour is None  # it failed: back to the order, as if 0 had failed
+    endpoint.connect(Factory.forProtocol(Protocol)).addErrback(lambda _: None)
+    assert tried == [7, 7, 1]
+
+
+def test_follow_needs_an_endpoint_and_an_attempt():
+    endpoint = FailoverEndpoint([Scripted(0, [], [])])
+    with pytest.raises(ValueError):
+        endpoint.follow([], 1)
+    with pytest.raises(ValueError):
+        endpoint.follow([Scripted(0, [], [])], 0)

@@ -202,3 +202,46 @@ async def _drop_and_count(attempts: int, logged: list) -> None:  # type: ignore[
     assert not reconnector.service.running
     with pytest.raises(ReconnectAttemptsExhausted):
         await reconnector.when_connected()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_policy_reconsidered_applies_from_the_next_drop_and_a_retry_may_go_now():
+    logged: list[str] = []
+    globalLogPublisher.addObserver(logged.append)  # type: ignore[arg-type]
+    try:
+        accepted: Deferred[Recorder] = Deferred()
+
+        def make() -> Recorder:
+            receiver = Recorder()
+            if not accepted.called:
+                reactor.callLater(0, accepted.callback, receiver)
+            return receiver
+
+        port = await listen(reactor, "tcp://127.0.0.1:0", make, accepted_types=[APP])
+        where = f"tcp://127.0.0.1:{port.getHost().port}"
+        endpoint = CountingEndpoint(client_endpoint(reactor, where))
+        exhausted: Deferred[ReconnectAttemptsExhausted] = Deferred()
+        quick = ReconnectPolicy(retry_interval=0.02, max_retry_interval=0.02, reconnect_attempts=1)
+        reconnector = Reconnector(
+            endpoint,
+            FrameFactory(Recorder, reactor, accepted_types=[APP], is_client=True),
+            quick,
+            reactor,
+            on_exhausted=exhausted.callback,
+        )
+        reconnector.start()
+        connection = await reconnector.when_connected()
+        server_side = await accepted
+        await port.stopListening()
+        reconnector.reconsider(ReconnectPolicy(0.03, 1.0, 0.03, reconnect_attempts=3))
+        reconnector.retry_now()
+        assert server_side.connection is not None
+        server_side.connection.close()
+        await connection.when_lost()
+        reason = await exhausted
+        assert endpoint.failures == 3
+        assert "gave up after 3 reconnect attempts" in str(reason)
+        retries = [e for e in logged if str(e.get("log_format")).startswith("retry {retry}")]
+        assert [e["delay"] for e in retries] == [0.03, 0.03]  # the first went at once
+    finally:
+        globalLogPublisher.removeObserver(logged.append)  # type: ignore[arg-type]

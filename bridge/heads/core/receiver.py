@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from bridge.heads.core.cluster import ICluster
 from bridge.heads.core.errors import SessionError
 from bridge.heads.core.session import CoreSession
 from bridge.heads.lifecycle import Head
@@ -54,6 +55,13 @@ class CoreHead(Head["CoreReceiver"]):
         self.node_id = node_id
         self.replication: IReplicationSource | None = None
         """With HA replication, on the live node: where an announced backup goes."""
+        self.cluster: ICluster | None = None
+        """With ``[cluster]``: the node's view, its TOPOLOGY and where stores are served."""
+
+    def topology_changed(self) -> None:
+        """The cluster's view changed: every open session of protocol 4 hears of it."""
+        for receiver in list(self._live):
+            receiver.topology_changed()
 
     def receiver(self, producer_window_size: int = p.UNLIMITED) -> CoreReceiver:
         return CoreReceiver(self, producer_window_size)
@@ -89,6 +97,8 @@ class CoreReceiver:
         self._connection: IFrameConnection | None = None
         self._session: CoreSession | None = None
         self._replica: IReplicaLink | None = None
+        self._member = False
+        """A member announced itself on this connection (NODE_ANNOUNCE)."""
         self.finished: Deferred[None] = Deferred()
         """Fires once the connection is gone and its session gave back what it held."""
 
@@ -108,6 +118,7 @@ class CoreReceiver:
             is_writable=lambda: connection.is_writable,
             max_frame_size=connection.max_frame_size,
             before_flush=connection.call_before_flush,
+            cluster=head.cluster,
         )
         connection.add_writability_listener(self._session.writability_changed)
         head.opened(self)
@@ -120,6 +131,8 @@ class CoreReceiver:
                 self._replica.received(packet)
             elif isinstance(packet, p.ReplicaAnnounce):
                 self._announced(packet)
+            elif isinstance(packet, p.NodeAnnounce):
+                self._member_announced(packet)
             else:
                 self._session.packet_received(packet)
         except (PacketFormatError, SessionError) as error:
@@ -160,10 +173,43 @@ class CoreReceiver:
         self._emit(p.Failed(0, *refused))
         self._connection.close()
 
+    def _member_announced(self, announce: p.NodeAnnounce) -> None:
+        """A member links with this node: known while the connection lasts, answered with
+        this node's TOPOLOGY (which names this node, so the link knows it too)."""
+        assert self._connection is not None and self._session is not None
+        subject = self._session.subject
+        if subject is None:
+            raise SessionError("NODE_ANNOUNCE before the login was accepted")
+        cluster = self._head.cluster
+        if cluster is None:
+            refused = (p.ErrorCode.INVALID, "this node is not a member of a cluster")
+        elif self._head.security.enabled and not subject.internal:
+            refused = (p.ErrorCode.PERMISSION_DENIED, "only the cluster user may announce a node")
+        else:
+            self._member = True
+            cluster.linked(self, announce)
+            self._emit(cluster.topology())
+            return
+        log.info(
+            "refused the member {node} from {peer}: {why}",
+            node=announce.node_id,
+            peer=self._connection.peer,
+            why=refused[1],
+        )
+        self._emit(p.Failed(0, *refused))
+        self._connection.close()
+
+    def topology_changed(self) -> None:
+        if self._session is not None:
+            self._session.push_topology()
+
     def connection_lost(self, reason: BaseException) -> None:
         assert self._session is not None
         if self._replica is not None:
             self._replica.lost(reason)
+        if self._member and self._head.cluster is not None:
+            self._member = False
+            self._head.cluster.unlinked(self)
         self._head.closed(self, self._session.connection_lost())
         # Break the receiver <-> connection <-> session cycles: all three (and what the
         # connection buffered) are freed as soon as the session's cleanup ends.
@@ -183,7 +229,7 @@ class CoreReceiver:
         if self._connection is not None:
             self._connection.close(reason or None)
 
-    def _authenticate(self, connect: p.Connect) -> Deferred[Subject]:
+    def _authenticate(self, connect: p.Connect | p.ClusterConnect) -> Deferred[Subject]:
         assert self._connection is not None
         auth = SecurityAuth(
             user=connect.user,

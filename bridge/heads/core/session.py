@@ -24,10 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from bridge.config.node import Routing as ConfigRouting
+from bridge.heads.core.cluster import ICluster
 from bridge.heads.core.errors import Refused, SessionError, code, failed
 from bridge.heads.core.outbox import BeforeFlush, Emit, Outbox
 from bridge.heads.core.producing import Producer, open_transaction
@@ -47,7 +50,13 @@ from security.errors import PermissionDenied
 from security.permissions import Permission
 from security.subject import Subject
 
-Authenticate = Callable[[p.Connect], "Deferred[Subject]"]
+log = Logger()
+
+Authenticate = Callable[[p.Connect | p.ClusterConnect], "Deferred[Subject]"]
+
+
+def _cancelled(failure: Failure) -> None:
+    failure.trap(CancelledError)
 
 
 # Enum members read on every packet, kept as module constants: Python 3.11 takes about
@@ -74,8 +83,17 @@ class CoreSession:
         is_writable: Callable[[], bool] | None = None,
         max_frame_size: int = p.FRAME_SIZE_UNSTATED,
         before_flush: BeforeFlush | None = None,
+        cluster: ICluster | None = None,
     ) -> None:
         self._broker = broker
+        self._clock = clock
+        self._cluster = cluster
+        self._wanted: str | None = None
+        """The store a CLUSTER_CONNECT asked for."""
+        self._follows = False
+        """The client connected with CLUSTER_CONNECT: it gets TOPOLOGY."""
+        self._holding: tuple[Deferred[None], IDelayedCall] | None = None
+        """A CLUSTER_CONNECT held until a member serves its store, and the hold's timer."""
         self._node_name = node_name
         self._node_id = node_id
         self._out = Outbox(emit, abort, before_flush)
@@ -131,12 +149,14 @@ class CoreSession:
         """Act on one packet; SessionError if it breaks a session rule."""
         state = self._life.state
         if state is _OPEN:
+            if self._holding is not None:
+                raise SessionError(f"{packet.TYPE.name} before CONNECTED: wait for the answer")
             handler = self._handlers.get(type(packet))
             if handler is None:
                 raise SessionError(f"{packet.TYPE.name} is not sent by a client")
             handler(packet)
         elif state is _CONNECTED:
-            if not isinstance(packet, p.Connect):
+            if not isinstance(packet, (p.Connect, p.ClusterConnect)):
                 raise SessionError(f"{packet.TYPE.name} before CONNECT: connect first")
             self._connect(packet)
         elif state is SessionState.LOGGING_IN:
@@ -162,6 +182,7 @@ class CoreSession:
         """Give back what the connection held: unsettled deliveries return to their queues,
         open transactions roll back, its non-durable queues go. Fires when stored."""
         self._node.lost()
+        self._stop_holding()
         self._out.close()
         self._producer.close()
         consumers = list(self._consumers.values())
@@ -173,8 +194,13 @@ class CoreSession:
 
     # -- connecting -----------------------------------------------------------------------
 
-    def _connect(self, packet: p.Connect) -> None:
-        if packet.protocol_version not in p.SUPPORTED_VERSIONS:
+    def _connect(self, packet: p.Connect | p.ClusterConnect) -> None:
+        supported = p.SUPPORTED_VERSIONS
+        if isinstance(packet, p.ClusterConnect):
+            supported = frozenset(v for v in supported if v >= p.TOPOLOGY_VERSION)
+            self._follows = True
+            self._wanted = packet.store or None
+        if packet.protocol_version not in supported:
             spoken = " and ".join(str(version) for version in sorted(p.SUPPORTED_VERSIONS))
             self._emit(
                 p.Failed(
@@ -192,6 +218,12 @@ class CoreSession:
         self._node.log_in(self._authenticate(packet))
 
     def logged_in(self, subject: Subject) -> None:
+        if self._wanted is not None and self._cluster is not None:
+            self._route(self._wanted, self._cluster)
+        else:
+            self._open()
+
+    def _open(self) -> None:
         self._producer.logged_in()
         self._emit(
             p.Connected(
@@ -202,6 +234,80 @@ class CoreSession:
                 self._max_frame_size,
             )
         )
+        self.push_topology()
+
+    def push_topology(self) -> None:
+        """Send the cluster's TOPOLOGY to a client that connected with CLUSTER_CONNECT,
+        once its session is open (after CONNECTED, and at every change of the view)."""
+        cluster = self._cluster
+        if (
+            cluster is not None
+            and self._follows
+            and self._life.state is _OPEN
+            and self._holding is None
+        ):
+            self._emit(cluster.topology())
+
+    # -- where a CLUSTER_CONNECT's store is served --------------------------------------------
+
+    def _route(self, store: str, cluster: ICluster) -> None:
+        """Open the session if this node serves ``store``; redirect to the member that
+        does; or hold the client until one does, at most ``hold_timeout``."""
+        urls = cluster.route(store)
+        if urls is None:
+            self._open()
+        elif urls:
+            self._redirect(store, urls)
+        elif self._holding is None:
+            timer = self._clock.callLater(cluster.hold_timeout, self._hold_ended, store)
+            self._hold(store, cluster, timer)
+        else:
+            self._hold(store, cluster, self._holding[1])
+
+    def _hold(self, store: str, cluster: ICluster, timer: IDelayedCall) -> None:
+        changed = cluster.when_changed()
+        self._holding = (changed, timer)
+        changed.addCallbacks(lambda _: self._view_changed(store, cluster), _cancelled)
+
+    def _view_changed(self, store: str, cluster: ICluster) -> None:
+        if self._holding is None:
+            return
+        urls = cluster.route(store)
+        if urls == ():
+            self._hold(store, cluster, self._holding[1])  # still nobody: wait on
+            return
+        self._stop_holding()
+        if urls is None:
+            self._open()
+        else:
+            self._redirect(store, urls)
+
+    def _hold_ended(self, store: str) -> None:
+        """Nobody took the store over in time: the client tries again (its own order)."""
+        if self._holding is not None:
+            changed, _ = self._holding
+            self._holding = None
+            changed.cancel()
+            self._redirect(store, ())
+
+    def _stop_holding(self) -> None:
+        if self._holding is not None:
+            changed, timer = self._holding
+            self._holding = None
+            if timer.active():
+                timer.cancel()
+            changed.cancel()
+
+    def _redirect(self, store: str, urls: tuple[str, ...]) -> None:
+        log.info(
+            "node {node}: client {client} asks for store {store}: {where}",
+            node=self._node_name,
+            client=self.client_id,
+            store=store,
+            where=f"redirected to {urls[0]}" if urls else "no member serves it, try again",
+        )
+        self._emit(p.Redirect(store, urls))
+        self._abort("")
 
     def login_refused(self, reason: str) -> None:
         self._emit(p.Failed(0, p.ErrorCode.AUTHENTICATION, reason))
