@@ -19,6 +19,7 @@ SCENARIOS = {
     "peers-stomp": "benchmarks.peers_stomp",
     "failover": "benchmarks.failover",
     "replication": "benchmarks.replication",
+    "activation": "benchmarks.activation",
 }
 
 
