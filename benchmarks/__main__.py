@@ -20,6 +20,7 @@ SCENARIOS = {
     "failover": "benchmarks.failover",
     "replication": "benchmarks.replication",
     "client-failover": "benchmarks.client_failover",
+    "activation": "benchmarks.activation",
 }
 
 

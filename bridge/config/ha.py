@@ -33,6 +33,7 @@ DEFAULT_PING = 1.0
 DEFAULT_REAP = 5.0
 DEFAULT_QUERY_TIMEOUT = 0.5
 DEFAULT_MAX_CLOCK_SKEW = 1.0
+DEFAULT_CRITICAL_ANALYZER_TIMEOUT = 120.0
 
 DEFAULT_SYNC_TIMEOUT = 30.0
 
@@ -42,6 +43,7 @@ _KEYS = (
     "lease-reap-time",
     "lease-query-timeout",
     "max-clock-skew",
+    "critical-analyzer-timeout",
     "lease-url",
     "peers",
     "cluster-user",
@@ -50,7 +52,7 @@ _KEYS = (
     "allow-failback",
     "failover-on-shutdown",
 )
-_REPLICATION_KEYS = _KEYS[5:]
+_REPLICATION_KEYS = _KEYS[_KEYS.index("lease-url") :]
 
 
 class HaPolicy(StrEnum):
@@ -111,6 +113,11 @@ class HaSettings:
     and shown in status (the lease never depends on it)."""
     replication: Replication | None = None
     """With the ``replication-*`` policies."""
+    critical_timeout: float = DEFAULT_CRITICAL_ANALYZER_TIMEOUT
+    """``critical-analyzer-timeout`` (Artemis's name): the live node's lease thread stops
+    renewing once the reactor has not turned for this long, so a node that hangs serving
+    nobody loses the lease (a node loading a large store holds its reactor for seconds:
+    keep it well above that)."""
 
     @property
     def keeper(self) -> str:
@@ -151,6 +158,9 @@ def parse_ha(
     reap = _positive(table, "lease-reap-time", DEFAULT_REAP, source)
     query_timeout = _positive(table, "lease-query-timeout", DEFAULT_QUERY_TIMEOUT, source)
     skew = _positive(table, "max-clock-skew", DEFAULT_MAX_CLOCK_SKEW, source)
+    critical = _positive(
+        table, "critical-analyzer-timeout", DEFAULT_CRITICAL_ANALYZER_TIMEOUT, source
+    )
     replication = None
     if policy.replicated:
         store_url, replication = _replication(table, source, store_url, policy, base_dir)
@@ -174,7 +184,16 @@ def parse_ha(
             f"must be below ha.lease-ping-time ({_seconds(ping)}), got "
             f"{_seconds(query_timeout)}: a statement must give up before the next renewal",
         )
-    return HaSettings(policy, store_url, store_dir, ping, reap, query_timeout, skew, replication)
+    if not critical >= 2 * ping:
+        raise ConfigError(
+            source,
+            "ha.critical-analyzer-timeout",
+            f"must be at least twice ha.lease-ping-time ({_seconds(ping)}), got "
+            f"{_seconds(critical)}: the reactor is asked to answer once per renewal",
+        )
+    return HaSettings(
+        policy, store_url, store_dir, ping, reap, query_timeout, skew, replication, critical
+    )
 
 
 def _replication(

@@ -2,11 +2,13 @@
 the live lock (the lease in PostgreSQL, or the file lock of a shared SQLite store) and the
 node service's activate / deactivate steps.
 
-A backup tries to acquire every ``lease-ping-time``; once it holds the lease it renews
-every ``lease-ping-time`` (counted from each renewal's start), and a watchdog thread
-(bridge.ha.watchdog, on the monotonic clock) tells the machine when no renewal landed
-before the fence's deadline. Every answer also updates the
-clock skew, which is logged when above ``max-clock-skew``.
+A backup tries to acquire every ``lease-ping-time``; once it holds the lease, the lease's
+thread renews it every ``lease-ping-time`` (counted from each renewal's start) and moves
+the fence's deadline on as each renewal lands, whatever the reactor is doing
+(bridge.ha.renewer); the reactor hears of each answer as the machine's input. A watchdog
+thread (bridge.ha.watchdog, on the monotonic clock) tells the machine when no renewal
+landed before the fence's deadline. Every answer also updates the clock skew, which is
+logged when above ``max-clock-skew``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
 from bridge.ha.lease import LeaseTable, ReplicaGate
 from bridge.ha.lock import Holder, ILiveLock, LeaseRow, LeaseToken
+from bridge.ha.renewer import Heartbeat, Renewer
 from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
 from bridge.store.file_lock import FileLock
@@ -70,7 +73,7 @@ class HaNode:
             if settings.url is not None
             else FileLock(settings.store_dir, settings.query_timeout)
         )
-        self.client = LeaseClient(lock, reactor)
+        self.client = LeaseClient(lock, reactor, monotonic=monotonic)
         gap = margin(settings.reap, settings.ping, settings.query_timeout)
         self.machine = Activation(self, Fence(settings.reap, gap, monotonic), self._entered)
         self._watchers: list[tuple[HaState, Deferred[None]]] = []
@@ -83,7 +86,8 @@ class HaNode:
         self.backups: tuple[str, ...] = ()
         """The backups waiting for the lease (``node/run``), as last seen."""
         self._acquire_call: IDelayedCall | None = None
-        self._renew_call: IDelayedCall | None = None
+        self._renewer: Renewer | None = None
+        self._heartbeat = Heartbeat(monotonic)
         self._handing_over = False
         self._tried = False
         self._watchdog = Watchdog(self.machine.fence, reactor, self._deadline_check)
@@ -222,7 +226,7 @@ class HaNode:
         )
         self.machine.inputs.acquired(started)
         self._arm_deadline()
-        self._schedule_renew(started)
+        self._start_renewing(started)
 
     def _acquire_failed(self, failure: Failure) -> None:
         log.warn(
@@ -301,39 +305,52 @@ class HaNode:
         self._stopped.callback(None)
 
     # -- renewals and the deadline -----------------------------------------------------
-    def _schedule_renew(self, last_start: float) -> None:
-        delay = max(0.0, last_start + self.settings.ping - self._monotonic())
-        self._renew_call = self._reactor.callLater(delay, self._renew)
-
-    def _renew(self) -> None:
-        self._renew_call = None
-        started = self._monotonic()
-        asked = self.client.renew(self.holder, self.epoch, self.settings.reap)
-        asked.addCallbacks(self._renew_answered, self._renew_failed, (started,), {}, (started,))
+    def _start_renewing(self, acquired: float) -> None:
+        """The lease's thread renews the epoch just acquired from now on."""
+        self._heartbeat.beat()
+        self._renewer = Renewer(
+            self.client.lock,
+            self.holder,
+            self.epoch,
+            fence=self.machine.fence,
+            reactor=self._reactor,
+            answers=self,
+            heartbeat=self._heartbeat,
+            ping=self.settings.ping,
+            critical_timeout=self.settings.critical_timeout,
+            acquired=acquired,
+            clock=self._monotonic,
+            wall_clock=self.client.wall_clock,
+        )
+        self.client.renew_with(self._renewer)
 
     def _serving_states(self) -> bool:
         return self.machine.state in (HaState.ACTIVATING, HaState.LIVE)
 
-    def _renew_answered(self, observed: Observed, started: float) -> None:
+    def renewal_landed(self, renewer: Renewer, observed: Observed, started: float) -> None:
+        """From the lease's thread: a renewal landed (the deadline moved on already)."""
+        if renewer is not self._renewer:
+            return  # an epoch this node no longer serves under
         self._observe(observed)
         if not self._serving_states():
             return
-        if observed.row is None:
-            self.machine.inputs.lease_lost()
-            return
         self.machine.inputs.renewed(started)
-        self._arm_deadline()
-        self._schedule_renew(started)
         self._list_backups(None)
 
-    def _renew_failed(self, failure: Failure, started: float) -> None:
-        if not self._serving_states():
+    def renewal_refused(self, renewer: Renewer, observed: Observed) -> None:
+        """From the lease's thread: the lease is not this node's at its epoch any more."""
+        if renewer is not self._renewer:
             return
-        log.warn(
-            "node {name}: renewing the lease failed: {why}", why=failure.value, **self._names()
-        )
+        self._observe(observed)
+        if self._serving_states():
+            self.machine.inputs.lease_lost()
+
+    def renewal_failed(self, renewer: Renewer, error: Exception) -> None:
+        """From the lease's thread: a renewal failed (the deadline stands)."""
+        if renewer is not self._renewer or not self._serving_states():
+            return
+        log.warn("node {name}: renewing the lease failed: {why}", why=error, **self._names())
         self.machine.inputs.renew_failed()
-        self._schedule_renew(started)
 
     def _arm_deadline(self) -> None:
         self._watchdog.rearm()
@@ -344,10 +361,12 @@ class HaNode:
             self.machine.inputs.deadline_passed()
 
     def _cancel(self) -> None:
-        for call in (self._acquire_call, self._renew_call):
-            if call is not None and call.active():
-                call.cancel()
-        self._acquire_call = self._renew_call = None
+        call, self._acquire_call = self._acquire_call, None
+        if call is not None and call.active():
+            call.cancel()
+        if self._renewer is not None:
+            self._renewer = None
+            self.client.renew_with(None)
 
     # -- what was seen -----------------------------------------------------------------
     def _observe(self, observed: Observed) -> None:

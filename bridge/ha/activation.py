@@ -11,6 +11,8 @@ again; a soft failover takes LIVE the same way; STOPPING → STOPPED from anywhe
 Fail closed: a renewal that is refused (the lease is another's, or the epoch moved on)
 fences at once; one that fails (an error, a timeout) does not extend the deadline, so
 the node fences at the deadline unless a later renewal lands first (:mod:`bridge.ha.fence`).
+The acquire sets the deadline here; the renewals move it on from the lease's thread
+(:mod:`bridge.ha.renewer`), so the inputs about them only report what already happened.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def _live_now(inputs: _Inputs, core: _Core) -> None:
 @_activating.upon(_Inputs.renewed).loop()
 @_live.upon(_Inputs.renewed).loop()
 def _renewed(inputs: _Inputs, core: _Core, started: float) -> None:
-    core.fence.renewed(started)
+    """The deadline moved on already, as the renewal landed, on the lease's thread
+    (:meth:`Fence.extend`): a reactor that hears of it late fences no one for it."""
 
 
 @_activating.upon(_Inputs.renew_failed).loop()

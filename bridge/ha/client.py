@@ -3,39 +3,38 @@ bounded on the client side too, by ``query_timeout`` (a connection that hangs, o
 statement the server has not cancelled yet, fails the call in time; its late result is
 dropped).
 
+The same thread renews the lock while the node holds it (:mod:`bridge.ha.renewer`): it
+runs the calls in the order asked and, between them, a renewal each time one is due, so
+that the renewals never wait for the reactor. The lock is called from that thread alone.
+
 Each answer carries the node's clock skew against the database's, measured around the
 statement: shown in status, never used to decide who holds the lease.
 """
 
 from __future__ import annotations
 
+import math
+import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
-from twisted.internet.threads import deferToThreadPool
-from twisted.python.threadpool import ThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from bridge.ha.lease import LeaseTable
 from bridge.ha.lock import Holder, ILiveLock, LeaseRow
 
+if TYPE_CHECKING:
+    from bridge.ha.renewer import Renewer
+
 _T = TypeVar("_T")
 
-
-class _DaemonThread(threading.Thread):
-    """A statement stuck past its timeouts must not keep the process from ending."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.daemon = True
-
-
-class _LeasePool(ThreadPool):
-    threadFactory = _DaemonThread
+log = Logger()
 
 
 @attrs.frozen
@@ -45,6 +44,70 @@ class Observed:
 
     row: LeaseRow | None
     skew: int
+
+
+def measured(call: Callable[[], LeaseRow | None], wall_clock: Callable[[], float]) -> Observed:
+    """``call``'s row, with the skew measured around it (``wall_clock``: epoch seconds)."""
+    before = wall_clock()
+    row = call()
+    after = wall_clock()
+    skew = round((before + after) * 500) - row.now if row is not None else 0
+    return Observed(row, skew)
+
+
+class LeaseThread:
+    """The lock's one thread: the calls handed to it, in order, and the renewals of the
+    :class:`Renewer` set, each when due (before any call waiting). A daemon thread: a
+    statement stuck past its timeouts must not keep the process from ending."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._renewer: Renewer | None = None
+        self._thread = threading.Thread(target=self._run, name="txbridge-lease", daemon=True)
+        self._thread.start()
+
+    def call(self, job: Callable[[], None]) -> None:
+        self._calls.put(job)
+
+    def renew_with(self, renewer: Renewer | None) -> None:
+        """Renew with ``renewer`` from now on (None: renew no more); a renewal in progress
+        still answers."""
+        old, self._renewer = self._renewer, renewer
+        if old is not None:
+            old.stop()
+        self._calls.put(_wake)
+
+    def stop(self) -> None:
+        """End the thread once the calls asked before are done."""
+        self.renew_with(None)
+        self._calls.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            renewer = self._renewer
+            wait = None
+            if renewer is not None and renewer.due != math.inf:
+                wait = renewer.due - self._clock()
+                if wait <= 0:
+                    try:
+                        renewer.renew()
+                    except Exception:  # a bug must not end the lease's thread
+                        log.failure("a renewal of the lease failed")
+                        renewer.stop()
+                    continue
+            try:
+                job = self._calls.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if job is None:
+                return
+            job()
+
+
+def _wake() -> None:
+    """Nothing: wakes the thread to see a new renewer."""
 
 
 class LeaseClient:
@@ -59,35 +122,43 @@ class LeaseClient:
         reactor: Any,
         *,
         wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.lock = lock
         self._reactor = reactor
         self._threads = IReactorFromThreads(reactor)
         self._clock = IReactorTime(reactor)
-        self._wall_clock = wall_clock
-        self._pool = _LeasePool(1, 1, name="txbridge-lease")
-        self._pool.start()
+        self.wall_clock = wall_clock
+        self.thread = LeaseThread(monotonic)
+
+    def _unbounded(self, call: Callable[[], _T]) -> Deferred[_T]:
+        result: Deferred[_T] = Deferred()
+
+        def job() -> None:
+            try:
+                value = call()
+            except BaseException:
+                self._threads.callFromThread(result.errback, Failure())
+            else:
+                self._threads.callFromThread(result.callback, value)
+
+        self.thread.call(job)
+        return result
 
     def _run(self, call: Callable[[], _T]) -> Deferred[_T]:
-        result = deferToThreadPool(self._threads, self._pool, call)
+        result = self._unbounded(call)
         result.addTimeout(self.lock.query_timeout, self._clock)
         return result
 
     def _observed(self, call: Callable[[], LeaseRow | None]) -> Deferred[Observed]:
-        def measured() -> Observed:
-            before = self._wall_clock()
-            row = call()
-            after = self._wall_clock()
-            skew = round((before + after) * 500) - row.now if row is not None else 0
-            return Observed(row, skew)
-
-        return self._run(measured)
+        return self._run(lambda: measured(call, self.wall_clock))
 
     def acquire(self, me: Holder, reap: float) -> Deferred[Observed]:
         return self._observed(lambda: self.lock.acquire(me, reap))
 
-    def renew(self, me: Holder, epoch: int, reap: float) -> Deferred[Observed]:
-        return self._observed(lambda: self.lock.renew(me, epoch, reap))
+    def renew_with(self, renewer: Renewer | None) -> None:
+        """Renew on the lock's thread with ``renewer`` (None: stop renewing)."""
+        self.thread.renew_with(renewer)
 
     def mark_replica(self, me: Holder, epoch: int, replica: str) -> Deferred[Observed]:
         """With replication: name the backup in sync ("" for none); see ``LeaseTable``."""
@@ -107,6 +178,7 @@ class LeaseClient:
     def close(self) -> Deferred[None]:
         """Close the connection on the lease's thread, then end the thread: after the call
         in progress, if any, which the server's and libpq's timeouts end."""
-        closing = deferToThreadPool(self._threads, self._pool, self.lock.close)
-        closing.addCallback(lambda _: self._pool.stop())
+        self.thread.renew_with(None)
+        closing = self._unbounded(self.lock.close)
+        closing.addCallback(lambda _: self.thread.stop())
         return closing

@@ -20,7 +20,8 @@ from bridge.ha.fence import Fence
 
 class Watchdog:
     """Calls ``passed`` on the reactor's thread once per deadline the fence sets, when it
-    passes. :meth:`rearm` after each change of the deadline."""
+    passes. :meth:`rearm` once a deadline is set; one moved on later (by the lease's
+    thread, as a renewal lands) is read again when the earlier one comes."""
 
     def __init__(self, fence: Fence, reactor: IReactorFromThreads, passed: Callable[[], None]):
         self._fence = fence

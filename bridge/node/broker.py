@@ -150,3 +150,4 @@ class Broker:
         queues with their delivery counts stored, then the store finishes and closes."""
         await self._delivery.close()
         await self.store.close()
+        self._recovery.closed()

@@ -1,7 +1,23 @@
 """Recovery on open: the queues, messages and duplicate ids the store kept, back in
-memory, and the configured addresses declared."""
+memory, and the configured addresses declared.
+
+The queues are refilled in slices (:func:`twisted.internet.task.coiterate`, about 10 ms
+of work per reactor turn): a store of a million messages takes seconds to put back, and
+the reactor meanwhile still answers pings, the management API and the live lock's
+answers (docs/ha.md, "Timings").
+
+Loading makes millions of objects that live as long as the broker, and each full pass of
+Python's garbage collector walks all of them with the interpreter held: one to two seconds
+for 750,000 messages, during which no thread runs, the lease's included. So the collector
+is off while the store loads, and what is loaded is then frozen out of its passes
+(:func:`gc.freeze`) until the broker closes (:func:`gc.unfreeze`)."""
 
 from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+from twisted.internet.task import coiterate
 
 from bridge.config.node import NodeConfig, Routing
 from bridge.node.large import LargeMessages
@@ -10,6 +26,9 @@ from bridge.node.routing import Router
 from bridge.node.writes import log
 from bridge.store.interfaces import IMessageStore
 from bridge.store.records import Recovered
+
+SLICE = 256
+"""Messages put back between two looks at the cooperator's clock."""
 
 
 class Recovery:
@@ -25,11 +44,26 @@ class Recovery:
 
     async def open(self) -> None:
         """Recover queues, messages and duplicate ids; declare configured addresses."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            await self._open()
+            gc.freeze()
+        finally:
+            if collecting:
+                gc.enable()
+
+    @staticmethod
+    def closed() -> None:
+        """The broker closed: what its open froze goes back to the garbage collector."""
+        gc.unfreeze()
+
+    async def _open(self) -> None:
         router = self._router
         recovered = await self._store.open(self._config.global_max_size)
         router.next_id = recovered.highest_message_id + 1
         router.recovered_ids = dict(recovered.duplicate_ids)
-        self._recover(recovered)
+        await coiterate(self._recover(recovered))
         if recovered.after_crash:
             held = sum(len(each) for each in recovered.messages.values())
             log.warn(
@@ -46,8 +80,10 @@ class Recovery:
                     declared.name, declared.name, durable=True, routing=Routing.ANYCAST
                 )
 
-    def _recover(self, recovered: Recovered) -> None:
+    def _recover(self, recovered: Recovered) -> Iterator[None]:
+        """Refill the queues, yielding every :data:`SLICE` messages."""
         router = self._router
+        count = 0
         for record in recovered.queues:
             routing = Routing(record.routing)
             address = router.addresses.get(record.address)
@@ -61,7 +97,10 @@ class Recovery:
                 if stored.paged_size is not None:
                     address.memory.paged(stored.paged_size)
                     queue.add_paged(message, STORED, stored.paged_size, stored.delivery_count)
-                    continue
-                if message.large is not None:
-                    self._large.held(message.id, 1)
-                queue.add(message, stored.delivery_count)
+                else:
+                    if message.large is not None:
+                        self._large.held(message.id, 1)
+                    queue.add(message, stored.delivery_count)
+                count += 1
+                if count % SLICE == 0:
+                    yield

@@ -39,6 +39,7 @@ def test_the_defaults_are_ping_1s_reap_5s_query_500ms(tmp_path):
         5.0,
         0.5,
         max_clock_skew=1.0,
+        critical_timeout=120.0,
     )
 
 
@@ -48,6 +49,7 @@ def test_every_key_is_read(tmp_path):
         + STORE
         + '[ha]\npolicy = "shared-store-primary"\nlease-ping-time = "2s"\n'
         + 'lease-reap-time = "10s"\nlease-query-timeout = "1500ms"\nmax-clock-skew = "250ms"\n'
+        + 'critical-analyzer-timeout = "30s"\n'
     )
     ha = _load(tmp_path, text)
     assert ha is not None
@@ -58,6 +60,7 @@ def test_every_key_is_read(tmp_path):
         1.5,
         0.25,
     )
+    assert ha.critical_timeout == 30.0
 
 
 @pytest.mark.parametrize(
@@ -81,6 +84,12 @@ def test_every_key_is_read(tmp_path):
         ('lease-reap-time = "0s"', r"ha\.lease-reap-time: expected a duration above zero"),
         ("lease-ping-time = 5", r"ha\.lease-ping-time: expected "),
         ('max-clock-skew = "soon"', r"ha\.max-clock-skew: expected "),
+        # the reactor answers once per renewal: a bound below two pings stops healthy ones
+        (
+            'critical-analyzer-timeout = "1500ms"',
+            r"ha\.critical-analyzer-timeout: must be at least twice ha\.lease-ping-time "
+            r"\(1000ms\), got 1500ms",
+        ),
         ('lease-time = "1s"', r"ha\.lease-time: unknown key \(did you mean 'lease-reap-time'"),
     ],
 )

@@ -1,6 +1,11 @@
 """The activation machine against a model of the lease row and of time: whatever the order
 of answers, delays, failures and other nodes, the node never serves without holding the
-lease, and it has stopped serving before any other node could acquire it."""
+lease, and it has stopped serving before any other node could acquire it.
+
+Renewals land on the lease's thread, which moves the deadline on (or clears it at a
+refusal) at once; the reactor hears of them, and of a passed deadline, only when it turns
+(``reactor_turns``), however late: a slow reactor never fences a node whose renewals
+landed, and a deadline that passed is never one it may serve under."""
 
 from __future__ import annotations
 
@@ -66,6 +71,8 @@ class ActivationMachine(RuleBasedStateMachine):
         )
         self.holder: str | None = None
         self.expires = 0.0
+        self.reactor: list[tuple[str, float]] = []
+        """What the reactor has still to hear, in order."""
         self.machine.inputs.start()
 
     # -- time, with the glue's deadline timer ------------------------------------------
@@ -74,8 +81,23 @@ class ActivationMachine(RuleBasedStateMachine):
         deadline = self.machine.fence.deadline
         if deadline is not None and self.clock.now <= deadline <= end:
             self.clock.now = deadline
-            self.machine.inputs.deadline_passed()
+            self.reactor.append(("deadline", 0.0))  # the watchdog's callFromThread
         self.clock.now = max(self.clock.now, end)
+
+    @rule()
+    def reactor_turns(self) -> None:
+        """The reactor hears what the threads told it, as the node's glue does."""
+        heard, self.reactor = self.reactor, []
+        for what, started in heard:
+            if what == "deadline":
+                if not self.machine.fence.valid:
+                    self.machine.inputs.deadline_passed()
+            elif what == "renewed":
+                self.machine.inputs.renewed(started)
+            elif what == "refused":
+                self.machine.inputs.lease_lost()
+            else:
+                self.machine.inputs.renew_failed()
 
     @rule(seconds=st.floats(min_value=0, max_value=3 * REAP))
     def time_passes(self, seconds: float) -> None:
@@ -88,8 +110,9 @@ class ActivationMachine(RuleBasedStateMachine):
     @rule()
     def another_node_acquires(self) -> None:
         if self._free():
-            assert self.machine.state not in (HaState.ACTIVATING, HaState.LIVE)
-            assert not self.machine.serving
+            assert not self.machine.fence.valid and not self.machine.serving
+            if not self.reactor:
+                assert self.machine.state not in (HaState.ACTIVATING, HaState.LIVE)
             self.holder, self.expires = "other", self.clock.now + REAP
 
     @rule()
@@ -114,21 +137,26 @@ class ActivationMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.machine.state in (HaState.ACTIVATING, HaState.LIVE))
     @rule(before=delays, after=delays)
     def renew_answers(self, before: float, after: float) -> None:
+        """A renewal on the lease's thread (bridge.ha.renewer), as the node's state was
+        last heard by the reactor: it renews while ACTIVATING or LIVE."""
         started = self.clock.now
         self._pass(before)
         if self.holder == "me" and self.expires >= self.clock.now:
             self.expires = self.clock.now + REAP
             self._pass(after)
-            self.machine.inputs.renewed(started)
+            if self.machine.fence.extend(started):
+                self.reactor.append(("renewed", started))
         else:
             self._pass(after)
-            self.machine.inputs.lease_lost()
+            self.machine.fence.clear()
+            self.reactor.append(("refused", started))
 
     @precondition(lambda self: self.machine.state in (HaState.ACTIVATING, HaState.LIVE))
     @rule(seconds=delays)
     def renew_fails(self, seconds: float) -> None:
+        started = self.clock.now
         self._pass(seconds)
-        self.machine.inputs.renew_failed()
+        self.reactor.append(("failed", started))
 
     # -- the glue's answers ------------------------------------------------------------
     @precondition(lambda self: "activate" in self.actions.calls)
@@ -170,7 +198,9 @@ class ActivationMachine(RuleBasedStateMachine):
     # -- what must always hold ---------------------------------------------------------
     @invariant()
     def never_live_without_the_lease(self) -> None:
-        if self.machine.state in (HaState.ACTIVATING, HaState.LIVE):
+        if self.machine.fence.valid or (
+            not self.reactor and self.machine.state in (HaState.ACTIVATING, HaState.LIVE)
+        ):
             assert self.holder == "me"
             assert self.clock.now < self.expires
             assert self.machine.fence.valid
@@ -180,8 +210,8 @@ class ActivationMachine(RuleBasedStateMachine):
     @invariant()
     def the_deadline_comes_before_the_lease_can_expire(self) -> None:
         deadline = self.machine.fence.deadline
-        if deadline is not None:
-            assert self.holder == "me"
+        if self.machine.fence.valid:
+            assert deadline is not None and self.holder == "me"
             assert deadline <= self.expires - margin(REAP, PING, QUERY_TIMEOUT)
 
 
