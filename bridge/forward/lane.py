@@ -121,6 +121,7 @@ class Lane:
             config.forwarding_address,
             config.transformer,
             config.use_duplicate_detection,
+            self._bridge.moving,
         )
         retries, self._retries = self._retries, 0
         self._bridge.lane_up(self, retries)
@@ -219,11 +220,16 @@ class Lane:
         assert client is not None and forwarder is not None, "a closed lane's delivery"
         assert consumer == self._consumer, "a closed consumer's delivery"
         message = delivery.message
-        sending = forwarder.forward(message)
+        before = 0
+        if bridge.moving and delivery.delivery_count > 1:
+            before = delivery.delivery_count - 1
+        sending = None if before and not message.durable else forwarder.forward(message, before)
         if sending is None:
+            # A drain moves a non-durable message delivered here before nowhere: it was
+            # delivered once, and is never delivered again.
             bridge.skipped()
             done = bridge.broker.acknowledge(bridge.config.queue, consumer, delivery.delivery_id)
-            done.addErrback(self._ack_failed)
+            done.addCallbacks(bridge.acknowledged, self._ack_failed)
             return
         sent = sending.message
         file: IO[bytes] | None = None
@@ -325,7 +331,7 @@ class Lane:
             done = self._bridge.broker.acknowledge(
                 self._bridge.config.queue, self._consumer, upto, cumulative=True
             )
-            done.addErrback(self._ack_failed)
+            done.addCallbacks(self._bridge.acknowledged, self._ack_failed)
 
     def _ack_failed(self, failure: Failure) -> None:
         log.failure("bridge {name}: acknowledging the source failed", failure, name=self._name)

@@ -64,4 +64,4 @@ class Recovery:
                     continue
                 if message.large is not None:
                     self._large.held(message.id, 1)
-                queue.add(message, stored.delivery_count)
+                queue.add(message, max(stored.delivery_count, message.delivered_before))

@@ -516,6 +516,8 @@ class Router:
 
 
 def enqueue(message: Message, bindings: list[Binding]) -> None:
-    """A routed send, safe now, reaches its queues."""
+    """A routed send, safe now, reaches its queues (a message a drain moved here counts
+    its deliveries on from the node it left)."""
+    before = message.delivered_before
     for binding in bindings:
-        binding.queue.add(message)
+        binding.queue.add(message, before)
