@@ -73,7 +73,7 @@ class NodeDrain:
         self._urls: dict[str, URL] = {}
         self._bridges: list[Bridge] = []
         self._waiters: list[Deferred[DrainProgress]] = []
-        self.drain = Drain(name, self, self._depth)
+        self.drain = Drain(name, self, self._depth, self._failed)
 
     def _depth(self, queue: str) -> int:
         found = self._broker.queues.get(queue)
@@ -93,13 +93,10 @@ class NodeDrain:
         return waiter
 
     def _failed(self, reason: str) -> None:
-        self.drain.inputs.failed(reason)
-        if self.drain.state is not DrainState.FAILED:
-            return
         log.error("node {name}: the drain failed: {reason}", name=self._name, reason=reason)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
-            waiter.errback(DrainRefused(self.drain.progress().reason))
+            waiter.errback(DrainRefused(reason))
 
     # -- IDrainActions ------------------------------------------------------------------
 
@@ -109,10 +106,10 @@ class NodeDrain:
 
     def _not_found(self, failure: Failure) -> None:
         if failure.check(DrainRefused, PolicyError):
-            self._failed(str(failure.value))
+            self.drain.inputs.failed(str(failure.value))
         else:
             log.failure("node {name}: finding the drain's target failed", failure, name=self._name)
-            self._failed(f"finding the target failed: {failure.value}")
+            self.drain.inputs.failed(f"finding the target failed: {failure.value}")
 
     async def _find(self) -> Mapping[str, tuple[str, ...]]:
         cluster = self._cluster
@@ -176,7 +173,7 @@ class NodeDrain:
 
     def _close_failed(self, failure: Failure) -> None:
         log.failure("node {name}: closing for the drain failed", failure, name=self._name)
-        self._failed(f"closing the acceptors and connections failed: {failure.value}")
+        self.drain.inputs.failed(f"closing the acceptors and connections failed: {failure.value}")
 
     def move(self, target: str, queues: tuple[str, ...]) -> None:
         cluster = self._cluster
@@ -211,7 +208,9 @@ class NodeDrain:
 
     def _bridge_failed(self, failure: Failure, bridge: Bridge) -> None:
         if bridge.state is BridgeState.FAILED:
-            self._failed(f"the bridge of queue {bridge.config.queue!r}: {bridge.last_error}")
+            self.drain.inputs.failed(
+                f"the bridge of queue {bridge.config.queue!r}: {bridge.last_error}"
+            )
 
     def stop(self) -> None:
         progress = self.drain.progress()

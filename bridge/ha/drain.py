@@ -98,9 +98,10 @@ class _Inputs(Protocol):
 class _Core:
     """The drain's data: the node, the actions, the queues still being moved."""
 
-    def __init__(self, node: str, actions: IDrainActions) -> None:
+    def __init__(self, node: str, actions: IDrainActions, on_failed: Callable[[str], None]) -> None:
         self.node = node
         self.actions = actions
+        self.on_failed = on_failed
         self.state = DrainState.SERVING
         self.target = ""
         self.reason = ""
@@ -159,6 +160,7 @@ def _fail(inputs: _Inputs, core: _Core, reason: str) -> None:
     if core.state is DrainState.DRAINED:
         return  # a bridge's failure as the node stops: the drain is done
     core.state, core.reason = DrainState.FAILED, reason
+    core.on_failed(reason)
 
 
 @_serving.upon(_Inputs.failed).loop()
@@ -198,9 +200,15 @@ class Drain:
     docstring."""
 
     def __init__(
-        self, node: str, actions: IDrainActions, depth: Callable[[str], int] = lambda _: 0
+        self,
+        node: str,
+        actions: IDrainActions,
+        depth: Callable[[str], int] = lambda _: 0,
+        on_failed: Callable[[str], None] = lambda reason: None,
     ) -> None:
-        self._core = _Core(node, actions)
+        """``depth`` tells a queue's depth now (for the progress); ``on_failed`` is told
+        why when the drain fails."""
+        self._core = _Core(node, actions, on_failed)
         self._machine = _Machine(self._core)
         self._depth = depth
         """A queue's depth now, for the progress."""

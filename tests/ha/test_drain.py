@@ -39,7 +39,9 @@ MAP = {"a": ("b", "c"), "b": ("c", "a"), "c": ("a", "b")}
 def drain(depths: dict[str, int] | None = None) -> tuple[Drain, Actions]:
     actions = Actions()
     now = depths if depths is not None else {}
-    return Drain("a", actions, lambda queue: now.get(queue, 0)), actions
+    record = actions.calls.append
+    machine = Drain("a", actions, lambda queue: now.get(queue, 0), lambda why: record(("!", why)))
+    return machine, actions
 
 
 def test_the_first_failover_node_is_the_target_and_emptied_queues_end_the_drain():
@@ -85,7 +87,10 @@ def test_without_a_failover_node_the_drain_fails_before_closing_anything():
     machine.inputs.mapped({"a": ()})
     assert machine.state is DrainState.FAILED
     assert "no failover node" in machine.progress().reason
-    assert actions.calls == [("find_target",)]
+    assert actions.calls == [
+        ("find_target",),
+        ("!", "node a has no failover node in the cluster's map"),
+    ]
     machine.inputs.start()  # asked again: it tries again
     assert (machine.state, actions.calls[-1]) == (DrainState.DRAINING, ("find_target",))
     assert machine.progress().reason == ""
@@ -105,6 +110,9 @@ def test_a_failure_while_moving_is_shown_with_its_reason_and_the_first_reason_st
         "the bridge of queue 'orders': no queue",
     )
     assert ("stop",) not in actions.calls
+    assert [call for call in actions.calls if call[0] == "!"] == [
+        ("!", "the bridge of queue 'orders': no queue")
+    ]
 
 
 def test_asked_twice_the_drain_goes_on_once():
