@@ -143,13 +143,16 @@ class Reconnector:
         self.exhausted: ReconnectAttemptsExhausted | None = None
 
     def _retry_delay(self, failed: int) -> float:
-        """ClientService schedules retry ``failed``: log it, unless the policy gives up
-        before it (the count starts again after every connection, as the policy's does)."""
+        """ClientService schedules retry ``failed``: log it (or tell ``on_retry``), unless
+        the policy gives up before it (the count starts again after every connection, as
+        the policy's does)."""
         delay = self._delay(failed)
         attempts = self.policy.reconnect_attempts
-        if (attempts < 0 or failed <= attempts) and self._on_retry is not None:
+        if 0 <= attempts < failed:
+            return delay
+        if self._on_retry is not None:
             self._on_retry(failed, delay)
-        elif attempts < 0 or failed <= attempts:
+        else:
             log.info(
                 "retry {retry} to connect {endpoint} in {delay} s",
                 retry=failed,

@@ -134,11 +134,8 @@ class Lane:
         if not self._wanted:
             return
         self._retries = retry
-        targets = self._bridge.config.targets
-        self._bridge.retrying(retry, targets[self._endpoint_index()], delay)
-
-    def _endpoint_index(self) -> int:
-        return 0 if self._endpoint is None else self._endpoint.current
+        current = 0 if self._endpoint is None else self._endpoint.current
+        self._bridge.retrying(retry, self._bridge.config.targets[current], delay)
 
     def _exhausted(self, exhausted: ReconnectAttemptsExhausted) -> None:
         if not self._wanted:
