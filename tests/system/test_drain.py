@@ -11,6 +11,7 @@ and the audit of the clients' event logs finds nothing lost and no unexpected me
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from bridge import events
 from bridge.client.api import Client, Consumer, connect
 from bridge.client.errors import ClientError
 from bridge.ctl.main import main
+from bridge.ctl.status import ManagementClient, fetch_status
 from tests.forward.conftest import eventually
 from tests.system.audit_run import audit, check_failover, require_spark
 from tests.system.bridges import free_port
@@ -86,6 +88,18 @@ async def consume(
         message.ack()
 
 
+async def consumed_at(url: str, queue: str) -> None:
+    """Wait (bounded) until the node's ``/status`` shows a consumer of ``queue``."""
+    client = ManagementClient(url)
+    deadline = time.monotonic() + SLACK
+    while not any(
+        each.name == queue and each.consumers
+        for each in (await deferToThread(fetch_status, client)).queues
+    ):
+        assert time.monotonic() < deadline, f"no consumer of {queue} at {url}"
+        await deferLater(reactor, 0.05, lambda: None)
+
+
 @pytest.mark.system
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
@@ -121,6 +135,9 @@ async def test_a_drained_node_moves_its_messages_and_clients_to_its_first_failov
         a.ended.addBoth(lambda code: (ended.callback(code), code)[1])
         assert await ended.addTimeout(SLACK, reactor) == 0, a.output
         assert "node a: drained to b" in a.output
+        # The consumer takes again once it is b's (a demand for one message made while
+        # the client has no connection is not made again when it reconnects).
+        await consumed_at(b.management_url, "orders")
         go_on.callback(None)
 
         await producing
