@@ -38,6 +38,11 @@ BRIDGE_DUPLICATE_ID = "_TXB_BRIDGE_DUP_ID"
 duplicate-detection id, checked against the target address's bridge cache rather than its
 producers' (Artemis's ``_AMQ_BRIDGE_DUP``)."""
 
+DELIVERY_COUNT = "_TXB_DELIVERY_COUNT"
+"""The header (an int) a drain's bridge puts on a durable message that was delivered on
+the node it leaves: how many times. The node it moves to counts its deliveries on from
+there, so its consumers see a redelivery as one (docs/ha.md, Graceful drain)."""
+
 ROUTING_TYPE = "_TXB_ROUTING_TYPE"
 """The header (a str, "anycast" or "multicast") by which a send to an address with both
 routing types says which of its queues it is for (Artemis's ``_AMQ_ROUTING_TYPE``); an
@@ -106,6 +111,12 @@ class Message:
         """The ``BRIDGE_DUPLICATE_ID`` header's value; None if absent or not bytes."""
         value = self.headers.get(BRIDGE_DUPLICATE_ID)
         return value if isinstance(value, bytes) else None
+
+    @property
+    def delivered_before(self) -> int:
+        """The ``DELIVERY_COUNT`` header's value; 0 if absent or not a positive int."""
+        value = self.headers.get(DELIVERY_COUNT)
+        return value if type(value) is int and value > 0 else 0
 
     @cached_property
     def size(self) -> int:

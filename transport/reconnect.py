@@ -7,12 +7,16 @@ The count starts again after every successful connection. When it runs out the s
 stops and ``on_exhausted`` is told why. The owner may change the policy for the next drop
 (``reconsider``: a client that learned its failover nodes allows a round of them), and
 send the next retry at once (``retry_now``: a node redirected it).
+
+Drops are watched on any protocol that says when it is lost (``when_lost()``, as
+``FrameConnection`` does): a core connection, or whatever stands for a connection made
+by the layer above (a bridge lane's logged-in client).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast, runtime_checkable
 
 import attrs
 from twisted.application.internet import ClientService, backoffPolicy
@@ -81,6 +85,14 @@ class ReconnectPolicy:
         return None if self.reconnect_attempts < 0 else self.reconnect_attempts + 1
 
 
+@runtime_checkable
+class Losable(Protocol):
+    """A connection that says when it is lost, and why (the reason's words are the
+    ``cause`` of a ReconnectAttemptsExhausted after a drop)."""
+
+    def when_lost(self) -> Deferred[BaseException]: ...
+
+
 def _without_retry_lines(event: dict[str, object]) -> None:
     """Pass on a ClientService's log events but its "Scheduling retry" lines."""
     if not str(event.get("log_format", "")).startswith("Scheduling retry"):
@@ -111,8 +123,12 @@ class Reconnector:
         *,
         on_exhausted: Callable[[ReconnectAttemptsExhausted], object] = lambda error: None,
         prepare: Callable[[IProtocol], object] | None = None,
+        on_retry: Callable[[int, float], object] | None = None,
     ) -> None:
+        """``on_retry(retry, delay)`` is told of each retry the policy allows, numbered
+        from 1 after every connection, with its wait; without it, each is logged."""
         self.policy = policy
+        self._on_retry = on_retry
         self._delay = policy.delay()
         self._endpoint = endpoint
         self._on_exhausted = on_exhausted
@@ -139,14 +155,19 @@ class Reconnector:
         self._now = True
 
     def _retry_delay(self, failed: int) -> float:
-        """ClientService schedules retry ``failed``: log it, unless the policy gives up
-        before it (the count starts again after every connection, as the policy's does)."""
+        """ClientService schedules retry ``failed``: log it (or tell ``on_retry``), unless
+        the policy gives up before it (the count starts again after every connection, as
+        the policy's does)."""
         if self._now:
             self._now = False
             return 0.0
         delay = self._delay(failed)
         attempts = self.policy.reconnect_attempts
-        if attempts < 0 or failed <= attempts:
+        if 0 <= attempts < failed:
+            return delay
+        if self._on_retry is not None:
+            self._on_retry(failed, delay)
+        else:
             log.info(
                 "retry {retry} to connect {endpoint} in {delay} s",
                 retry=failed,
@@ -198,7 +219,7 @@ class Reconnector:
 
     def _connected(self, protocol: IProtocol) -> None:
         self._watch = None
-        if isinstance(protocol, FrameConnection):
+        if isinstance(protocol, Losable):
             # The connection hears of its loss before ClientService does: look on the next
             # turn, when the service is already waiting to retry.
             protocol.when_lost().addCallback(

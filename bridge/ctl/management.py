@@ -29,9 +29,12 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
+from bridge.ctl.drain import DrainRefused, NodeDrain
 from bridge.ctl.status import (
     AddressStatus,
     BridgeStatus,
+    DrainQueueStatus,
+    DrainStatus,
     HaStatus,
     NodeStatus,
     QueueStatus,
@@ -39,6 +42,7 @@ from bridge.ctl.status import (
 )
 from bridge.forward.interfaces import IBridges, UnknownBridge
 from bridge.forward.status import BridgeSnapshot, BridgeState
+from bridge.ha.drain import DrainProgress, DrainState
 from bridge.logins import Logins
 from bridge.node.broker import Broker
 from security import (
@@ -71,6 +75,8 @@ class Serving:
     connections: Callable[[], int] = lambda: 0
     producers_blocked: Callable[[], int] = lambda: 0
     bridges: IBridges | None = None
+    drain: NodeDrain | None = None
+    """The node's drain (``POST /node/drain``); None where a node cannot drain."""
 
 
 @attrs.frozen
@@ -160,7 +166,24 @@ class NodeView:
                 for snapshot in self.bridge_snapshots()
             ),
             ha=self.ha(),
+            drain=None if serving.drain is None else drain_status(serving.drain.progress()),
         )
+
+
+def drain_status(progress: DrainProgress) -> DrainStatus | None:
+    """The drain as ``/status`` shows it; None while the node serves."""
+    if progress.state is DrainState.SERVING:
+        return None
+    return DrainStatus(
+        state=progress.state.value,
+        target=progress.target,
+        reason=progress.reason,
+        messages_at_start=progress.at_start,
+        messages_left=progress.left,
+        queues=tuple(
+            DrainQueueStatus(queue.name, queue.at_start, queue.left) for queue in progress.queues
+        ),
+    )
 
 
 class BrokerCollector(Collector):
@@ -485,6 +508,21 @@ async def _reload(bridges: IBridges) -> Answer:
     return _json({"ok": not errors, "errors": errors})
 
 
+async def _drain(drain: NodeDrain) -> Answer:
+    """Drain the node: the answer once it is drained (the node then stops), or why not."""
+    try:
+        progress = await drain.start()
+    except DrainRefused as refused:
+        return Answer.error(409, f"cannot drain: {refused}")
+    status = drain_status(progress)
+    assert status is not None
+    return _json(attrs.asdict(status, value_serializer=_lists))
+
+
+def _lists(_: object, __: object, value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
 def _failover(failover: Callable[[], bool]) -> Answer:
     if not failover():
         return Answer.error(409, "this node is not LIVE: there is nothing to hand over")
@@ -521,6 +559,10 @@ class ManagementResource(Resource):
         failover = self._failover
         if path == b"/ha/failover" and failover is not None:
             return _at_once(lambda: _failover(failover))
+        serving = self._view.serving()
+        drain = None if serving is None else serving.drain
+        if path == b"/node/drain" and drain is not None:
+            return lambda: _drain(drain)
         bridges = self._view.bridges()
         if bridges is None:
             return None
@@ -543,6 +585,9 @@ class ManagementResource(Resource):
         known = [path.decode() for path in self._reads]
         if self._failover is not None:
             known.append("/ha/failover")
+        serving = self._view.serving()
+        if serving is not None and serving.drain is not None:
+            known.append("/node/drain")
         if self._view.bridges() is not None:
             known += ["/reload", "/bridges/NAME/" + "|".join(BRIDGE_ACTIONS)]
         return ", ".join(known)
@@ -640,6 +685,7 @@ def management_site(
     producers_blocked: Callable[[], int] = lambda: 0,
     bridges: IBridges | None = None,
     logins: Logins | None = None,
+    drain: NodeDrain | None = None,
 ) -> Site:
     """The management API of a node, for the node service to listen with.
 
@@ -647,8 +693,9 @@ def management_site(
     says how many client connections the node has open now, ``producers_blocked`` how
     many producers wait for credits; ``bridges``, the node's bridges, to show and operate
     (without them, ``/status`` shows none and there are no POST endpoints); ``logins``,
-    the node's bounded logins (without them, each login hashes in the reactor's pool)."""
-    serving = Serving(broker, connections, producers_blocked, bridges)
+    the node's bounded logins (without them, each login hashes in the reactor's pool);
+    ``drain``, the node's drain (without it, no ``POST /node/drain``)."""
+    serving = Serving(broker, connections, producers_blocked, bridges, drain)
     view = NodeView(broker.config.name, node_id, reactor, reactor.seconds(), lambda: serving)
     return view_site(view, security, logins)
 

@@ -40,6 +40,7 @@ from twisted.web.server import Site
 
 from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges, load_node_config
 from bridge.ctl.auditlog import route_audit_log
+from bridge.ctl.drain import NodeDrain
 from bridge.ctl.ha import HaNode
 from bridge.ctl.management import NodeView, Serving, management_site, view_site
 from bridge.ctl.members import ClusterMembers
@@ -167,6 +168,8 @@ class NodeService(Service):
         """With ``[ha]`` replication: the copy of the store, to or from this node."""
         self.members: ClusterMembers | None = None
         """With ``[cluster]``, while serving: the node's view of its cluster."""
+        self.drain: NodeDrain | None = None
+        """Without ``[ha]``: the node's graceful drain (docs/ha.md)."""
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -319,6 +322,15 @@ class NodeService(Service):
             lambda: all_bridges(self._bridges_from),
         )
         if config.management is not None and self.ha is None:
+            self.drain = NodeDrain(
+                config.name,
+                identity,
+                config.cluster,
+                broker,
+                self.reactor,
+                close=lambda: Deferred.fromCoroutine(self._stop_accepting()),
+                stop=self.reactor.stop,
+            )
             site = management_site(
                 broker,
                 security,
@@ -328,6 +340,7 @@ class NodeService(Service):
                 producers_blocked=lambda: head.producers_blocked + stomp.producers_blocked,
                 bridges=bridges,
                 logins=logins,
+                drain=self.drain,
             )
             await self._listen_management(site)
         bridges.start_all()
@@ -339,6 +352,18 @@ class NodeService(Service):
             id=identity,
             ports=", ".join(f"{name} on {_where(port)}" for name, port in self.ports.items()),
         )
+
+    async def _stop_accepting(self) -> None:
+        """For a drain: close the acceptors (the management port stays) and end every
+        client connection; their reconnects take the clients to their other URLs."""
+        ports = {name: port for name, port in self.ports.items() if name != "management"}
+        self.ports = {name: port for name, port in self.ports.items() if name == "management"}
+        for port in ports.values():
+            await _stopped(port)
+        if self.head is not None:
+            await self.head.close_connections("the node is draining")
+        if self.stomp is not None:
+            await self.stomp.close_connections("the node is draining")
 
     def _hangup(self, signum: int, frame: object) -> None:
         # A signal handler runs between any two bytecodes: the work waits for the reactor.

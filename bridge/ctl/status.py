@@ -149,6 +149,30 @@ class HaStatus:
 
 
 @attrs.frozen
+class DrainQueueStatus:
+    """A queue a drain moves: its depth when moving began, and what is left of it."""
+
+    name: str
+    at_start: int
+    left: int
+
+
+@attrs.frozen
+class DrainStatus:
+    """A node's graceful drain (docs/ha.md, Graceful drain)."""
+
+    state: str
+    """DRAINING, DRAINED (the node stops) or FAILED."""
+    target: str
+    """The node the queues move to: the first of this node's failover list."""
+    reason: str
+    """Why it failed ("" otherwise)."""
+    messages_at_start: int
+    messages_left: int
+    queues: tuple[DrainQueueStatus, ...] = ()
+
+
+@attrs.frozen
 class Status:
     """What ``GET /status`` answers (docs/management.md describes each field)."""
 
@@ -163,6 +187,8 @@ class Status:
     """Empty from a node that has none, or that is older than bridges."""
     ha: HaStatus | None = None
     """None from a node without ``[ha]``."""
+    drain: DrainStatus | None = None
+    """None unless the node was asked to drain."""
 
     def to_json(self) -> dict[str, Any]:
         """The document as JSON types (arrays as lists)."""
@@ -186,6 +212,8 @@ for _kind in (
     BridgeStatus,
     ReplicationView,
     HaStatus,
+    DrainQueueStatus,
+    DrainStatus,
     Status,
 ):
     attrs.resolve_types(_kind)
@@ -324,6 +352,9 @@ def format_status(status: Status) -> str:
     lines = [
         f"node {node.name} (id {node.id}), up {format_duration(node.uptime_seconds)}, {connections}"
     ]
+    drain = status.drain
+    if drain is not None:
+        lines.append(format_drain(drain))
     if not status.queues:
         return "\n".join([*lines, "no queues"])
     header = ("QUEUE", "ADDRESS", "DEPTH", "IN FLIGHT", "CONSUMERS")
@@ -331,6 +362,17 @@ def format_status(status: Status) -> str:
         (q.name, q.address, str(q.depth), str(q.in_flight), str(q.consumers)) for q in status.queues
     ]
     return "\n".join(lines + _table(header, rows, {2, 3, 4}))
+
+
+def format_drain(drain: DrainStatus) -> str:
+    """One line: the drain's state, where to, what is left."""
+    if drain.state == "FAILED":
+        return f"drain FAILED: {drain.reason}"
+    target = drain.target or "(finding the target)"
+    return (
+        f"{drain.state} to {target}: {drain.messages_left} of {drain.messages_at_start} "
+        f"message(s) left in {len(drain.queues)} queue(s)"
+    )
 
 
 def _status(client: ManagementClient, args: argparse.Namespace) -> str:
@@ -423,6 +465,22 @@ def _ha_failover(client: ManagementClient, _: argparse.Namespace) -> str:
     if answer != {"ok": True}:
         raise ManagementError(f"unexpected answer {answer!r}")
     return "failover started: the node stops serving and leaves the lease to a backup"
+
+
+_DRAIN_TIMEOUT = 600.0
+
+
+def _drain(client: ManagementClient, args: argparse.Namespace) -> str:
+    timeout = _DRAIN_TIMEOUT if args.drain_timeout is None else args.drain_timeout
+    answer = attrs.evolve(client, timeout=timeout).post_json("/node/drain")
+    try:
+        drain = _read(DrainStatus, answer, "")
+    except StatusFormatError as error:
+        raise ManagementError(f"unexpected answer {answer!r}: {error}") from None
+    return (
+        f"drained to {drain.target}: {drain.messages_at_start} message(s) from "
+        f"{len(drain.queues)} queue(s) moved; the node stops"
+    )
 
 
 def _bridges_named(client: ManagementClient, name: str | None) -> tuple[BridgeStatus, ...]:
@@ -624,6 +682,29 @@ def register(subparsers: Any) -> None:
         "txbridge ctl --url http://127.0.0.1:8161 --user root ha failover",
     )
     ha_failover.set_defaults(ctl_action_handler=_ha_failover, ctl_label="ha failover")
+
+    node = _action(
+        actions,
+        "node",
+        "the node as a whole: drain it",
+        "txbridge ctl --url http://127.0.0.1:8161 node drain",
+    )
+    node_actions = node.add_subparsers(dest="node_action", required=True, metavar="ACTION")
+    drain = _action(
+        node_actions,
+        "drain",
+        "stop accepting, send the clients on, move every queue's messages to the first "
+        "node of this node's failover list, then stop the node",
+        "txbridge ctl --url http://127.0.0.1:8161 node drain --timeout 300",
+    )
+    drain.add_argument(
+        "--timeout",
+        dest="drain_timeout",
+        type=_seconds,
+        help=f"seconds to wait for the drain to end (default {_DRAIN_TIMEOUT:g}); the node "
+        "goes on draining after it",
+    )
+    drain.set_defaults(ctl_action_handler=_drain, ctl_label="node drain")
 
     reload = _action(
         actions,

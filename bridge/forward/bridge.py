@@ -66,8 +66,14 @@ class Bridge:
         origin: Origin,
         clock: IReactorTime,
         connector: Connector,
+        *,
+        moving: bool = False,
     ) -> None:
         self.config = config
+        self.moving = moving
+        """A drain's bridge (docs/ha.md, Graceful drain): a message delivered here before
+        moves as a redelivery if durable, and not at all if not (delivered once only)."""
+        self._empty_waiters: list[Deferred[None]] = []
         self.broker = broker
         self.origin = origin
         self.clock = clock
@@ -197,6 +203,24 @@ class Bridge:
         if self._drain_timer is not None and not any(lane.pending for lane in self._lanes):
             self._machine.drained()
 
+    def when_empty(self) -> Deferred[None]:
+        """Fires once the source queue is empty and the target confirmed every message
+        forwarded (checked as the bridge's acknowledgements are done)."""
+        waiter: Deferred[None] = Deferred(self._empty_waiters.remove)
+        self._empty_waiters.append(waiter)
+        self.acknowledged()
+        return waiter
+
+    def acknowledged(self, _: object = None) -> None:
+        """Acknowledgements of the source are done: wake ``when_empty`` if it is so."""
+        if not self._empty_waiters or self._queue is None or self._queue.depth:
+            return
+        if any(lane.pending for lane in self._lanes):
+            return
+        waiters, self._empty_waiters = self._empty_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
     def error(self, text: str) -> None:
         """Show ``text`` in the status; log it when it changed."""
         if text != self.last_error:
@@ -256,6 +280,7 @@ class Bridge:
         self._set(BridgeState.STARTED)
         for lane in self._lanes:
             lane.take()
+        self.acknowledged()  # a queue emptied before the bridge took anything
 
     def _drain(self, state: BridgeState) -> None:
         """Take nothing more; ``drained`` once the target confirmed what is in flight,

@@ -8,6 +8,11 @@ The bridge adds two headers:
   already has. A durable message keeps its id across the source's restarts, so its
   resend carries the same id; a non-durable one does not outlive a restart, and its id
   carries the source's incarnation too, because the node may number messages again.
+  A drain's bridge leaves it off a message that has its producer's duplicate id: that id
+  then finds the repeats on the target, the producer's own resend there among them (a
+  send whose confirmation the drain's closing of its connection cut off).
+- ``_TXB_DELIVERY_COUNT``, from a drain's bridge only: how many times a durable message
+  was delivered on the node it leaves, so that the target delivers it as a redelivery.
 - ``_TXB_BRIDGE_PATH``: the ids of the nodes whose bridges forwarded it, in order. A
   bridge never forwards a message to a node on that path, so a cycle (A -> B -> A) ends
   after one round and a chain (A -> B -> C) goes on.
@@ -20,7 +25,7 @@ from typing import Final, NamedTuple
 
 import attrs
 
-from bridge.message import BRIDGE_DUPLICATE_ID, HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, DELIVERY_COUNT, HeaderValue, Message
 
 BRIDGE_PATH: Final = "_TXB_BRIDGE_PATH"
 
@@ -56,6 +61,8 @@ class Forwarder:
     forwarding_address: str | None = None
     transformer: Callable[[Message], Message | None] | None = None
     duplicate_detection: bool = True
+    moving: bool = False
+    """A drain's: the producer's duplicate id, where there is one, detects repeats."""
     _durable_prefix: bytes = attrs.field(init=False)
     _transient_prefix: bytes = attrs.field(init=False)
 
@@ -65,9 +72,10 @@ class Forwarder:
         self._durable_prefix = f"{self.origin.node_id}:".encode()
         self._transient_prefix = f"{self.origin.node_id}:{self.origin.incarnation}:".encode()
 
-    def forward(self, message: Message) -> Forward | None:
+    def forward(self, message: Message, delivered_before: int = 0) -> Forward | None:
         """The send for ``message``, or None when it must not go: it has been through
-        the target node already, or the transformer dropped it (returned None)."""
+        the target node already, or the transformer dropped it (returned None).
+        ``delivered_before``: the times a drain's message was delivered here."""
         path = message.headers.get(BRIDGE_PATH)
         if isinstance(path, str) and path:
             if self.target_node_id in path.split(","):
@@ -84,7 +92,9 @@ class Forwarder:
             message = transformed
         headers = dict(message.headers)
         headers[BRIDGE_PATH] = path
-        if self.duplicate_detection:
+        if delivered_before:
+            headers[DELIVERY_COUNT] = delivered_before
+        if self.duplicate_detection and not (self.moving and message.duplicate_id):
             headers[BRIDGE_DUPLICATE_ID] = duplicate_id
         elif BRIDGE_DUPLICATE_ID in headers:
             del headers[BRIDGE_DUPLICATE_ID]

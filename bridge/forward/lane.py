@@ -11,23 +11,40 @@ of one reactor turn become one cumulative acknowledgement. A refusal, a lost con
 a pause or a stop closes the lane's consumer, which returns every unconfirmed message to
 the queue ahead of newer ones, in order; the target's duplicate-id cache drops the resend
 of any the target did have.
+
+Connecting is ``transport.reconnect``'s: a Reconnector (Twisted's ClientService under the
+bridge's retry settings) over the target URLs in turn (``transport.failover``). An
+attempt is a client logged in to the target with no reconnects of its own that passed
+the bridge's check of the target; the lane's connection is lost when that client closes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred, succeed
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import (
+    IAddress,
+    IDelayedCall,
+    IProtocol,
+    IProtocolFactory,
+    IStreamClientEndpoint,
+    ITransport,
+)
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from bridge.client.api import Client
 from bridge.client.errors import ClientError, ConnectionLost, Refused
 from bridge.forward.forwarded import Forwarder
 from bridge.node.queue import Delivery
+from transport.errors import ReconnectAttemptsExhausted
+from transport.failover import FailoverEndpoint
+from transport.reconnect import Reconnector
 from transport.urls import URL
 
 if TYPE_CHECKING:
@@ -48,10 +65,12 @@ class Lane:
         self.url: URL | None = None
         self._wanted = False
         self._taking = False
-        self._connecting: Deferred[Client] | None = None
+        self._reconnector: Reconnector | None = None
+        self._endpoint: FailoverEndpoint | None = None
+        self._retries = 0
+        """The retry that is under way (0: the first attempt, or connected)."""
         self._timer: IDelayedCall | None = None
-        self._next_url = 0
-        self._failures = 0
+        """The wait before taking again after a refusal."""
         self._refusals = 0
         self._consumer: int | None = None
         self._pending: dict[int, int] = {}
@@ -76,43 +95,24 @@ class Lane:
 
     def connect(self) -> None:
         """Keep a connection to the target, through its URLs in turn, backing off as the
-        bridge's retry settings say."""
+        bridge's retry settings say (``transport.reconnect``)."""
         self._wanted = True
-        self._failures = 0
-        if self.client is None and self._connecting is None and self._timer is None:
-            self._attempt()
-
-    def _attempt(self) -> None:
-        self._timer = None
-        targets = self._bridge.config.targets
-        url = targets[self._next_url % len(targets)]
-        connecting = self._connecting = self._bridge.connect_client(url)
-        connecting.addCallbacks(
-            self._connected, self._not_connected, callbackArgs=(url,), errbackArgs=(url,)
+        if self._reconnector is not None:
+            return
+        bridge = self._bridge
+        self._endpoint = FailoverEndpoint([_Target(self, url) for url in bridge.config.targets])
+        self._reconnector = Reconnector(
+            self._endpoint,
+            _LinkFactory(self),
+            bridge.policy,
+            bridge.clock,
+            on_exhausted=self._exhausted,
+            on_retry=self._retrying,
         )
+        self._reconnector.start()
 
-    def _connected(self, client: Client, url: URL) -> None:
-        self._connecting = None
-        if not self._wanted:
-            client.close()
-            return
-        client.when_closed().addCallback(self._lost, client)
-        checking = maybeDeferred(self._bridge.check_target, client)
-        checking.addCallbacks(
-            self._checked, self._check_failed, callbackArgs=(client, url), errbackArgs=(client,)
-        )
-
-    def _checked(self, problem: str | None, client: Client, url: URL) -> None:
-        if not self._wanted:
-            client.close()
-            return
-        if client.is_closed:
-            self._retry(f"lost the connection to {url} while checking it")
-            return
-        if problem is not None:
-            client.close()
-            self._bridge.lane_fatal(problem)
-            return
+    def _up(self, client: Client, url: URL) -> None:
+        """A target connection passed the bridge's check: forward through it."""
         self.client, self.url = client, url
         config = self._bridge.config
         self._forwarder = Forwarder(
@@ -121,59 +121,40 @@ class Lane:
             config.forwarding_address,
             config.transformer,
             config.use_duplicate_detection,
+            self._bridge.moving,
         )
-        retries, self._failures = self._failures, 0
+        retries, self._retries = self._retries, 0
         self._bridge.lane_up(self, retries)
 
-    def _check_failed(self, failure: Failure, client: Client) -> None:
-        client.close()
-        if failure.check(ClientError):
-            self._retry(f"the target {client.url} refused the address query: {failure.value}")
-        else:
-            log.failure("bridge {name}: checking the target failed", failure, name=self._name)
-            self._retry(f"checking the target {client.url} failed: {failure.value}")
+    def wanted(self) -> bool:
+        """Whether the lane is to be connected (not stopped)."""
+        return self._wanted
 
-    def _not_connected(self, failure: Failure, url: URL) -> None:
-        self._connecting = None
-        if failure.check(CancelledError):
-            return
-        self._retry(f"cannot connect to {url}: {_cause(failure.value)}")
-
-    def _retry(self, reason: str) -> None:
-        """An attempt failed, or the connection was lost: try the next URL after the
-        back-off, or give up."""
-        self._bridge.error(reason)
+    def _retrying(self, retry: int, delay: float) -> None:
         if not self._wanted:
             return
-        self._next_url += 1
-        self._failures += 1
-        attempts = self._bridge.policy.reconnect_attempts
-        if 0 <= attempts < self._failures:
-            tries = "attempt" if attempts == 0 else f"{attempts} reconnect attempts"
-            self._bridge.lane_fatal(f"gave up after {tries}: {reason}")
+        self._retries = retry
+        current = 0 if self._endpoint is None else self._endpoint.current
+        self._bridge.retrying(retry, self._bridge.config.targets[current], delay)
+
+    def _exhausted(self, exhausted: ReconnectAttemptsExhausted) -> None:
+        if not self._wanted:
             return
-        targets = self._bridge.config.targets
-        delay = self._bridge.delay(self._failures)
-        self._bridge.retrying(self._failures, targets[self._next_url % len(targets)], delay)
-        self._later(delay, self._attempt)
+        attempts = self._bridge.policy.reconnect_attempts
+        tries = "attempt" if attempts == 0 else f"{attempts} reconnect attempts"
+        self._bridge.lane_fatal(f"gave up after {tries}: {exhausted.cause}")
 
-    def _later(self, delay: float, call: Callable[[], None]) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = self._bridge.clock.callLater(delay, call)
-
-    def _lost(self, error: ClientError, client: Client) -> None:
+    def _lost(self, client: Client, reason: BaseException, move_on: bool = True) -> None:
+        """The connection through ``client`` is gone: give back what it did not confirm;
+        the next attempt goes to the next URL."""
         if client is not self.client:
             return
-        url = self.url
         self.client = self.url = None
         self._give_back()
-        if not self._wanted:
-            return
-        reason = f"lost the connection to {url}: {_cause(error)}"
-        self._bridge.lane_down(self, reason)
-        self._failures = 0
-        self._retry(reason)
+        if move_on and self._endpoint is not None:
+            self._endpoint.failed()
+        if self._wanted:
+            self._bridge.lane_down(self, str(reason))
 
     def disconnect(self) -> Deferred[None]:
         """Stop: give the unconfirmed messages back, close the connection, retry no more."""
@@ -182,10 +163,11 @@ class Lane:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._connecting is not None:
-            self._connecting.cancel()
         returned = self._give_back()
         client, self.client, self.url = self.client, None, None
+        reconnector, self._reconnector = self._reconnector, None
+        if reconnector is not None:
+            reconnector.stop()  # closes the connection, or ends an attempt or a wait
         if client is not None:
             client.close()
         return returned
@@ -235,11 +217,16 @@ class Lane:
         assert client is not None and forwarder is not None, "a closed lane's delivery"
         assert consumer == self._consumer, "a closed consumer's delivery"
         message = delivery.message
-        sending = forwarder.forward(message)
+        before = 0
+        if bridge.moving and delivery.delivery_count > 1:
+            before = delivery.delivery_count - 1
+        sending = None if before and not message.durable else forwarder.forward(message, before)
         if sending is None:
+            # A drain moves a non-durable message delivered here before nowhere: it was
+            # delivered once, and is never delivered again.
             bridge.skipped()
             done = bridge.broker.acknowledge(bridge.config.queue, consumer, delivery.delivery_id)
-            done.addErrback(self._ack_failed)
+            done.addCallbacks(bridge.acknowledged, self._ack_failed)
             return
         sent = sending.message
         file: IO[bytes] | None = None
@@ -341,7 +328,7 @@ class Lane:
             done = self._bridge.broker.acknowledge(
                 self._bridge.config.queue, self._consumer, upto, cumulative=True
             )
-            done.addErrback(self._ack_failed)
+            done.addCallbacks(self._bridge.acknowledged, self._ack_failed)
 
     def _ack_failed(self, failure: Failure) -> None:
         log.failure("bridge {name}: acknowledging the source failed", failure, name=self._name)
@@ -354,6 +341,11 @@ class Lane:
         self._refusals += 1
         self._later(self._bridge.delay(self._refusals), self._take_again)
 
+    def _later(self, delay: float, call: Callable[[], None]) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = self._bridge.clock.callLater(delay, call)
+
     def _take_again(self) -> None:
         self._timer = None
         if self._taking:
@@ -362,6 +354,145 @@ class Lane:
     @property
     def _name(self) -> str:
         return self._bridge.config.name
+
+
+class _Failed(Exception):
+    """An attempt to reach the target failed, in the words the bridge shows."""
+
+
+@implementer(IStreamClientEndpoint)
+class _Target:
+    """One target URL as the lane's Reconnector connects to it: an attempt is a client
+    logged in to the target (one attempt, no reconnects of its own) that passed the
+    bridge's check of the target; only then is the lane's connection made."""
+
+    def __init__(self, lane: Lane, url: URL) -> None:
+        self._lane = lane
+        self.url = url
+
+    def connect(self, protocolFactory: IProtocolFactory) -> Deferred[IProtocol]:
+        return Deferred.fromCoroutine(self._attempt(protocolFactory))
+
+    def _failed(self, reason: str) -> _Failed:
+        self._lane._bridge.error(reason)
+        return _Failed(reason)
+
+    async def _attempt(self, factory: IProtocolFactory) -> IProtocol:
+        bridge = self._lane._bridge
+        try:
+            client = await bridge.connect_client(self.url)
+        except CancelledError:
+            raise
+        except Exception as error:
+            raise self._failed(f"cannot connect to {self.url}: {_cause(error)}") from None
+        try:
+            problem = await maybeDeferred(bridge.check_target, client)
+        except CancelledError:
+            client.close()
+            raise
+        except ClientError as error:
+            client.close()
+            reason = f"the target {self.url} refused the address query: {error}"
+            raise self._failed(reason) from None
+        except Exception as error:
+            client.close()
+            log.failure("bridge {name}: checking the target failed", name=self._name)
+            raise self._failed(f"checking the target {self.url} failed: {error}") from None
+        return self._checked(client, problem, factory)
+
+    def _checked(self, client: Client, problem: str | None, factory: IProtocolFactory) -> IProtocol:
+        lane = self._lane
+        if not lane.wanted():
+            client.close()
+            raise CancelledError()
+        if client.is_closed:
+            raise self._failed(f"lost the connection to {self.url} while checking it")
+        if problem is not None:
+            client.close()
+            lane._bridge.lane_fatal(problem)
+            raise CancelledError()
+        # The connection is the client's; nothing here reads a socket address.
+        link = factory.buildProtocol(cast(IAddress, None))
+        assert link is not None
+        link.makeConnection(cast(ITransport, _Held(client)))
+        lane._up(client, self.url)
+        return self._made(client, link)
+
+    def _made(self, client: Client, link: IProtocol) -> IProtocol:
+        """The lane took the connection; it may have ended as it did (the lane stopped
+        for a message it cannot forward, or the client closed)."""
+        lane = self._lane
+        if not lane.wanted():
+            raise CancelledError()
+        if client.is_closed:
+            lost = f"lost the connection to {self.url} as it started"
+            lane._lost(client, _Lost(lost), move_on=False)  # the failed attempt moves on
+            raise _Failed(lost)
+        url = self.url
+        client.when_closed().addCallback(
+            lambda error: link.connectionLost(
+                Failure(_Lost(f"lost the connection to {url}: {_cause(error)}"))
+            )
+        )
+        return link
+
+    @property
+    def _name(self) -> str:
+        return self._lane._bridge.config.name
+
+    def __repr__(self) -> str:
+        return f"<bridge {self._name} target {self.url}>"
+
+
+class _Lost(Exception):
+    """Why a lane's connection ended, in the words the bridge shows."""
+
+
+class _Held:
+    """What ClientService takes for the transport of a lane's connection: the client,
+    which it closes to stop."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def loseConnection(self) -> None:
+        self._client.close()
+
+
+class _Link(Protocol):
+    """A lane's connection as ClientService sees it: made once the client passed the
+    target's check, lost when the client closes (then the lane gives back what it had
+    not confirmed), and saying so to the Reconnector (``when_lost``)."""
+
+    def __init__(self, lane: Lane) -> None:
+        self._lane = lane
+        self._lost: BaseException | None = None
+        self._waiters: list[Deferred[BaseException]] = []
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        lost = self._lost = reason.value if reason.value is not None else _Lost("lost")
+        transport = cast(_Held, self.transport)
+        self._lane._lost(transport._client, lost)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.callback(lost)
+
+    def when_lost(self) -> Deferred[BaseException]:
+        if self._lost is not None:
+            return succeed(self._lost)
+        waiter: Deferred[BaseException] = Deferred()
+        self._waiters.append(waiter)
+        return waiter
+
+
+class _LinkFactory(Factory):
+    """Makes the lane's connection for ClientService."""
+
+    def __init__(self, lane: Lane) -> None:
+        self._lane = lane
+
+    def buildProtocol(self, addr: IAddress | None) -> _Link:
+        return _Link(self._lane)
 
 
 def _cause(error: BaseException | None) -> str:

@@ -75,10 +75,10 @@ class Paging:
     @staticmethod
     def after_page(message: Message, bindings: list[Binding], durable: frozenset[str]) -> None:
         """A paged send is stored: its queues get its place."""
-        stub, size = message.stub(), message.size
+        stub, size, before = message.stub(), message.size, message.delivered_before
         for binding in bindings:
             where = STORED if binding.queue.name in durable else TRANSIENT
-            binding.queue.add_paged(stub, where, size)
+            binding.queue.add_paged(stub, where, size, before)
 
     @staticmethod
     def unpage(message: Message, address: Address, bindings: list[Binding]) -> None:

@@ -100,7 +100,7 @@ class Recovery:
                 else:
                     if message.large is not None:
                         self._large.held(message.id, 1)
-                    queue.add(message, stored.delivery_count)
+                    queue.add(message, max(stored.delivery_count, message.delivered_before))
                 count += 1
                 if count % SLICE == 0:
                     yield

@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
-from bridge.message import HeaderValue, Message
+from bridge.message import DELIVERY_COUNT, HeaderValue, Message
 from bridge.node.address import (
     BRIDGE_KEY_PREFIX,
     Address,
@@ -516,6 +516,8 @@ class Router:
 
 
 def enqueue(message: Message, bindings: list[Binding]) -> None:
-    """A routed send, safe now, reaches its queues."""
+    """A routed send, safe now, reaches its queues (a message a drain moved here counts
+    its deliveries on from the node it left)."""
+    before = message.delivered_before if DELIVERY_COUNT in message.headers else 0
     for binding in bindings:
-        binding.queue.add(message)
+        binding.queue.add(message, before)

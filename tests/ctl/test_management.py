@@ -17,7 +17,7 @@ import pytest
 import pytest_twisted
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.protocol import Protocol
@@ -28,6 +28,7 @@ from twisted.web.client import Agent, HTTPConnectionPool, readBody
 from twisted.web.http_headers import Headers
 
 from bridge.config.node import parse_node_config
+from bridge.ctl.drain import NodeDrain
 from bridge.ctl.management import management_site
 from bridge.node.broker import Broker
 from bridge.node.queue import Delivery
@@ -355,3 +356,37 @@ async def test_a_client_gone_during_its_login_costs_nothing(broker, tmp_path):
         go_on.set()
         globalLogPublisher.removeObserver(observe)
         await server.port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_drain_that_finds_no_target_is_refused_and_changes_nothing(broker, tmp_path):
+    closed: list[bool] = []
+
+    def close() -> Deferred[None]:
+        closed.append(True)
+        return succeed(None)
+
+    drain = NodeDrain("a", NODE_ID, None, broker, reactor, close=close, stop=reactor.stop)
+    security = security_store(tmp_path, enabled=False)
+    site = management_site(broker, security, node_id=NODE_ID, reactor=reactor, drain=drain)
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    url = f"http://127.0.0.1:{port.getHost().port}"
+    try:
+        reply = await fetch(url + "/node/drain", method=b"POST")
+        assert reply.code == 409
+        assert reply.json()["error"] == (
+            "cannot drain: the node has no [cluster]: there is no failover node to move to"
+        )
+        assert closed == []
+        shown = (await fetch(url + "/status")).json()["drain"]
+        assert (shown["state"], shown["target"], shown["queues"]) == ("FAILED", "", [])
+        assert shown["reason"].startswith("the node has no [cluster]")
+    finally:
+        await port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_a_drain_there_is_no_drain_endpoint(served):
+    reply = await fetch(served.url + "/node/drain", method=b"POST")
+    assert reply.code == 404
+    assert (await fetch(served.url + "/status")).json()["drain"] is None

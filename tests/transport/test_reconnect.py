@@ -7,14 +7,18 @@ clock, so the test decides when a retry happens.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from tests.transport.memory import APP, Recorder
@@ -245,3 +249,128 @@ async def test_a_policy_reconsidered_applies_from_the_next_drop_and_a_retry_may_
         assert [e["delay"] for e in retries] == [0.03, 0.03]  # the first went at once
     finally:
         globalLogPublisher.removeObserver(logged.append)  # type: ignore[arg-type]
+
+
+@implementer(IStreamClientEndpoint)
+class ScriptedEndpoint:
+    """Each attempt is a Deferred the test fires: a connection (a ``Held`` protocol built
+    by the factory, as a connection made by the layer above) or a failure."""
+
+    def __init__(self) -> None:
+        self.attempts: list[tuple[Deferred[Any], Any]] = []
+
+    def connect(self, factory):  # type: ignore[no-untyped-def]
+        attempt: Deferred[Any] = Deferred()
+        self.attempts.append((attempt, factory))
+        return attempt
+
+    def fail(self, why: str) -> None:
+        self.attempts[-1][0].errback(ConnectionRefusedError(why))
+
+    def succeed(self) -> Any:
+        """The connection as ClientService made it (its proxy of a ``Held``)."""
+        attempt, factory = self.attempts[-1]
+        proxy = factory.buildProtocol(None)
+        proxy.makeConnection(HeldTransport(proxy))
+        attempt.callback(proxy)
+        return proxy
+
+
+class HeldTransport:
+    def __init__(self, protocol: Any) -> None:
+        self.protocol = protocol
+
+    def loseConnection(self) -> None:
+        self.protocol.connectionLost(Failure(HeldLost("closed by its owner")))
+
+
+class HeldLost(Exception):
+    pass
+
+
+class Held(Protocol):
+    """Not a FrameConnection: it says when it is lost as ``Losable`` asks."""
+
+    def __init__(self) -> None:
+        self.lost: Deferred[BaseException] = Deferred()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.lost.callback(reason.value)
+
+    def when_lost(self) -> Deferred[BaseException]:
+        return self.lost
+
+
+def scripted(attempts: int) -> tuple[ScriptedEndpoint, Clock, Reconnector, list[Any], list[Any]]:
+    endpoint, clock = ScriptedEndpoint(), Clock()
+    retries: list[tuple[int, float]] = []
+    exhausted: list[ReconnectAttemptsExhausted] = []
+    reconnector = Reconnector(
+        endpoint,
+        Factory.forProtocol(Held),
+        ReconnectPolicy(
+            retry_interval=0.5,
+            retry_interval_multiplier=2.0,
+            max_retry_interval=1.5,
+            reconnect_attempts=attempts,
+        ),
+        clock,
+        on_exhausted=exhausted.append,
+        on_retry=lambda retry, delay: retries.append((retry, delay)),
+    )
+    return endpoint, clock, reconnector, retries, exhausted
+
+
+def test_on_retry_is_told_each_retry_the_policy_makes_and_nothing_is_logged():
+    logged: list[dict[str, Any]] = []
+    globalLogPublisher.addObserver(logged.append)  # type: ignore[arg-type]
+    try:
+        endpoint, clock, reconnector, retries, exhausted = scripted(3)
+        reconnector.start()
+        for wait in (0.5, 1.0, 1.5):
+            endpoint.fail("refused")
+            clock.advance(wait)
+        endpoint.fail("refused")  # the fourth failure: no retry after it
+        clock.advance(0)
+    finally:
+        globalLogPublisher.removeObserver(logged.append)  # type: ignore[arg-type]
+    assert retries == [(1, 0.5), (2, 1.0), (3, 1.5)]
+    assert len(endpoint.attempts) == 4
+    assert [str(e) for e in exhausted] == [
+        "gave up after 3 reconnect attempts: Connection was refused by other side: refused."
+    ]
+    assert not [e for e in logged if "retry" in str(e.get("log_format"))]
+    assert clock.getDelayedCalls() == []
+
+
+@pytest.mark.parametrize("attempts", [0, 2])
+def test_a_drop_of_any_losable_protocol_allows_reconnect_attempts_more(attempts):
+    endpoint, clock, reconnector, retries, exhausted = scripted(attempts)
+    reconnector.start()
+    held = endpoint.succeed()
+    held.connectionLost(Failure(HeldLost("the target dropped us")))
+    clock.advance(0)
+    for _ in range(attempts):
+        clock.advance(2)
+        endpoint.fail("still down")
+        clock.advance(0)
+    assert len(exhausted) == 1
+    if attempts == 0:
+        assert exhausted[0].cause == "the target dropped us"
+        assert retries == []
+    else:
+        assert exhausted[0].cause == "Connection was refused by other side: still down."
+        assert retries == [(1, 0.5), (2, 1.0)]
+    assert len(endpoint.attempts) == 1 + attempts
+    assert not reconnector.service.running
+    assert clock.getDelayedCalls() == []
+
+
+def test_stopping_closes_a_held_connection_and_retries_no_more():
+    endpoint, clock, reconnector, retries, exhausted = scripted(-1)
+    reconnector.start()
+    held = endpoint.succeed()
+    stopped = reconnector.stop()
+    assert held.lost.called and stopped.called
+    clock.advance(10)
+    assert (len(endpoint.attempts), retries, exhausted) == (1, [], [])
