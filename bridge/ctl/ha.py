@@ -1,6 +1,7 @@
 """The node's side of high availability: runs the activation machine (bridge.ha) against
-the live lock (the lease in PostgreSQL, or the file lock of a shared SQLite store) and the
-node service's activate / deactivate steps.
+the live lock (the lease in PostgreSQL, the file lock of a shared SQLite store, or for a
+replication pair without a lease the activation sequence in its store, taken by a quorum
+vote: bridge.ctl.quorum) and the node service's activate / deactivate steps.
 
 A backup tries to acquire every ``lease-ping-time``; once it holds the lease it renews
 every ``lease-ping-time`` (counted from each renewal's start), and a watchdog thread
@@ -21,7 +22,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from bridge.config.cluster import ClusterSettings
 from bridge.config.ha import HaPolicy, HaSettings
+from bridge.ctl.quorum import QuorumClient
 from bridge.ctl.status import HaStatus, ReplicationView
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
@@ -31,6 +34,8 @@ from bridge.ha.lock import Holder, ILiveLock, LeaseRow, LeaseToken
 from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
 from bridge.store.file_lock import FileLock
+from bridge.store.sequence import ActivationSequence
+from bridge.store.sqlite import FILENAME
 
 log = Logger()
 
@@ -52,7 +57,9 @@ class HaNode:
         deactivate: Step,
         failed: Callable[[Failure], None],
         monotonic: Callable[[], float] = time.monotonic,
+        cluster: ClusterSettings | None = None,
     ) -> None:
+        """``cluster``: the voters of a replication pair without a lease."""
         self.settings = settings
         self.holder = Holder(name)
         self._reactor = reactor
@@ -65,12 +72,27 @@ class HaNode:
             if settings.policy.replicated
             else None
         )
-        lock: ILiveLock = (
-            LeaseTable(settings.url, settings.query_timeout, holder=self.holder, gate=gate)
-            if settings.url is not None
-            else FileLock(settings.store_dir, settings.query_timeout)
-        )
-        self.client = LeaseClient(lock, reactor)
+        self.quorum: QuorumClient | None = None
+        """A replication pair without a lease: the vote, and the store's sequence."""
+        if settings.quorum is not None:
+            assert cluster is not None and settings.replication is not None
+            sequence = ActivationSequence(settings.store_dir / FILENAME, settings.query_timeout)
+            self.quorum = QuorumClient(
+                sequence,
+                reactor,
+                quorum=settings.quorum,
+                cluster=cluster,
+                replication=settings.replication,
+                fence=self.stale,
+            )
+            self.client: LeaseClient = self.quorum
+        else:
+            lock: ILiveLock = (
+                LeaseTable(settings.url, settings.query_timeout, holder=self.holder, gate=gate)
+                if settings.url is not None
+                else FileLock(settings.store_dir, settings.query_timeout)
+            )
+            self.client = LeaseClient(lock, reactor)
         gap = margin(settings.reap, settings.ping, settings.query_timeout)
         self.machine = Activation(self, Fence(settings.reap, gap, monotonic), self._entered)
         self._watchers: list[tuple[HaState, Deferred[None]]] = []
@@ -142,6 +164,7 @@ class HaNode:
             reason=self.machine.reason,
             backups=tuple(holder.rpartition("/")[0] for holder in self.backups),
             replication=self.replication(),
+            last_vote=self.quorum.last_vote() if self.quorum is not None else None,
         )
 
     @property
@@ -165,6 +188,26 @@ class HaNode:
         if self._serving_states():
             log.warn("node {name}: a store write found a newer epoch", **self._names())
             self.machine.inputs.lease_lost()
+
+    def stale(self, reason: str) -> None:
+        """Without a lease: this node can no longer show it is the live one (it lost the
+        quorum vote, or another node's store is newer)."""
+        if self._serving_states():
+            self.machine.inputs.stale(reason)
+
+    def newer(self, sequence: int, backup: str) -> None:
+        """A backup announced a store at a newer activation ``sequence`` than this node's:
+        record it (the store refuses this node's writes from now on) and stop serving."""
+        if self.quorum is not None:
+            self.quorum.seen(sequence)
+        self.stale(f"{backup.rpartition('/')[0]}'s store carries the newer sequence {sequence}")
+
+    def try_now(self) -> None:
+        """A backup's link to its live node dropped while in sync: try to take over now,
+        not at the next ``lease-ping-time``."""
+        call = self._acquire_call
+        if self.machine.state is HaState.BACKUP and call is not None and call.active():
+            call.reset(0)
 
     # -- IActivationActions ------------------------------------------------------------
     def failover(self, why: str = "failover asked") -> bool:

@@ -51,6 +51,7 @@ from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
 from bridge.logins import Logins
 from bridge.node.broker import Broker
+from bridge.replication.vote import Login, Voter
 from bridge.store import Fenced, MessageStore, PostgreSQLMessageStore, SQLiteMessageStore
 from bridge.store.sqlite import FILENAME as SQLITE_FILENAME
 from security import SecurityStore
@@ -158,6 +159,13 @@ class NodeService(Service):
         """With ``[ha]``: the node's activation on the lease."""
         self.replication: NodeReplication | None = None
         """With ``[ha]`` replication: the copy of the store, to or from this node."""
+        cluster = config.cluster
+        self.voter = (
+            Voter(reactor, Login(cluster.user, cluster.password, f"voter {config.name}"))
+            if cluster is not None
+            else None
+        )
+        """With ``[cluster]``: this node's vote for replication pairs without a lease."""
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -189,6 +197,7 @@ class NodeService(Service):
             activate=self._activate,
             deactivate=self._deactivate,
             failed=self._activation_failed,
+            cluster=self.config.cluster,
         )
         config = self.config
         assert config.ha is not None
@@ -270,6 +279,7 @@ class NodeService(Service):
             logins=logins,
         )
         self.stomp = stomp = StompHead(broker, security, reactor=self.reactor, logins=logins)
+        head.voter = self.voter
         if self.replication is not None:
             self.replication.live(store, head)
         budget = partial_frame_budget(config)

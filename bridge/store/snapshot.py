@@ -23,9 +23,10 @@ from bridge.store.large import BodyFiles, sync_body
 from bridge.store.op_codec import Row, encode_rows
 from bridge.store.schema import SCHEMA_VERSION, connect
 
-TABLES = ("store_state", "queues", "messages", "message_refs", "duplicate_ids")
-"""What a copy holds, in the order it is sent: paged messages do not outlive the node,
-the live lock and the schema version are the backup's own."""
+TABLES = ("store_state", "queues", "messages", "message_refs", "duplicate_ids", "live_lock")
+"""What a copy holds, in the order it is sent: paged messages do not outlive the node, the
+schema version is the backup's own. The live lock's row carries the live node's activation
+sequence (:mod:`bridge.store.sequence`), which a backup that takes over raises."""
 SNAPSHOT = "replication-snapshot"
 """The folder, beside the store, of the links to the bodies a snapshot holds."""
 

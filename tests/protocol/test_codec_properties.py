@@ -62,6 +62,8 @@ from bridge.protocol.packets import (
     ReplicaSyncBegin,
     ReplicaSynced,
     ReplicaSyncEnd,
+    VoteReply,
+    VoteRequest,
 )
 
 U16 = st.integers(0, 0xFFFF)
@@ -142,7 +144,7 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
         st.sampled_from(AddressFullPolicy),
         U64,
     ),
-    ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16, st.booleans()),
+    ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16, st.booleans(), U64),
     ReplicaSyncBegin: st.builds(ReplicaSyncBegin, NAMES, U64, U16),
     ReplicaRows: st.builds(ReplicaRows, NAMES, DATA),
     ReplicaBody: st.builds(ReplicaBody, U64, DATA, st.booleans()),
@@ -151,6 +153,8 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     ReplicaBatch: st.builds(ReplicaBatch, U64, DATA),
     ReplicaAck: st.builds(ReplicaAck, U64),
     ReplicaDiscard: st.builds(ReplicaDiscard, U64),
+    VoteRequest: st.builds(VoteRequest, NAMES, NAMES, NAMES, U64, U32),
+    VoteReply: st.builds(VoteReply, st.booleans(), TEXTS, U64),
 }
 PACKETS = st.one_of(*STRATEGIES.values())
 HOT_PATH = (Send, SendConfirmed, Deliver, ConsumerCredits, Ack)

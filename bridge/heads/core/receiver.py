@@ -22,7 +22,7 @@ from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.protocol import PACKET_TYPES, PacketFormatError, decode_packet, encode_packet
 from bridge.protocol import packets as p
-from bridge.replication.interfaces import IReplicaLink, IReplicationSource
+from bridge.replication.interfaces import IReplicaLink, IReplicationSource, IVoter
 from security import SecurityStore
 from security.subject import SecurityAuth, Subject
 from transport.endpoints import listen
@@ -54,6 +54,8 @@ class CoreHead(Head["CoreReceiver"]):
         self.node_id = node_id
         self.replication: IReplicationSource | None = None
         """With HA replication, on the live node: where an announced backup goes."""
+        self.voter: IVoter | None = None
+        """With ``[cluster]``: the node's vote in the quorum of replication pairs."""
 
     def receiver(self, producer_window_size: int = p.UNLIMITED) -> CoreReceiver:
         return CoreReceiver(self, producer_window_size)
@@ -120,6 +122,8 @@ class CoreReceiver:
                 self._replica.received(packet)
             elif isinstance(packet, p.ReplicaAnnounce):
                 self._announced(packet)
+            elif isinstance(packet, p.VoteRequest):
+                self._vote(packet)
             else:
                 self._session.packet_received(packet)
         except (PacketFormatError, SessionError) as error:
@@ -159,6 +163,40 @@ class CoreReceiver:
         )
         self._emit(p.Failed(0, *refused))
         self._connection.close()
+
+    def _vote(self, request: p.VoteRequest) -> None:
+        """A node of a replication pair asks for this node's vote: answer, or refuse."""
+        assert self._connection is not None and self._session is not None
+        subject = self._session.subject
+        if subject is None:
+            raise SessionError("VOTE_REQUEST before the login was accepted")
+        voter = self._head.voter
+        if voter is None:
+            refused = (p.ErrorCode.INVALID, "this node has no vote: it has no [cluster]")
+        elif self._head.security.enabled and not subject.internal:
+            refused = (p.ErrorCode.PERMISSION_DENIED, "only the cluster user may ask for a vote")
+        else:
+            voter.answer(request).addCallback(self._voted, request)
+            return
+        log.info(
+            "refused a vote to {node} from {peer}: {why}",
+            node=request.node_name,
+            peer=self._connection.peer,
+            why=refused[1],
+        )
+        self._emit(p.Failed(0, *refused))
+        self._connection.close()
+
+    def _voted(self, reply: p.VoteReply, request: p.VoteRequest) -> None:
+        log.info(
+            "vote for {node} (sequence {sequence}, about {about}): {vote}, {why}",
+            node=request.node_name,
+            sequence=request.sequence,
+            about=request.about or "itself",
+            vote="granted" if reply.granted else "refused",
+            why=reply.reason,
+        )
+        self._emit(reply)
 
     def connection_lost(self, reason: BaseException) -> None:
         assert self._session is not None
