@@ -206,6 +206,8 @@ policy = "{policy}"
 peers = ["tcp://127.0.0.1:{peer_port}"]
 cluster-user = "cluster"
 lease-ping-time = "{round(PING * 1000)}ms"
+lease-reap-time = "{round(REAP * 1000)}ms"
+lease-query-timeout = "{round(QUERY_TIMEOUT * 1000)}ms"
 quorum-vote-wait = "{round(QUORUM_VOTE_WAIT * 1000)}ms"
 
 [cluster]

@@ -15,13 +15,17 @@ on the lock's thread), raised only once a quorum of the ``[cluster] members`` gr
 
 Every answer that names a newer sequence than this node's is recorded in its store, which
 then refuses this node's writes.
+
+While the node copies a live node's store (``bridge.replication.backup``), its calls on the
+store run on the copy's thread, between two of its packets, and close the file after
+them: a copy starts the store over as a new file, which an open connection would break.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -32,10 +36,13 @@ from bridge.config.ha import QuorumVote, Replication
 from bridge.ctl.status import VoteView
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.lock import Holder, LeaseRow
+from bridge.replication.backup import ReplicaSink
 from bridge.replication.vote import Login, VoteOutcome, ask
 from bridge.store.sequence import ActivationSequence
 
 log = Logger()
+
+_T = TypeVar("_T")
 
 Eligible = Callable[[], tuple[str, str]]
 """Why this node may not ask to take over ("" if it may), and the URL of the live node to
@@ -77,7 +84,9 @@ class QuorumClient(LeaseClient):
             replication.cluster_user, replication.cluster_password, "txbridge quorum vote"
         )
         self.eligible: Eligible = lambda: ("replication has not started", "")
-        """Set by the node's replication (``bridge.ctl.replication``)."""
+        """Set by the node's replication (``bridge.ctl.replication``), as ``sink``."""
+        self.sink: ReplicaSink | None = None
+        """The node's copy of its live node's store."""
         self._last: _Vote | None = None
         self._said = ""
 
@@ -163,6 +172,20 @@ class QuorumClient(LeaseClient):
         return Observed(None, 0)
 
     # -- what both do --------------------------------------------------------------------
+    def _run(self, call: Callable[[], _T]) -> Deferred[_T]:
+        """On the copy's thread while copying, else on the lock's; the file closed after."""
+
+        def closing() -> _T:
+            try:
+                return call()
+            finally:
+                self.sequence.close()
+
+        copying = self.sink.on_thread(closing) if self.sink is not None else None
+        if copying is None:
+            return super()._run(closing)
+        return copying.addTimeout(self.quorum.vote_wait, self._clock)
+
     def seen(self, sequence: int) -> Deferred[bool]:
         """A newer ``sequence`` exists: the store refuses this node's writes from now on."""
         return self._run(lambda: self.sequence.seen(sequence))

@@ -69,7 +69,7 @@ class NodeReplication:
         first, then that of a node that was live), until it copies another's."""
         ha.replication = self.view
         if ha.quorum is not None:
-            ha.quorum.eligible = self.eligible
+            ha.quorum.eligible, ha.quorum.sink = self.eligible, self._sink
 
     def _sequence(self) -> int:
         """The activation sequence this node last held or saw, announced to a live node."""

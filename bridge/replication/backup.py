@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -45,6 +45,8 @@ from transport.interfaces import IFrameConnection, IFrameReceiver
 from transport.urls import URL
 
 log = Logger()
+
+_T = TypeVar("_T")
 
 _HIGH, _LOW = 64, 16
 """Packets waiting to be applied at which reading pauses, and resumes."""
@@ -142,6 +144,13 @@ class ReplicaSink:
             receiver.close("the backup stops replicating")
         await deferToThreadPool(self._reactor, self._pool, self._close_files)
         self._pool.stop()
+
+    def on_thread(self, call: Callable[[], _T]) -> Deferred[_T] | None:
+        """Run ``call`` on the thread that writes the copy, between two of its packets, so
+        that it never meets the store being started over (None when not copying)."""
+        if not self._running:
+            return None
+        return deferToThreadPool(self._reactor, self._pool, call)
 
     def status(self) -> ReplicaStatus:
         return ReplicaStatus(

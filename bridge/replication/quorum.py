@@ -62,7 +62,7 @@ class _Core:
     reason: str = ""
 
     def tally(self) -> str:
-        refusals = "; ".join(f"{voter}: {why}" for voter, why in self.refusals.items())
+        refusals = "; ".join(f"{voter}: {why}" for voter, why in sorted(self.refusals.items()))
         told = f" ({refusals})" if refusals else ""
         return (
             f"{len(self.grants)} of {len(self.voters)} voters granted, {self.needed} needed{told}"

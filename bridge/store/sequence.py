@@ -52,9 +52,6 @@ class ActivationSequence:
         self.lease = lease
         self._clock = clock
         self._connection: sqlite3.Connection | None = None
-        self._file: tuple[int, int] | None = None
-        """The device and inode of the file connected to: a backup's copy starts its store
-        over as a new file, which the next call opens instead."""
 
     # -- ILiveLock -----------------------------------------------------------------------
     def acquire(self, me: Holder, reap: float) -> LeaseRow | None:
@@ -98,11 +95,8 @@ class ActivationSequence:
         return changed > 0
 
     def _connected(self) -> sqlite3.Connection:
-        if self._connection is not None and self._file != _identity(self.store):
-            self.close()
         if self._connection is None:
             self._connection = connect(self.store, self.query_timeout)
-            self._file = _identity(self.store)
         return self._connection
 
     def _read(self) -> tuple[str, int]:
@@ -140,14 +134,6 @@ class ActivationSequence:
 
     def _now(self) -> int:
         return _ms(self._clock())
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        found = path.stat()
-    except FileNotFoundError:
-        return None
-    return found.st_dev, found.st_ino
 
 
 def _ms(seconds: float) -> int:
