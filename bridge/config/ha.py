@@ -106,8 +106,9 @@ class QuorumVote:
 
     vote_on_replication_failure: bool = False
     """``vote-on-replication-failure`` (the live node's): when it loses its backup, it
-    confirms nothing more until a quorum of voters says it is still the live node, and
-    stops serving if they do not (Artemis's default is false, and so is ours)."""
+    confirms nothing more until a quorum of voters lets it go on alone as the next
+    activation sequence, and stops serving if they do not (Artemis's default is false, and
+    so is ours)."""
     size: int | None = None
     """``quorum-size``: the grants a vote needs; None: a majority of the voters."""
     vote_wait: float = DEFAULT_VOTE_WAIT

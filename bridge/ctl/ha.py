@@ -394,6 +394,9 @@ class HaNode:
 
     # -- what was seen -----------------------------------------------------------------
     def _observe(self, observed: Observed) -> None:
+        row = observed.row
+        if self.quorum is not None and row is not None and row.holder == str(self.holder):
+            self.epoch = max(self.epoch, row.epoch)  # went on without its backup, moved on
         if observed.row is not None:
             if self.lease is None or observed.row.holder != self.lease.holder:
                 who = observed.row.node or "nobody"

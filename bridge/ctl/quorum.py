@@ -10,8 +10,10 @@ on the lock's thread), raised only once a quorum of the ``[cluster] members`` gr
   still up) loses the vote unasked, and the log says why once.
 - renew: the store still names this node at its sequence (no newer one was seen).
 - mark: with ``vote-on-replication-failure``, a live node that lost its backup asks the
-  voters whether it keeps the majority before it confirms anything without it; if not it
-  stops serving (``fence``).
+  voters, before it confirms anything without it, to go on alone as the next sequence;
+  granted, it moves its store and its writer to it (``write_under``), so that the
+  backup's copy, now behind, can never win a takeover; refused, it stops serving
+  (``fence``).
 
 Every answer that names a newer sequence than this node's is recorded in its store, which
 then refuses this node's writes.
@@ -30,12 +32,13 @@ from typing import Any, TypeVar
 import attrs
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from bridge.config.cluster import ClusterSettings
 from bridge.config.ha import QuorumVote, Replication
 from bridge.ctl.status import VoteView
 from bridge.ha.client import LeaseClient, Observed
-from bridge.ha.lock import Holder, LeaseRow
+from bridge.ha.lock import Holder, LeaseRow, LeaseToken
 from bridge.replication.backup import ReplicaSink
 from bridge.replication.vote import Login, VoteOutcome, ask
 from bridge.store.sequence import ActivationSequence
@@ -87,6 +90,9 @@ class QuorumClient(LeaseClient):
         """Set by the node's replication (``bridge.ctl.replication``), as ``sink``."""
         self.sink: ReplicaSink | None = None
         """The node's copy of its live node's store."""
+        self.write_under: Callable[[LeaseToken], Deferred[None]] | None = None
+        """While live (``bridge.ctl.replication``): move the store and its writer to a new
+        sequence between two batches."""
         self._last: _Vote | None = None
         self._said = ""
 
@@ -157,19 +163,29 @@ class QuorumClient(LeaseClient):
         return Deferred.fromCoroutine(self._still_live(me, epoch))
 
     async def _still_live(self, me: Holder, epoch: int) -> Observed:
-        outcome = await self._ask(me, "", epoch, "")
-        self._record("still-live", epoch, outcome)
-        if outcome.seen > epoch:
-            await self.seen(outcome.seen)
-        if outcome.won:
-            log.info(
-                "node {name}: still live without its backup, by the quorum: {why}",
-                name=me.node,
-                why=outcome.reason,
-            )
-            return await self.read()
-        self._fence(f"lost the quorum vote without its backup: {outcome.reason}")
-        return Observed(None, 0)
+        sequence = epoch + 1
+        outcome = await self._ask(me, "", sequence, "")
+        self._record("still-live", sequence, outcome)
+        if not outcome.won:
+            self._fence(f"lost the quorum vote without its backup: {outcome.reason}")
+            if outcome.seen >= sequence:
+                await self.seen(outcome.seen)
+            return Observed(None, 0)
+        move = self.write_under
+        if move is None:
+            return Observed(None, 0)  # stopped serving meanwhile
+        try:
+            await move(LeaseToken(str(me), sequence))
+        except Exception as error:
+            self._fence(f"could not go on as sequence {sequence}: {error}")
+            return Observed(None, 0)
+        log.info(
+            "node {name}: live without its backup as sequence {sequence}, by the quorum: {why}",
+            name=me.node,
+            sequence=sequence,
+            why=outcome.reason,
+        )
+        return await self.read()
 
     # -- what both do --------------------------------------------------------------------
     def _run(self, call: Callable[[], _T]) -> Deferred[_T]:
@@ -186,9 +202,19 @@ class QuorumClient(LeaseClient):
             return super()._run(closing)
         return copying.addTimeout(self.quorum.vote_wait, self._clock)
 
-    def seen(self, sequence: int) -> Deferred[bool]:
-        """A newer ``sequence`` exists: the store refuses this node's writes from now on."""
-        return self._run(lambda: self.sequence.seen(sequence))
+    def seen(self, sequence: int) -> Deferred[None]:
+        """A newer ``sequence`` exists: record it, and the store refuses this node's writes
+        from now on (a failure is logged: the node stops serving all the same)."""
+        recorded = self._run(lambda: self.sequence.seen(sequence))
+
+        def failed(failure: Failure) -> None:
+            log.warn(
+                "recording the newer sequence {sequence} failed: {why}",
+                sequence=sequence,
+                why=failure.getErrorMessage(),
+            )
+
+        return recorded.addCallbacks(lambda _: None, failed)
 
     def _ask(self, me: Holder, about: str, sequence: int, why_not: str) -> Deferred[VoteOutcome]:
         return ask(

@@ -27,7 +27,7 @@ from bridge.ha.activation import HaState
 from bridge.heads.core import CoreHead
 from bridge.replication.backup import ReplicaSink
 from bridge.replication.live import Replicator
-from bridge.store import MessageStore
+from bridge.store import MessageStore, SQLiteMessageStore
 from bridge.store.sqlite import DEFAULT_BUSY_TIMEOUT
 
 
@@ -121,6 +121,9 @@ class NodeReplication:
             newer=ha.newer,
         )
         store.replication = head.replication = self._replicator = replicator
+        if ha.quorum is not None:
+            assert isinstance(store, SQLiteMessageStore), "replication copies an SQLite store"
+            ha.quorum.write_under = store.write_under
 
     def _hand_over(self, backup: str) -> None:
         self._ha.failover(f"failback: {backup.rpartition('/')[0]} is in sync")
@@ -128,6 +131,8 @@ class NodeReplication:
     async def stop_live(self) -> None:
         """The node stops serving (before its store closes): end the copy."""
         replicator, self._replicator = self._replicator, None
+        if self._ha.quorum is not None:
+            self._ha.quorum.write_under = None
         if replicator is not None:
             withdraw = self.stopping and not self._settings.failover_on_shutdown
             await replicator.stop(withdraw=withdraw)

@@ -131,9 +131,9 @@ class VoteView:
 
     kind: str
     """"takeover" (a backup asks to be live) or "still-live" (a live node that lost its
-    backup asks whether it keeps the majority)."""
+    backup asks to go on alone)."""
     sequence: int
-    """The activation sequence asked for (takeover) or held (still-live)."""
+    """The activation sequence asked for."""
     won: bool
     grants: int
     needed: int

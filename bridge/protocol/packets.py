@@ -635,8 +635,8 @@ class ReplicaDiscard:
 @attrs.frozen
 class VoteRequest:
     """node -> voter: a backup asks whether the live node at ``about`` (a core URL) is gone,
-    and to take activation sequence ``sequence`` (u64) if so; a live node (``about`` "")
-    asks whether it still holds the majority at its own ``sequence``. ``node_name`` and
+    and to take activation sequence ``sequence`` (u64) if so; a live node that lost its
+    backup (``about`` "") asks to go on alone as ``sequence`` (its own plus one). ``node_name`` and
     ``holder`` (``node/run``) name who asks; ``timeout_ms`` (u32) bounds the voter's own
     try to reach ``about``."""
 

@@ -183,7 +183,7 @@ class ReplicaSink:
                 "replica: the link to {live} is gone ({why}); {state}",
                 live=self.live,
                 why=why,
-                state="in sync: trying the lease" if self.in_sync else "not in sync",
+                state="in sync: trying to take over" if self.in_sync else "not in sync",
             )
         was_live, self.live = self.live, ""
         if not self.in_sync:

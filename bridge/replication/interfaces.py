@@ -39,5 +39,5 @@ class IVoter(Interface):
 
     def answer(request: VoteRequest) -> Deferred[VoteReply]:
         """The vote on ``request``: a backup's takeover is granted only if this node cannot
-        reach the live node itself; a live node's check, unless a newer sequence was
-        granted."""
+        reach the live node itself, a live node's going on alone unless its sequence was
+        granted already; each sequence once."""

@@ -451,8 +451,12 @@ class Replicator:
             self._timeout.cancel()
         self._timeout = None
         self._wake_pump()
-        if self._maybe_named:  # (a failed naming may have landed all the same)
-            Deferred.fromCoroutine(self._unmark())  # waiters wait for the lease to say so
+        # A failed naming may have landed all the same; and from the last step on, the
+        # backup may hold itself in sync (it answered REPLICA_SYNCED), which without a
+        # lease is what lets it ask to take over: either way the live lock must hear of the
+        # loss before anything is confirmed without the backup.
+        if self._maybe_named or self.state is SyncState.FINAL:
+            Deferred.fromCoroutine(self._unmark())  # waiters wait for the lock to say so
         else:
             self._end(None)
 

@@ -235,8 +235,9 @@ class Promises:
         return True, f"the live node is unreachable from here ({probe}); sequence {sequence}"
 
     def still_live(self, sequence: int) -> tuple[bool, str]:
-        """A live node at ``sequence`` asks whether it still holds the majority."""
-        if sequence < self.seen:
-            return False, f"sequence {self.seen} was granted since: another node is live"
+        """A live node that lost its backup asks to go on alone as ``sequence`` (its own
+        plus one), so that the backup's copy, now behind, can never win a takeover."""
+        if sequence <= self.seen:
+            return False, f"sequence {self.seen} was granted since: another node may be live"
         self.seen = sequence
-        return True, f"sequence {sequence} is the newest granted here"
+        return True, f"sequence {sequence} granted: the newest here"

@@ -60,10 +60,11 @@ class ActivationSequence:
         return LeaseRow(str(me), self._take(me), now + _ms(reap), now)
 
     def renew(self, me: Holder, epoch: int, reap: float) -> LeaseRow | None:
-        """The store still names ``me`` at ``epoch`` (no newer sequence was seen)."""
+        """The store still names ``me`` at ``epoch`` or later (a live node that went on
+        without its backup moved on itself; a newer sequence seen clears the holder)."""
         now = self._now()
         holder, stored = self._read()
-        if (holder, stored) != (str(me), epoch):
+        if holder != str(me) or stored < epoch:
             return None
         return LeaseRow(holder, stored, now + _ms(reap), now)
 

@@ -137,10 +137,11 @@ def test_a_voter_grants_each_sequence_once_and_never_goes_back(requests):
         before = promises.seen
         if kind == "takeover":
             granted, _ = promises.takeover(sequence, live_answers, "probed")
-            if granted:
-                assert sequence not in taken and sequence > before and not live_answers
-                taken.append(sequence)
+            assert granted == (sequence > before and not live_answers)
         else:
             granted, _ = promises.still_live(sequence)
-            assert granted == (sequence >= before)
+            assert granted == (sequence > before)
+        if granted:  # takeover or going on alone: each sequence once, to one node
+            assert sequence not in taken
+            taken.append(sequence)
         assert promises.seen >= before

@@ -7,6 +7,7 @@ and never serves."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 from pathlib import Path
@@ -225,3 +226,40 @@ async def test_the_activation_sequence_only_increases_and_an_old_live_node_never
         assert message.body == body
         message.ack()
     await reader.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_live_node_that_goes_on_alone_leaves_its_old_backup_unable_to_take_over(
+    nodes, capsys
+):
+    """b paused (SIGSTOP): a drops it after its connection TTL, asks the voters and goes on
+    alone as sequence 2, confirming a send without b; a killed, b resumed: b's copy is at
+    1, the voters refuse it sequence 2, and b never serves what it does not hold."""
+    _, voters = await _voters(nodes)
+    a_port, b_port = free_port(), free_port()
+    on_failure = {"vote-on-replication-failure": True}
+    a_document = quorum_node("a", "replication-primary", a_port, b_port, voters, **on_failure)
+    a_document["acceptor"][0]["connection-ttl"] = "2s"
+    a = nodes(a_document, name="a")
+    await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
+    await a.wait_started(SLACK)
+    b_document = quorum_node("b", "replication-backup", b_port, a_port, voters, **on_failure)
+    b = nodes(b_document, name="b")
+    await management_port(b, "b")
+    await b.wait_for(r"replica: in sync with a", SLACK)
+    await a.wait_for(r"replication: b/\w+ is in sync", SLACK, since=0)
+
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        client = await connect(reactor, a.core_url)
+        await client.send("orders", b"confirmed by a alone")  # once a went on without b
+        await client.close()
+        assert "node a: live without its backup as sequence 2" in a.output
+        await a.stop(signal.SIGKILL)
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    await b.wait_for(r"node b: not taking over: .*sequence 2 is not above 2", SLACK)
+    shown = await ha_status(b, capsys)
+    assert shown["state"] == "BACKUP", shown
+    assert "node b: LIVE" not in b.output
+    b.started.addErrback(lambda _: None)  # it never serves: its start never finished
