@@ -88,7 +88,7 @@ class PacketType(IntEnum):
 
     REPLICA_ANNOUNCE = 128
     REPLICA_SYNC_BEGIN = 129
-    REPLICA_ROWS = 130
+    REPLICA_SYNC_FILE = 130
     REPLICA_BODY = 131
     REPLICA_SYNC_END = 132
     REPLICA_SYNCED = 133
@@ -559,13 +559,13 @@ class ReplicaSyncBegin:
 
 
 @attrs.frozen
-class ReplicaRows:
-    """live -> backup: rows of one table of the snapshot (``bridge.store.op_codec``)."""
+class ReplicaSyncFile:
+    """live -> backup: the next chunk of the snapshot's database file
+    (``bridge.store.snapshot``), in order."""
 
-    TYPE: ClassVar[PacketType] = PacketType.REPLICA_ROWS
+    TYPE: ClassVar[PacketType] = PacketType.REPLICA_SYNC_FILE
 
-    table: str
-    rows: bytes
+    data: bytes
 
 
 @attrs.frozen
@@ -691,7 +691,7 @@ Packet = (
     | AddressInfo
     | ReplicaAnnounce
     | ReplicaSyncBegin
-    | ReplicaRows
+    | ReplicaSyncFile
     | ReplicaBody
     | ReplicaSyncEnd
     | ReplicaSynced
@@ -733,7 +733,7 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     AddressInfo,
     ReplicaAnnounce,
     ReplicaSyncBegin,
-    ReplicaRows,
+    ReplicaSyncFile,
     ReplicaBody,
     ReplicaSyncEnd,
     ReplicaSynced,

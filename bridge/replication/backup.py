@@ -34,7 +34,7 @@ from bridge.protocol import PACKET_TYPES, PROTOCOL_VERSION, decode_packet, encod
 from bridge.protocol import packets as p
 from bridge.store.errors import StoreError
 from bridge.store.large import BodyFiles
-from bridge.store.op_codec import decode_operations, decode_rows
+from bridge.store.op_codec import decode_operations
 from bridge.store.operations import AddMessage, CommitTransaction, Operation
 from bridge.store.schema import SCHEMA_VERSION
 from bridge.store.snapshot import ReplicaFile
@@ -202,15 +202,15 @@ class ReplicaSink:
         """Apply one packet of the live node's; what to answer, if anything."""
         if isinstance(packet, p.ReplicaSyncBegin):
             self._close_files()
-            self._file = ReplicaFile(self.path, self._busy_timeout, packet.schema_version)
+            self._file = ReplicaFile(self.path, packet.schema_version)
             self._began = True
             return None
         if not self._began:  # this node's own store is not the live node's to write
             raise StoreError(f"{packet.TYPE.name} before REPLICA_SYNC_BEGIN")
-        if isinstance(packet, p.ReplicaRows):
+        if isinstance(packet, p.ReplicaSyncFile):
             if self._file is None:
-                raise StoreError("REPLICA_ROWS after the copy's rows")
-            self._file.insert(packet.table, decode_rows(packet.rows))
+                raise StoreError("REPLICA_SYNC_FILE after the copy's file")
+            self._file.write(packet.data)
         elif isinstance(packet, p.ReplicaBody):
             self._body(packet)
         elif isinstance(packet, p.ReplicaDiscard):
@@ -240,7 +240,7 @@ class ReplicaSink:
 
     def _writer_open(self) -> Writer:
         if self._file is not None:
-            self._file.finish()
+            self._file.finish(self._busy_timeout)
             self._file = None
         if self._writer is None:
             self._writer = Writer(self.path, self._busy_timeout)

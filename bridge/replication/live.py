@@ -286,14 +286,13 @@ class Replicator:
             link.send(
                 *encode_packet(p.ReplicaSyncBegin(self._node_name, self._epoch(), SCHEMA_VERSION))
             )
-            chunks = snapshot.chunks(CHUNK)
+            chunks = snapshot.chunks(self._chunk_size(link))
             while self._link is link:
                 chunk = await deferToThreadPool(self._reactor, self._readers, next, chunks, None)
                 if chunk is None:
                     break
-                table, encoded = chunk
-                await self._send(link, p.ReplicaRows(table, encoded))
-                self._sync_bytes += len(encoded)
+                await self._send(link, p.ReplicaSyncFile(chunk))
+                self._sync_bytes += len(chunk)
             for message_id in snapshot.large_ids:
                 if self._link is not link:
                     break
@@ -353,7 +352,7 @@ class Replicator:
     async def _send_body(self, link: IFrameConnection, message_id: int, path: Path) -> None:
         """A body in chunks. A body missing here was acknowledged and deleted before its
         batch was sent: a later batch deletes its message, so an empty one will do."""
-        size = min(CHUNK, max(1024, link.max_frame_size - 64))
+        size = self._chunk_size(link)
         try:
             body = open(path, "rb")  # noqa: SIM115
         except FileNotFoundError:
@@ -368,6 +367,11 @@ class Replicator:
                 if not after:
                     return
                 data = after
+
+    @staticmethod
+    def _chunk_size(link: IFrameConnection) -> int:
+        """The bytes of a file a packet carries: ``CHUNK``, or less in a smaller frame."""
+        return min(CHUNK, max(1024, link.max_frame_size - 64))
 
     def _pin(self, operations: list[Operation]) -> list[tuple[int, Path]]:
         """Links to the batch's large bodies, which an acknowledgement may delete before the

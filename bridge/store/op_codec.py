@@ -1,8 +1,8 @@
-"""The store's operations and rows as bytes, for replication to a backup's store.
+"""The store's operations as bytes, for replication to a backup's store.
 
 A replicating live node sends each batch of operations it writes (``bridge.store.
-operations``) to its backup, which applies them to its own store, and at the start the
-rows of its store. Both travel as one small tagged-value format: None, integers, floats,
+operations``) to its backup, which applies them to its own store. They travel as one
+small tagged-value format: None, integers, floats,
 text, bytes and lists, each a one-byte tag and then its value, big-endian; an operation is
 a list whose first item names its kind. Decoding checks every length against the bytes
 left, and names what is wrong (``OperationFormatError``): the backup trusts its live node,
@@ -33,12 +33,10 @@ from bridge.store.operations import (
 from bridge.store.records import QueueRecord
 
 Value = None | int | float | str | bytes | list["Value"]
-Row = tuple[Any, ...]
-"""A database row: None, integers, floats, text and bytes."""
 
 
 class OperationFormatError(ValueError):
-    """Bytes that are not a well-formed list of operations or rows."""
+    """Bytes that are not a well-formed list of operations."""
 
 
 _NONE, _INT, _FLOAT, _TEXT, _BYTES, _LIST = range(6)
@@ -127,96 +125,6 @@ def _decode_list(data: bytes, what: str) -> list[Value]:
     if not isinstance(value, list):
         raise OperationFormatError(f"the {what} is not a list")
     return value
-
-
-# -- rows --------------------------------------------------------------------------------
-# A copy is mostly rows: their codec is written out flat (the same format as ``_encode``
-# and ``_Reader``, which decodes anything the flat loop does not, naming the fault).
-_NONE_BYTE = bytes((_NONE,))
-
-
-def encode_rows(rows: Sequence[Row]) -> bytes:
-    head, int64, float64 = _HEAD.pack, _INT64.pack, _FLOAT64.pack
-    parts = [head(_LIST, len(rows))]
-    append = parts.append
-    for row in rows:
-        append(head(_LIST, len(row)))
-        for cell in row:
-            kind = type(cell)
-            if cell is None:
-                append(_NONE_BYTE)
-            elif kind is int:
-                append(int64(_INT, cell))
-            elif kind is bytes:
-                append(head(_BYTES, len(cell)))
-                append(cell)
-            elif kind is str:
-                text = cell.encode()
-                append(head(_TEXT, len(text)))
-                append(text)
-            elif kind is float:
-                append(float64(_FLOAT, cell))
-            else:
-                raise TypeError(f"a row holds {kind.__name__}, not a database value")
-    return b"".join(parts)
-
-
-def decode_rows(data: bytes) -> list[Row]:
-    try:
-        return _decode_rows_flat(data)
-    except (struct.error, IndexError, UnicodeDecodeError, _NotFlat):
-        pass
-    rows = []
-    for row in _decode_list(data, "rows"):
-        if not isinstance(row, list) or any(isinstance(item, list) for item in row):
-            raise OperationFormatError("a row is not a list of plain values")
-        rows.append(tuple(row))
-    return rows
-
-
-class _NotFlat(Exception):
-    """Not a well-formed list of rows: the generic decoder says why."""
-
-
-def _decode_rows_flat(data: bytes) -> list[Row]:
-    head, int64, float64 = _HEAD.unpack_from, _INT64.unpack_from, _FLOAT64.unpack_from
-    end = len(data)
-    tag, count = head(data, 0)
-    if tag != _LIST:
-        raise _NotFlat
-    at = _HEAD.size
-    rows: list[Row] = []
-    for _ in range(count):
-        tag, width = head(data, at)
-        if tag != _LIST:
-            raise _NotFlat
-        at += _HEAD.size
-        row: list[Any] = []
-        for _ in range(width):
-            tag = data[at]
-            if tag == _NONE:
-                row.append(None)
-                at += 1
-            elif tag == _INT:
-                row.append(int64(data, at)[1])
-                at += _INT64.size
-            elif tag in (_BYTES, _TEXT):
-                size = head(data, at)[1]
-                at += _HEAD.size
-                if at + size > end:
-                    raise _NotFlat
-                cell = data[at : at + size]
-                row.append(cell if tag == _BYTES else str(cell, "utf-8"))
-                at += size
-            elif tag == _FLOAT:
-                row.append(float64(data, at)[1])
-                at += _FLOAT64.size
-            else:
-                raise _NotFlat
-        rows.append(tuple(row))
-    if at != end:
-        raise _NotFlat
-    return rows
 
 
 # -- operations ----------------------------------------------------------------------------

@@ -3,16 +3,22 @@
 The live node takes a :class:`Snapshot` on its writer thread between two batches: a read
 transaction (WAL keeps its view of the file at that moment however the writer goes on)
 and a hard link to every large body it holds (so that a body acknowledged meanwhile can
-still be read). It then reads the rows in chunks, off the reactor, while serving; every
-batch written after the snapshot is sent to the backup after them.
+still be read). Off the reactor, while the node serves, SQLite's online backup copies the
+database as that read transaction sees it, page by page in C, to a file beside the links,
+which is sent in chunks as it is (a copy of pages, as Artemis copies its journal files:
+no row is decoded or encoded); every batch written after the snapshot is sent after it.
 
-The backup's :class:`ReplicaFile` starts its store over, empty, inserts those rows and
-writes the bodies; then the batches are applied by an ordinary writer
-(``Writer.open_replica``).
+The backup's :class:`ReplicaFile` writes those bytes to a file of its own, syncs it and
+puts it in place of its store, and writes the bodies (the live lock's row comes along: it
+carries the live node's activation sequence, which a backup that takes over without a
+lease raises, :mod:`bridge.store.sequence`); then the batches are applied by an ordinary writer
+(``Writer.open_replica``). Paged messages come along and go at the next start, as a
+node's own do.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -20,13 +26,8 @@ from pathlib import Path
 
 from bridge.store.errors import StoreError
 from bridge.store.large import BodyFiles, sync_body
-from bridge.store.op_codec import Row, encode_rows
 from bridge.store.schema import SCHEMA_VERSION, connect
 
-TABLES = ("store_state", "queues", "messages", "message_refs", "duplicate_ids", "live_lock")
-"""What a copy holds, in the order it is sent: paged messages do not outlive the node, the
-schema version is the backup's own. The live lock's row carries the live node's activation
-sequence (:mod:`bridge.store.sequence`), which a backup that takes over raises."""
 SNAPSHOT = "replication-snapshot"
 """The folder, beside the store, of the links to the bodies a snapshot holds."""
 
@@ -60,17 +61,19 @@ class Snapshot:
         """The snapshot's link to a large body it holds."""
         return self._links / f"{message_id}.msg"
 
-    def chunks(self, limit: int) -> Iterator[tuple[str, bytes]]:
-        """Every table's rows, encoded (``op_codec.encode_rows``) in chunks of about
-        ``limit`` bytes: each chunk's row count is scaled from the last chunk's size.
-        Meant for a thread of its own: reading and encoding are the copy's work."""
-        for table in TABLES:
-            cursor = self._connection.execute(f"SELECT * FROM {table}")
-            count = 64
-            while rows := cursor.fetchmany(count):
-                encoded = encode_rows(rows)
-                yield table, encoded
-                count = min(100_000, max(1, count * limit // max(len(encoded), 1)))
+    def chunks(self, size: int) -> Iterator[bytes]:
+        """The database file as the snapshot sees it, in chunks of ``size`` bytes. Meant
+        for a thread of its own: the first chunk waits for the whole backup (SQLite's,
+        which leaves the GIL while it copies)."""
+        copy = self._links / "store.sqlite"
+        target = sqlite3.connect(copy, isolation_level=None)
+        try:
+            self._connection.backup(target)
+        finally:
+            target.close()
+        with open(copy, "rb") as file:
+            while data := file.read(size):
+                yield data
 
     def close(self) -> None:
         """End the read transaction and drop the links."""
@@ -79,11 +82,11 @@ class Snapshot:
 
 
 class ReplicaFile:
-    """A backup's store being filled from its live node's snapshot: begun empty (what
-    it held before is gone), rows inserted as they come, one transaction per chunk;
-    ``finish`` syncs it all to disk."""
+    """A backup's store being replaced by its live node's snapshot: what it held before
+    is gone from the start; the snapshot's bytes go to a file beside it, which ``finish``
+    syncs and puts in its place."""
 
-    def __init__(self, path: Path, busy_timeout: float, version: int) -> None:
+    def __init__(self, path: Path, version: int) -> None:
         if version != SCHEMA_VERSION:
             raise StoreError(
                 f"the live node's store has schema version {version}, this node's "
@@ -94,34 +97,40 @@ class ReplicaFile:
         for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):
             (path.parent / name).unlink(missing_ok=True)
         shutil.rmtree(self.bodies.path_for(0).parent, ignore_errors=True)
-        self._connection = connect(path, busy_timeout)
-        self._connection.execute("PRAGMA synchronous = OFF")  # one sync at the end
+        self._part = path.with_name(f"{path.name}.part")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self._part, "wb")  # noqa: SIM115 (closed by finish or abort)
 
-    def insert(self, table: str, rows: list[Row]) -> None:
-        if table not in TABLES:
-            raise StoreError(f"a snapshot chunk names table {table!r}, not one of {TABLES}")
-        if not rows:
-            return
-        marks = ",".join("?" * len(rows[0]))
-        cursor = self._connection.cursor()
-        cursor.execute("BEGIN IMMEDIATE")
-        try:
-            cursor.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", rows)
-            cursor.execute("COMMIT")
-        except sqlite3.Error as error:
-            cursor.execute("ROLLBACK")
-            raise StoreError(f"{self.path}: a snapshot chunk of {table} failed: {error}") from error
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
 
-    def finish(self) -> None:
+    def finish(self, busy_timeout: float) -> None:
         """Everything is in: sync the file and the bodies (a backup that says it is in
-        sync holds it all on disk), and close."""
-        self._connection.execute("PRAGMA synchronous = FULL")
-        self._connection.execute("PRAGMA wal_checkpoint(FULL)")
-        self._connection.close()
+        sync holds it all on disk), and put the file in place."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._part, self.path)
+        try:
+            connection = connect(self.path, busy_timeout)
+        except sqlite3.Error as error:
+            raise StoreError(
+                f"{self.path}: the live node's copy is not a store: {error}"
+            ) from error
+        try:
+            connection.execute("PRAGMA wal_checkpoint(FULL)")
+        finally:
+            connection.close()
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
         folder = self.bodies.path_for(0).parent
         if folder.is_dir():
             for body in folder.iterdir():
                 sync_body(str(body))
 
     def abort(self) -> None:
-        self._connection.close()
+        self._file.close()
+        self._part.unlink(missing_ok=True)

@@ -17,10 +17,10 @@ from twisted.internet.task import deferLater
 from bridge.protocol import decode_packet, encode_packet
 from bridge.protocol import packets as p
 from bridge.replication.backup import ReplicaSink, _Receiver
-from bridge.store.op_codec import encode_operations, encode_rows
+from bridge.store.op_codec import encode_operations
 from bridge.store.operations import CreateQueue
 from bridge.store.records import QueueRecord
-from bridge.store.schema import SCHEMA_VERSION
+from bridge.store.schema import SCHEMA_VERSION, connect
 from tests.replication.conftest import until
 from transport.frames import Frame
 
@@ -89,14 +89,18 @@ def queue(name: str) -> bytes:
 
 
 @pytest_twisted.ensureDeferred
-async def test_it_logs_in_announces_applies_and_acknowledges(linked):
+async def test_it_logs_in_announces_applies_and_acknowledges(linked, tmp_path):
     sink, receiver, wire = linked
+    source = tmp_path / "a" / "messages.sqlite"
+    connect(source, 5.0).close()
+    copy = source.read_bytes()
     assert isinstance(wire.sent[0], p.Connect)
     assert (wire.sent[0].user, wire.sent[0].password) == ("cluster", "secret")
     deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
     assert wire.sent[1] == p.ReplicaAnnounce("b", "b/1", SCHEMA_VERSION, True)
     deliver(receiver, p.ReplicaSyncBegin("a", 4, SCHEMA_VERSION))
-    deliver(receiver, p.ReplicaRows("store_state", encode_rows([("highest_message_id", 9)])))
+    deliver(receiver, p.ReplicaSyncFile(copy[:1000]))
+    deliver(receiver, p.ReplicaSyncFile(copy[1000:]))
     deliver(receiver, p.ReplicaBatch(1, queue("orders")))
     deliver(receiver, p.ReplicaSyncEnd(1))
     await until(lambda: p.ReplicaSynced(1) in wire.sent, "the copy confirmed")
@@ -112,11 +116,11 @@ async def test_a_packet_it_cannot_apply_ends_the_link_naming_why(linked):
     sink, receiver, wire = linked
     deliver(receiver, p.Connected("a", "id", 3, -1, 1 << 20))
     deliver(receiver, p.ReplicaSyncBegin("a", 4, SCHEMA_VERSION))
-    deliver(receiver, p.ReplicaRows("secrets", encode_rows([(1,)])))
+    deliver(receiver, p.ReplicaSyncFile(b"secrets"))
     deliver(receiver, p.ReplicaBatch(1, queue("orders")))  # not acknowledged: after it
     await until(lambda: wire.closed is not None, "the link ended")
-    assert "REPLICA_ROWS" in wire.closed and "'secrets'" in wire.closed, wire.closed
-    assert not sink.in_sync and "secrets" in sink.status().reason
+    assert "the live node's copy is not a store" in wire.closed, wire.closed
+    assert not sink.in_sync and "not a store" in sink.status().reason
     await deferLater(reactor, 0.05, lambda: None)
     assert not [packet for packet in wire.sent if isinstance(packet, p.ReplicaAck)]
 

@@ -6,6 +6,8 @@ then recovers exactly what the live node's does."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from typing import Any
 
 import attrs
@@ -126,7 +128,11 @@ async def test_the_copy_then_each_batch_once_the_backup_has_it(live, tmp_path):
     await until(lambda: pipe.of(p.ReplicaSyncEnd), "the end of the copy")
     assert isinstance(pipe.sent[0], p.ReplicaSyncBegin)
     assert (pipe.sent[0].node_name, pipe.sent[0].epoch) == ("a", 7)
-    assert {rows.table for rows in pipe.of(p.ReplicaRows)} >= {"queues", "messages"}
+    copy = tmp_path / "copy.sqlite"
+    copy.write_bytes(b"".join(chunk.data for chunk in pipe.of(p.ReplicaSyncFile)))
+    with contextlib.closing(sqlite3.connect(copy)) as database:
+        stored = database.execute("SELECT id, large IS NOT NULL FROM messages ORDER BY id")
+        assert stored.fetchall() == [(1, 0), (2, 0), (3, 0), (4, 1)]
     assert b"".join(body.data for body in pipe.of(p.ReplicaBody)) == b"x" * LARGE
     assert pipe.of(p.ReplicaSyncEnd) == [p.ReplicaSyncEnd(0)]
     assert replicator.state is SyncState.FINAL
