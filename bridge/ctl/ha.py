@@ -397,16 +397,16 @@ class HaNode:
         row = observed.row
         if self.quorum is not None and row is not None and row.holder == str(self.holder):
             self.epoch = max(self.epoch, row.epoch)  # went on without its backup, moved on
-        if observed.row is not None:
-            if self.lease is None or observed.row.holder != self.lease.holder:
-                who = observed.row.node or "nobody"
+        if row is not None:
+            if self.lease is None or row.holder != self.lease.holder:
+                who = row.node or "nobody"
                 log.info(
                     "node {name}: live is {who}, epoch {epoch}",
                     who=who,
-                    epoch=observed.row.epoch,
+                    epoch=row.epoch,
                     **self._names(),
                 )
-            self.lease = observed.row
+            self.lease = row
         limit = round(self.settings.max_clock_skew * 1000)
         if abs(observed.skew) > limit >= abs(self.skew):
             log.warn(

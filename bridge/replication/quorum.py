@@ -59,7 +59,6 @@ class _Core:
     refusals: dict[str, str] = attrs.Factory(dict)
     seen: int = 0
     state: BallotState = BallotState.IDLE
-    reason: str = ""
 
     def tally(self) -> str:
         refusals = "; ".join(f"{voter}: {why}" for voter, why in sorted(self.refusals.items()))
@@ -77,7 +76,7 @@ _lost = _builder.state("lost")
 
 
 def _decide(core: _Core, state: BallotState, reason: str) -> None:
-    core.state, core.reason = state, reason
+    core.state = state
     core.actions.decided(state is BallotState.WON, reason)
 
 
@@ -155,11 +154,6 @@ class Ballot:
     @property
     def state(self) -> BallotState:
         return self._core.state
-
-    @property
-    def reason(self) -> str:
-        """Why it was won or lost ("" while undecided)."""
-        return self._core.reason
 
     @property
     def grants(self) -> tuple[str, ...]:
