@@ -26,7 +26,12 @@ run:
    sends one durable message: the seconds from the kill to its confirmation. The killed
    node is started again (its store is stale: it copies the new live node's) and, once in
    sync, is the next one killed, so the pair alternates; ``--kills`` kills, p50 and max.
-3. **Initial sync**: node a alone is filled with ``--sync-mb`` MB (10^6 bytes) of durable
+3. **Failover by a quorum vote**: as 2, but the pair has no lease: three voter nodes
+   (plain nodes with ``[cluster]``) are its ``[cluster] members``, and the backup takes
+   over once two of them say the live node is gone (docs/ha.md, "Quorum vote"); the
+   backup asks at once when its link drops, so no lease has to expire. ``--kills`` kills,
+   p50 and max (goal: ``QUORUM_GOAL`` s). ``--only quorum`` runs this part alone.
+4. **Initial sync**: node a alone is filled with ``--sync-mb`` MB (10^6 bytes) of durable
    message bodies: ``--large-share`` of them (by bytes) in 1 MiB messages sent with
    ``min_large_message_size`` 100 KiB, so stored as body files, the rest in 1 KiB
    messages (rows of the SQLite file); then node b starts. The figure is the store's bytes
@@ -42,6 +47,7 @@ The CPU seconds of each node process (and of the producer and consumer) are read
 
     python -m benchmarks replication [--repeat 3] [--count 50000] [--kills 3]
                                      [--sync-mb 1024] [--large-share 0.25]
+                                     [--only quorum]
 """
 
 from __future__ import annotations
@@ -113,6 +119,12 @@ LARGE = MIB
 """The size of the initial sync's large messages."""
 LARGE_THRESHOLD = 100 * KIB
 """The filling client's ``min_large_message_size``: a 1 MiB body is a large message."""
+QUORUM_GOAL = 2.0
+"""Seconds from the kill -9 of the live node to the first confirmed send on its backup,
+at most, with a quorum vote."""
+QUORUM_VOTE_WAIT = 2.0
+"""The quorum part's ``quorum-vote-wait``: the vote's bound, not its usual length (a dead
+node's port refuses at once)."""
 OUT_OF_SYNC = re.compile(r"replication: (backup \S+ is gone|\S+ did not confirm|a batch failed)")
 """What the live node logs when its backup drops out of sync."""
 
@@ -145,6 +157,64 @@ lease-ping-time = "{round(lease.ping * 1000)}ms"
 lease-reap-time = "{round(lease.reap * 1000)}ms"
 lease-query-timeout = "{round(lease.query_timeout * 1000)}ms"
 """
+
+
+def voter_config(name: str, port: int, members: list[str]) -> str:
+    """A plain node that votes: a member of the pairs' cluster."""
+    return f"""\
+[node]
+name = "{name}"
+data-dir = "data"
+
+[[acceptor]]
+name = "core"
+url = "tcp://127.0.0.1:{port}"
+protocols = ["core"]
+
+[security]
+enabled = false
+
+[cluster]
+name = "voters"
+user = "cluster"
+members = {members!r}
+""".replace("'", '"')
+
+
+def quorum_config(name: str, port: int, peer_port: int, members: list[str]) -> str:
+    """A node of a pair without a lease: the voters are its ``[cluster] members``."""
+    policy = "replication-primary" if name == "a" else "replication-backup"
+    return f"""\
+[node]
+name = "{name}"
+data-dir = "data"
+
+[[acceptor]]
+name = "core"
+url = "tcp://127.0.0.1:{port}"
+protocols = ["core"]
+
+[[address]]
+name = "{QUEUE}"
+routing = "anycast"
+
+[security]
+enabled = false
+
+[ha]
+policy = "{policy}"
+peers = ["tcp://127.0.0.1:{peer_port}"]
+cluster-user = "cluster"
+lease-ping-time = "{round(PING * 1000)}ms"
+lease-reap-time = "{round(REAP * 1000)}ms"
+lease-query-timeout = "{round(QUERY_TIMEOUT * 1000)}ms"
+quorum-vote-wait = "{round(QUORUM_VOTE_WAIT * 1000)}ms"
+
+[cluster]
+name = "voters"
+user = "cluster"
+members = {members!r}
+""".replace("'", '"')
 
 
 @dataclass
@@ -376,7 +446,70 @@ def kills_run(kills: int, server: str) -> dict[str, Any]:
     }
 
 
-# -- 3. initial sync -----------------------------------------------------------------------
+# -- 3. failover by a quorum vote ---------------------------------------------------------
+
+
+def quorum_kills_run(kills: int) -> dict[str, Any]:
+    """``kills`` kill -9s of the live node of a pair without a lease, each once its backup
+    is in sync; three voter nodes decide."""
+    seconds: list[float] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="txbridge-replication-") as folder,
+        children() as stack,
+    ):
+        root = Path(folder)
+        voter_ports = [free_port() for _ in range(3)]
+        members = [f"tcp://127.0.0.1:{port}" for port in voter_ports]
+        for number, port in enumerate(voter_ports, 1):
+            voter = start(f"v{number}", voter_config(f"v{number}", port, members), root, stack)
+            voter.until(STARTED, time.monotonic() + START)
+        ports = {"a": free_port(), "b": free_port()}
+        nodes: dict[str, Child] = {}
+
+        def launch(name: str) -> Child:
+            other = "b" if name == "a" else "a"
+            config = quorum_config(name, ports[name], ports[other], members)
+            nodes[name] = start(name, config, root, stack)
+            return nodes[name]
+
+        launch("a").until(r"node a: LIVE, epoch 1", time.monotonic() + START)
+        launch("b").until(r"replica: in sync with a\b", time.monotonic() + START)
+        phases = random.Random(kills)
+        live, backup = "a", "b"
+        for kill in range(kills):
+            time.sleep(phases.uniform(0.0, PING))
+            killed = time.monotonic()
+            nodes[live].stop(signal.SIGKILL)
+            confirmed = first_confirmed_send(ports[backup], killed + START, QUEUE)
+            seconds.append(confirmed - killed)
+            print(f"  kill {kill + 1}/{kills} of {live}: {seconds[-1]:.3f} s", flush=True)
+            nodes[backup].until(rf"node {backup}: LIVE", time.monotonic() + START)
+            if kill + 1 < kills:
+                # its store is stale: the voters refuse it, and it copies the new live node's
+                launch(live).until(rf"replica: in sync with {backup}\b", time.monotonic() + START)
+                live, backup = backup, live
+    return {
+        "kills": kills,
+        "voters": 3,
+        "quorum_size": 2,
+        "ping_s": PING,
+        "quorum_vote_wait_s": QUORUM_VOTE_WAIT,
+        "goal_s": QUORUM_GOAL,
+        "retry_interval_s": RETRY,
+        "seconds": seconds,
+        **percentiles(seconds),
+    }
+
+
+def report_quorum(quorum: dict[str, Any]) -> None:
+    print(
+        f"kill -9 of the live node to the first confirmed send on its backup, by a quorum "
+        f"vote ({quorum['kills']} kills; 3 voters, quorum 2): p50 {quorum['p50']:.2f} s, max "
+        f"{quorum['max']:.2f} s (goal {quorum['goal_s']:g} s)"
+    )
+
+
+# -- 4. initial sync -----------------------------------------------------------------------
 
 
 def folder_bytes(folder: Path) -> tuple[int, int]:
@@ -556,23 +689,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", type=Path, help="write the JSON here, not to benchmarks/results/"
     )
+    parser.add_argument(
+        "--only",
+        choices=["quorum"],
+        help="run one part alone (quorum: the failover by a quorum vote, no database)",
+    )
     args = parser.parse_args(argv)
     if min(args.repeat, args.count, args.kills, args.sync_mb) < 1:
         parser.error("--repeat, --count, --kills and --sync-mb must be positive")
     if not 0.0 <= args.large_share <= 1.0:
         parser.error("--large-share must be between 0 and 1")
     began = time.monotonic()
+    if args.only == "quorum":
+        return quorum_only(args.kills, args.output, began)
     try:
         print("durable 1 KiB messages through node a, A/B:", flush=True)
         rates = throughput(args.count, args.seconds, args.repeat, Clients(), args.postgresql)
         print("kill -9 of the live node, to the first confirmed send on its backup:", flush=True)
         kills = kills_run(args.kills, args.postgresql)
+        print("the same, by a quorum vote (no lease):", flush=True)
+        quorum = quorum_kills_run(args.kills)
         print(f"initial sync of {args.sync_mb} MB:", flush=True)
         sync = sync_run(args.sync_mb, args.large_share, args.fill_seconds, args.postgresql)
     except BenchmarkError as error:
         print(f"replication benchmark failed: {error}", file=sys.stderr)
         return 1
     report(rates, kills, sync)
+    report_quorum(quorum)
     load = os.getloadavg()
     path = save(
         "replication",
@@ -581,9 +724,37 @@ def main(argv: list[str] | None = None) -> int:
             "minutes": (time.monotonic() - began) / 60,
             "throughput": rates,
             "failover": kills,
+            "failover_by_quorum": quorum,
             "initial_sync": sync,
         },
         args.output,
+    )
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"saved {path}")
+    return 0
+
+
+def quorum_only(kills: int, output: Path | None, began: float) -> int:
+    """``--only quorum``: the failover by a quorum vote alone."""
+    try:
+        print(
+            "kill -9 of the live node to the first confirmed send on its backup, by a quorum vote:",
+            flush=True,
+        )
+        quorum = quorum_kills_run(kills)
+    except BenchmarkError as error:
+        print(f"replication benchmark failed: {error}", file=sys.stderr)
+        return 1
+    report_quorum(quorum)
+    load = os.getloadavg()
+    path = save(
+        "replication-quorum",
+        {
+            "load_average": list(load),
+            "minutes": (time.monotonic() - began) / 60,
+            "failover_by_quorum": quorum,
+        },
+        output,
     )
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"saved {path}")

@@ -5,7 +5,10 @@ database of a PostgreSQL ``[store]``; for an SQLite store, an exclusive file loc
 store's directory (``[store] data-dir``, which the nodes share), with the epoch in the
 store. With replication each node keeps its own SQLite store, the live node copies it to
 a backup, and the lease lives in the PostgreSQL database that ``lease-url`` names: it is
-what proves a live node gone before its backup takes over.
+what proves a live node gone before its backup takes over. A replication pair without
+``lease-url`` proves it by a quorum vote of the ``[cluster] members`` instead (Artemis's
+``vote-on-replication-failure``, ``quorum-size``, ``quorum-vote-wait``): the node's file
+must then have enough members (:func:`check_quorum`).
 
 The timings are refused unless they can fence in time: a renewal must fit twice in the
 lease's life (``lease-ping-time < lease-reap-time / 2``: one renewal may fail and the next
@@ -26,7 +29,7 @@ import attrs
 
 from bridge.config.checks import expect_url
 from security.errors import ConfigError
-from security.validate import check_keys, expect_bool, expect_duration, expect_str
+from security.validate import check_keys, expect_bool, expect_duration, expect_int, expect_str
 from transport.urls import URL
 
 DEFAULT_PING = 1.0
@@ -36,6 +39,7 @@ DEFAULT_MAX_CLOCK_SKEW = 1.0
 DEFAULT_CRITICAL_ANALYZER_TIMEOUT = 120.0
 
 DEFAULT_SYNC_TIMEOUT = 30.0
+DEFAULT_VOTE_WAIT = 5.0
 
 _KEYS = (
     "policy",
@@ -51,8 +55,12 @@ _KEYS = (
     "initial-replication-sync-timeout",
     "allow-failback",
     "failover-on-shutdown",
+    "vote-on-replication-failure",
+    "quorum-size",
+    "quorum-vote-wait",
 )
 _REPLICATION_KEYS = _KEYS[_KEYS.index("lease-url") :]
+_QUORUM_KEYS = _KEYS[_KEYS.index("vote-on-replication-failure") :]
 
 
 class HaPolicy(StrEnum):
@@ -94,6 +102,26 @@ class Replication:
 
 
 @attrs.frozen
+class QuorumVote:
+    """A replication pair without ``lease-url``: who is live is decided by a vote of the
+    ``[cluster] members`` (docs/ha.md, "Quorum vote")."""
+
+    vote_on_replication_failure: bool = False
+    """``vote-on-replication-failure`` (the live node's): when it loses its backup, it
+    confirms nothing more until a quorum of voters lets it go on alone as the next
+    activation sequence, and stops serving if they do not (Artemis's default is false, and
+    so is ours)."""
+    size: int | None = None
+    """``quorum-size``: the grants a vote needs; None: a majority of the voters."""
+    vote_wait: float = DEFAULT_VOTE_WAIT
+    """``quorum-vote-wait``: how long a vote waits for the voters' answers."""
+
+    def needed(self, voters: int) -> int:
+        """The grants a vote needs among ``voters``."""
+        return self.size if self.size is not None else voters // 2 + 1
+
+
+@attrs.frozen
 class HaSettings:
     """``[ha]``, checked; durations in seconds."""
 
@@ -118,10 +146,14 @@ class HaSettings:
     renewing once the reactor has not turned for this long, so a node that hangs serving
     nobody loses the lease (a node loading a large store holds its reactor for seconds:
     keep it well above that)."""
+    quorum: QuorumVote | None = None
+    """With the ``replication-*`` policies and no ``lease-url``."""
 
     @property
     def keeper(self) -> str:
         """Where the live lock is kept, for logs and status."""
+        if self.quorum is not None:
+            return "a quorum vote of the cluster's members"
         return "the database's lease" if self.url is not None else f"{self.store_dir}/live.lock"
 
 
@@ -161,9 +193,10 @@ def parse_ha(
     critical = _positive(
         table, "critical-analyzer-timeout", DEFAULT_CRITICAL_ANALYZER_TIMEOUT, source
     )
-    replication = None
+    replication = quorum = None
     if policy.replicated:
         store_url, replication = _replication(table, source, store_url, policy, base_dir)
+        quorum = _quorum(table, source, replication) if store_url is None else None
     else:
         for key in _REPLICATION_KEYS:
             if key in table:
@@ -192,7 +225,16 @@ def parse_ha(
             f"{_seconds(critical)}: the reactor is asked to answer once per renewal",
         )
     return HaSettings(
-        policy, store_url, store_dir, ping, reap, query_timeout, skew, replication, critical
+        policy,
+        store_url,
+        store_dir,
+        ping,
+        reap,
+        query_timeout,
+        skew,
+        replication,
+        critical_timeout=critical,
+        quorum=quorum,
     )
 
 
@@ -202,8 +244,8 @@ def _replication(
     store_url: str | None,
     policy: HaPolicy,
     base_dir: Path | None,
-) -> tuple[str, Replication]:
-    """The lease's URL and the replication keys, checked."""
+) -> tuple[str | None, Replication]:
+    """The lease's URL (None: a quorum vote instead) and the replication keys, checked."""
     if store_url is not None:
         raise ConfigError(
             source,
@@ -211,12 +253,19 @@ def _replication(
             "replication copies an SQLite store; a PostgreSQL store is shared already: "
             "use shared-store-primary / shared-store-backup",
         )
-    for key in ("lease-url", "peers", "cluster-user"):
+    for key in ("peers", "cluster-user"):
         if key not in table:
             raise ConfigError(source, f"ha.{key}", "is required with replication")
-    url = expect_str(table["lease-url"], source, "ha.lease-url")
-    if not url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(source, "ha.lease-url", f"expected a postgresql:// URL, got {url!r}")
+    url = None
+    if "lease-url" in table:
+        url = expect_str(table["lease-url"], source, "ha.lease-url")
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(source, "ha.lease-url", f"expected a postgresql:// URL, got {url!r}")
+        for key in _QUORUM_KEYS:
+            if key in table:
+                raise ConfigError(
+                    source, f"ha.{key}", "is for a pair without ha.lease-url (a quorum vote)"
+                )
     peers = table["peers"]
     if not isinstance(peers, list) or not peers:
         raise ConfigError(source, "ha.peers", "expected a non-empty list of core acceptor URLs")
@@ -239,3 +288,55 @@ def _replication(
         table.get("failover-on-shutdown", True), source, "ha.failover-on-shutdown"
     )
     return url, Replication(found, user, password, timeout, failback, on_shutdown)
+
+
+def _quorum(table: Mapping[str, Any], source: str, replication: Replication) -> QuorumVote:
+    """The quorum keys of a replication pair without ``lease-url``, checked."""
+    if not replication.failover_on_shutdown:
+        raise ConfigError(
+            source,
+            "ha.failover-on-shutdown",
+            "false needs ha.lease-url: without a lease nothing tells the backup in sync to "
+            "wait for the stopped node",
+        )
+    on_failure = expect_bool(
+        table.get("vote-on-replication-failure", False), source, "ha.vote-on-replication-failure"
+    )
+    size = (
+        expect_int(table["quorum-size"], source, "ha.quorum-size", minimum=1)
+        if "quorum-size" in table
+        else None
+    )
+    wait = _positive(table, "quorum-vote-wait", DEFAULT_VOTE_WAIT, source)
+    return QuorumVote(on_failure, size, wait)
+
+
+def check_quorum(
+    settings: HaSettings, members: int | None, source: str, cluster_user: str | None
+) -> None:
+    """A quorum pair needs voters: ``members`` (``[cluster] members``, None without
+    ``[cluster]``) enough for ``quorum-size``, and the cluster user of ``[ha]`` the one
+    the voters know."""
+    quorum, replication = settings.quorum, settings.replication
+    if quorum is None or replication is None:
+        return
+    if members is None:
+        raise ConfigError(
+            source,
+            "ha.lease-url",
+            "is required unless [cluster] names the members that vote: a replication pair "
+            "without a lease decides who is live by their quorum vote",
+        )
+    needed = quorum.needed(members)
+    if needed > members:
+        raise ConfigError(
+            source,
+            "ha.quorum-size",
+            f"{needed} grants can never come from the {members} [cluster] members that vote",
+        )
+    if cluster_user is not None and cluster_user != replication.cluster_user:
+        raise ConfigError(
+            source,
+            "ha.cluster-user",
+            f"expected {cluster_user!r}, the [cluster] user: the voters answer the cluster user",
+        )

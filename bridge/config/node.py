@@ -34,7 +34,7 @@ from bridge.config.checks import (
     required,
 )
 from bridge.config.cluster import ClusterSettings, parse_cluster
-from bridge.config.ha import HaSettings, parse_ha
+from bridge.config.ha import HaSettings, check_quorum, parse_ha
 from security import SecuritySettings, load_security
 from security.errors import ConfigError
 from security.matcher import InvalidPattern, MatchTable, parse_pattern
@@ -581,6 +581,9 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
         if "cluster" in document
         else None
     )
+    if ha is not None:
+        members = len(cluster.members) if cluster is not None else None
+        check_quorum(ha, members, source, cluster.user if cluster is not None else None)
     global_max = (
         expect_size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
         if "global-max-size" in node

@@ -1,6 +1,7 @@
 """The node's side of high availability: runs the activation machine (bridge.ha) against
-the live lock (the lease in PostgreSQL, or the file lock of a shared SQLite store) and the
-node service's activate / deactivate steps.
+the live lock (the lease in PostgreSQL, the file lock of a shared SQLite store, or for a
+replication pair without a lease the activation sequence in its store, taken by a quorum
+vote: bridge.ctl.quorum) and the node service's activate / deactivate steps.
 
 A backup tries to acquire every ``lease-ping-time``; once it holds the lease, the lease's
 thread renews it every ``lease-ping-time`` (counted from each renewal's start) and moves
@@ -23,7 +24,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from bridge.config.cluster import ClusterSettings
 from bridge.config.ha import HaPolicy, HaSettings
+from bridge.ctl.quorum import QuorumClient
 from bridge.ctl.status import HaStatus, ReplicationView
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
@@ -34,6 +37,8 @@ from bridge.ha.renewer import Heartbeat, Renewer
 from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
 from bridge.store.file_lock import FileLock
+from bridge.store.sequence import ActivationSequence
+from bridge.store.sqlite import FILENAME
 
 log = Logger()
 
@@ -55,7 +60,9 @@ class HaNode:
         deactivate: Step,
         failed: Callable[[Failure], None],
         monotonic: Callable[[], float] = time.monotonic,
+        cluster: ClusterSettings | None = None,
     ) -> None:
+        """``cluster``: the voters of a replication pair without a lease."""
         self.settings = settings
         self.holder = Holder(name)
         self._reactor = reactor
@@ -68,12 +75,28 @@ class HaNode:
             if settings.policy.replicated
             else None
         )
-        lock: ILiveLock = (
-            LeaseTable(settings.url, settings.query_timeout, holder=self.holder, gate=gate)
-            if settings.url is not None
-            else FileLock(settings.store_dir, settings.query_timeout)
-        )
-        self.client = LeaseClient(lock, reactor, monotonic=monotonic)
+        self.quorum: QuorumClient | None = None
+        """A replication pair without a lease: the vote, and the store's sequence."""
+        if settings.quorum is not None:
+            assert cluster is not None and settings.replication is not None
+            sequence = ActivationSequence(settings.store_dir / FILENAME, settings.query_timeout)
+            self.quorum = QuorumClient(
+                sequence,
+                reactor,
+                quorum=settings.quorum,
+                cluster=cluster,
+                replication=settings.replication,
+                fence=self.stale,
+                monotonic=monotonic,
+            )
+            self.client: LeaseClient = self.quorum
+        else:
+            lock: ILiveLock = (
+                LeaseTable(settings.url, settings.query_timeout, holder=self.holder, gate=gate)
+                if settings.url is not None
+                else FileLock(settings.store_dir, settings.query_timeout)
+            )
+            self.client = LeaseClient(lock, reactor, monotonic=monotonic)
         gap = margin(settings.reap, settings.ping, settings.query_timeout)
         self.machine = Activation(self, Fence(settings.reap, gap, monotonic), self._entered)
         self._watchers: list[tuple[HaState, Deferred[None]]] = []
@@ -146,6 +169,7 @@ class HaNode:
             reason=self.machine.reason,
             backups=tuple(holder.rpartition("/")[0] for holder in self.backups),
             replication=self.replication(),
+            last_vote=self.quorum.last_vote() if self.quorum is not None else None,
         )
 
     @property
@@ -169,6 +193,26 @@ class HaNode:
         if self._serving_states():
             log.warn("node {name}: a store write found a newer epoch", **self._names())
             self.machine.inputs.lease_lost()
+
+    def stale(self, reason: str) -> None:
+        """Without a lease: this node can no longer show it is the live one (it lost the
+        quorum vote, or another node's store is newer)."""
+        if self._serving_states():
+            self.machine.inputs.stale(reason)
+
+    def newer(self, sequence: int, backup: str) -> None:
+        """A backup announced a store at a newer activation ``sequence`` than this node's:
+        record it (the store refuses this node's writes from now on) and stop serving."""
+        if self.quorum is not None:
+            self.quorum.seen(sequence)
+        self.stale(f"{backup.rpartition('/')[0]}'s store carries the newer sequence {sequence}")
+
+    def try_now(self) -> None:
+        """A backup's link to its live node dropped while in sync: try to take over now,
+        not at the next ``lease-ping-time``."""
+        call = self._acquire_call
+        if self.machine.state is HaState.BACKUP and call is not None and call.active():
+            call.reset(0)
 
     # -- IActivationActions ------------------------------------------------------------
     def failover(self, why: str = "failover asked") -> bool:
@@ -370,16 +414,19 @@ class HaNode:
 
     # -- what was seen -----------------------------------------------------------------
     def _observe(self, observed: Observed) -> None:
-        if observed.row is not None:
-            if self.lease is None or observed.row.holder != self.lease.holder:
-                who = observed.row.node or "nobody"
+        row = observed.row
+        if self.quorum is not None and row is not None and row.holder == str(self.holder):
+            self.epoch = max(self.epoch, row.epoch)  # went on without its backup, moved on
+        if row is not None:
+            if self.lease is None or row.holder != self.lease.holder:
+                who = row.node or "nobody"
                 log.info(
                     "node {name}: live is {who}, epoch {epoch}",
                     who=who,
-                    epoch=observed.row.epoch,
+                    epoch=row.epoch,
                     **self._names(),
                 )
-            self.lease = observed.row
+            self.lease = row
         limit = round(self.settings.max_clock_skew * 1000)
         if abs(observed.skew) > limit >= abs(self.skew):
             log.warn(

@@ -291,6 +291,18 @@ def _ha_metrics(ha: HaStatus) -> Iterator[Metric]:
         "The node's clock minus the database's.",
         ha.clock_skew_ms / 1000,
     )
+    vote = ha.last_vote
+    if vote is not None:
+        yield GaugeMetricFamily(
+            "txbridge_ha_quorum_last_vote_won",
+            "1 if the last quorum vote this node asked was won (a pair without a lease).",
+            1 if vote.won else 0,
+        )
+        yield GaugeMetricFamily(
+            "txbridge_ha_quorum_last_vote_grants",
+            "Voters that granted the last quorum vote this node asked.",
+            vote.grants,
+        )
     copy = ha.replication
     if copy is not None:
         yield InfoMetricFamily(

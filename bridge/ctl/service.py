@@ -53,6 +53,7 @@ from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import Limits
 from bridge.logins import Logins
 from bridge.node.broker import Broker
+from bridge.replication.vote import Login, Voter
 from bridge.store import Fenced, MessageStore, PostgreSQLMessageStore, SQLiteMessageStore
 from bridge.store.sqlite import FILENAME as SQLITE_FILENAME
 from security import SecurityStore
@@ -170,6 +171,13 @@ class NodeService(Service):
         """With ``[cluster]``, while serving: the node's view of its cluster."""
         self.drain: NodeDrain | None = None
         """Without ``[ha]``: the node's graceful drain (docs/ha.md)."""
+        cluster = config.cluster
+        self.voter = (
+            Voter(reactor, Login(cluster.user, cluster.password, f"voter {config.name}"))
+            if cluster is not None
+            else None
+        )
+        """With ``[cluster]``: this node's vote for replication pairs without a lease."""
         self.ports: dict[str, IListeningPort] = {}
         self.started: Deferred[None] = Deferred()
         """Fires once the node listens; fails with StartupError if it cannot."""
@@ -201,6 +209,7 @@ class NodeService(Service):
             activate=self._activate,
             deactivate=self._deactivate,
             failed=self._activation_failed,
+            cluster=self.config.cluster,
         )
         config = self.config
         assert config.ha is not None
@@ -282,6 +291,7 @@ class NodeService(Service):
             logins=logins,
         )
         self.stomp = stomp = StompHead(broker, security, reactor=self.reactor, logins=logins)
+        head.voter = self.voter
         if self.replication is not None:
             self.replication.live(store, head)
         if config.cluster is not None:

@@ -125,6 +125,27 @@ class ReplicationView:
 
 
 @attrs.frozen
+class VoteView:
+    """The last quorum vote a node of a pair without a lease asked (docs/ha.md, "Quorum
+    vote")."""
+
+    kind: str
+    """"takeover" (a backup asks to be live) or "still-live" (a live node that lost its
+    backup asks to go on alone)."""
+    sequence: int
+    """The activation sequence asked for."""
+    won: bool
+    grants: int
+    needed: int
+    """``quorum-size``."""
+    voters: int
+    reason: str
+    """The tally and each refusal, or why the node did not ask."""
+    seconds_ago: float
+    """How long before this status the vote ended."""
+
+
+@attrs.frozen
 class HaStatus:
     """A node with ``[ha]``: its part and the lease as it last saw it (docs/ha.md)."""
 
@@ -146,6 +167,8 @@ class HaStatus:
     backups: tuple[str, ...] = ()
     """The nodes waiting for the lease, as last seen."""
     replication: ReplicationView | None = None
+    last_vote: VoteView | None = None
+    """A pair without a lease: the last quorum vote this node asked (None: none yet)."""
 
 
 @attrs.frozen
@@ -211,6 +234,7 @@ for _kind in (
     QueueStatus,
     BridgeStatus,
     ReplicationView,
+    VoteView,
     HaStatus,
     DrainQueueStatus,
     DrainStatus,
@@ -428,6 +452,13 @@ def format_ha(ha: HaStatus) -> str:
     ]
     if ha.reason:
         lines.append(f"last stopped serving: {ha.reason}")
+    vote = ha.last_vote
+    if vote is not None:
+        lines.append(
+            f"last vote ({vote.kind}, sequence {vote.sequence}, {vote.seconds_ago:.1f} s ago): "
+            f"{'won' if vote.won else 'lost'}, {vote.grants} of {vote.voters} granted, "
+            f"{vote.needed} needed: {vote.reason}"
+        )
     copy = ha.replication
     if copy is not None and copy.role == "live":
         took = (

@@ -8,6 +8,8 @@ store, open the acceptors, start the bridges) → LIVE (only once fully started)
 (stopping to serve: acceptors closed, bridges paused, in-flight sends failed) → BACKUP
 again; a soft failover takes LIVE the same way; STOPPING → STOPPED from anywhere.
 
+A pair without a lease fences when it cannot show it is still live (``stale``).
+
 Fail closed: a renewal that is refused (the lease is another's, or the epoch moved on)
 fences at once; one that fails (an error, a timeout) does not extend the deadline, so
 the node fences at the deadline unless a later renewal lands first (:mod:`bridge.ha.fence`).
@@ -63,6 +65,7 @@ class _Inputs(Protocol):
     def renew_failed(self) -> None: ...
     def lease_lost(self) -> None: ...
     def deadline_passed(self) -> None: ...
+    def stale(self, reason: str) -> None: ...
     def started(self) -> None: ...
     def deactivated(self) -> None: ...
     def failover(self) -> None: ...
@@ -153,6 +156,14 @@ def _deadline(inputs: _Inputs, core: _Core) -> None:
     _fence(core, "no renewal of the lease before the deadline")
 
 
+@_activating.upon(_Inputs.stale).to(_fenced)
+@_live.upon(_Inputs.stale).to(_fenced)
+def _stale(inputs: _Inputs, core: _Core, reason: str) -> None:
+    """A pair without a lease: this node cannot show it is still the live one (``reason``:
+    the quorum vote was lost, or another node's store is newer)."""
+    _fence(core, reason)
+
+
 @_live.upon(_Inputs.failover).to(_fenced)
 def _failover(inputs: _Inputs, core: _Core) -> None:
     _fence(core, "failover asked: another node is to be live")
@@ -215,6 +226,10 @@ for _state in (_starting, _backup, _fenced, _stopping, _stopped):
 
     @_state.upon(_Inputs.deadline_passed).loop()
     def _late_deadline(inputs: _Inputs, core: _Core) -> None:
+        """Nothing to fence."""
+
+    @_state.upon(_Inputs.stale).loop()
+    def _late_stale(inputs: _Inputs, core: _Core, reason: str) -> None:
         """Nothing to fence."""
 
 

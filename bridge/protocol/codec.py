@@ -82,6 +82,8 @@ from bridge.protocol.packets import (
     TxBegin,
     TxCommit,
     TxRollback,
+    VoteReply,
+    VoteRequest,
 )
 
 
@@ -608,6 +610,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("holder", STR),
             ("schema_version", U16),
             ("failback", BOOL),
+            ("sequence", U64),
         ),
         _layout(ReplicaSyncBegin, ("node_name", STR), ("epoch", U64), ("schema_version", U16)),
         _layout(ReplicaSyncFile, ("data", DATA)),
@@ -617,6 +620,15 @@ LAYOUTS: dict[type[Packet], Layout] = {
         _layout(ReplicaBatch, ("sequence", U64), ("operations", DATA)),
         _layout(ReplicaAck, ("sequence", U64)),
         _layout(ReplicaDiscard, ("message_id", U64)),
+        _layout(
+            VoteRequest,
+            ("node_name", STR),
+            ("holder", STR),
+            ("about", STR),
+            ("sequence", U64),
+            ("timeout_ms", U32),
+        ),
+        _layout(VoteReply, ("granted", BOOL), ("reason", TEXT), ("seen", U64)),
         _layout(Topology, ("members", MEMBERS)),
         _layout(Redirect, ("store", STR), ("urls", NAME_LIST)),
         _layout(

@@ -99,6 +99,8 @@ class PacketType(IntEnum):
     REPLICA_BATCH = 134
     REPLICA_ACK = 135
     REPLICA_DISCARD = 136
+    VOTE_REQUEST = 137
+    VOTE_REPLY = 138
     # Cluster (140-149)
     TOPOLOGY = 140
     REDIRECT = 141
@@ -541,7 +543,8 @@ class ReplicaAnnounce:
     """backup -> live: replicate your store to me. ``holder`` is the backup's ``node/run``,
     ``schema_version`` its store's (u16): a backup copies only its own version.
     ``failback``: once in sync, the backup is to be live again (it is the pair's primary,
-    with ``allow-failback``)."""
+    with ``allow-failback``). ``sequence`` (u64): the activation sequence the backup's
+    store carries; a live node whose own is older stops serving (docs/ha.md, quorum vote)."""
 
     TYPE: ClassVar[PacketType] = PacketType.REPLICA_ANNOUNCE
 
@@ -549,6 +552,7 @@ class ReplicaAnnounce:
     holder: str
     schema_version: int
     failback: bool = False
+    sequence: int = 0
 
 
 @attrs.frozen
@@ -631,6 +635,39 @@ class ReplicaDiscard:
     TYPE: ClassVar[PacketType] = PacketType.REPLICA_DISCARD
 
     message_id: int
+
+
+# The quorum vote of a replication pair without a lease (docs/ha.md, "Quorum vote"), asked
+# by the cluster user of any node with a core acceptor.
+
+
+@attrs.frozen
+class VoteRequest:
+    """node -> voter: a backup asks whether the live node at ``about`` (a core URL) is gone,
+    and to take activation sequence ``sequence`` (u64) if so; a live node that lost its
+    backup (``about`` "") asks to go on alone as ``sequence`` (its own plus one). ``node_name`` and
+    ``holder`` (``node/run``) name who asks; ``timeout_ms`` (u32) bounds the voter's own
+    try to reach ``about``."""
+
+    TYPE: ClassVar[PacketType] = PacketType.VOTE_REQUEST
+
+    node_name: str
+    holder: str
+    about: str
+    sequence: int
+    timeout_ms: int
+
+
+@attrs.frozen
+class VoteReply:
+    """voter -> node: the vote (``granted``), why in words, and the highest activation
+    sequence the voter has granted or seen (``seen``, u64)."""
+
+    TYPE: ClassVar[PacketType] = PacketType.VOTE_REPLY
+
+    granted: bool
+    reason: str
+    seen: int
 
 
 # Cluster: the members a node knows, pushed to its clients (protocol 4), and where a
@@ -741,6 +778,8 @@ Packet = (
     | ReplicaBatch
     | ReplicaAck
     | ReplicaDiscard
+    | VoteRequest
+    | VoteReply
     | Topology
     | Redirect
     | ClusterConnect
@@ -785,6 +824,8 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     ReplicaBatch,
     ReplicaAck,
     ReplicaDiscard,
+    VoteRequest,
+    VoteReply,
     Topology,
     Redirect,
     ClusterConnect,

@@ -9,16 +9,17 @@ while the node is a backup); reading from the live node pauses while more than
 ``_HIGH`` packets wait for that thread, so memory stays bounded.
 
 ``in_sync`` is True from the moment the backup answered REPLICA_SYNCED until it starts a
-new copy. Whether it may take over is the lease's decision (the live node names it there):
-the link dropping only makes the node try the lease, never serve by itself.
+new copy. Whether it may take over is the lease's decision (the live node names it there),
+or without a lease the quorum vote's: the link dropping only makes the node try, never
+serve by itself.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -44,6 +45,8 @@ from transport.interfaces import IFrameConnection, IFrameReceiver
 from transport.urls import URL
 
 log = Logger()
+
+_T = TypeVar("_T")
 
 _HIGH, _LOW = 64, 16
 """Packets waiting to be applied at which reading pauses, and resumes."""
@@ -78,10 +81,16 @@ class ReplicaSink:
         retry: float,
         busy_timeout: float,
         failback: bool = False,
+        sequence: Callable[[], int] = lambda: 0,
+        on_lost: Callable[[], object] = lambda: None,
     ) -> None:
-        """``failback``: announce that, once in sync, this node is to be live again."""
+        """``failback``: announce that, once in sync, this node is to be live again;
+        ``sequence()``: the activation sequence this node's store carries, announced;
+        ``on_lost()``: the link to the live node dropped while in sync."""
         self.path = path
         self._failback = failback
+        self._sequence = sequence
+        self._on_lost = on_lost
         self._reactor = reactor
         self._node_name = node_name
         self._holder = holder
@@ -93,6 +102,11 @@ class ReplicaSink:
         self._pool = _pool()
         self.in_sync = False
         self.live = ""
+        self.live_url = ""
+        """The core URL of the live node last copied from."""
+        self.copied = False
+        """A copy began since this was last cleared (the store is no longer this node's
+        own)."""
         self.reason = "not connected to a live node yet"
         self.applied = 0
         self.epoch = 0
@@ -131,6 +145,13 @@ class ReplicaSink:
         await deferToThreadPool(self._reactor, self._pool, self._close_files)
         self._pool.stop()
 
+    def on_thread(self, call: Callable[[], _T]) -> Deferred[_T] | None:
+        """Run ``call`` on the thread that writes the copy, between two of its packets, so
+        that it never meets the store being started over (None when not copying)."""
+        if not self._running:
+            return None
+        return deferToThreadPool(self._reactor, self._pool, call)
+
     def status(self) -> ReplicaStatus:
         return ReplicaStatus(
             self.live, self.in_sync, self.applied, "" if self.in_sync else self.reason
@@ -162,14 +183,16 @@ class ReplicaSink:
                 "replica: the link to {live} is gone ({why}); {state}",
                 live=self.live,
                 why=why,
-                state="in sync: trying the lease" if self.in_sync else "not in sync",
+                state="in sync: trying to take over" if self.in_sync else "not in sync",
             )
-        self.live = ""
+        was_live, self.live = self.live, ""
         if not self.in_sync:
             self.reason = why
         if self._running:
             delay = self._retry if self._next_peer % len(self._peers) == 0 else 0.0
             self._call = self._reactor.callLater(delay, self._try_next)
+        if was_live and self.in_sync:
+            self._on_lost()
 
     # -- applying, on the replica thread ---------------------------------------------------
     def _apply(self, packet: p.Packet) -> Deferred[p.Packet | None]:
@@ -301,6 +324,7 @@ class _Receiver:
                         self._sink._holder,
                         SCHEMA_VERSION,
                         self._sink._failback,
+                        self._sink._sequence(),
                     )
                 )
             )
@@ -322,7 +346,9 @@ class _Receiver:
                 return
             sink.epoch = packet.epoch
             sink.in_sync = False
+            sink.copied = True
             sink.live = packet.node_name
+            sink.live_url = str(self._url)
             sink.applied = 0
             sink.reason = f"copying the store of {packet.node_name}"
             log.info(

@@ -1,6 +1,7 @@
-"""The seam between the core head and a live node's replication (``bridge.ha``): a backup
-that logged in as the cluster user and sent REPLICA_ANNOUNCE is handed over, and from then
-on its connection carries replication only."""
+"""The seams between the core head and replication: on a live node, a backup that logged in
+as the cluster user and sent REPLICA_ANNOUNCE is handed over, and from then on its
+connection carries replication only; on any node with a voter, the cluster user's
+VOTE_REQUEST is answered (docs/ha.md, "Quorum vote")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import TYPE_CHECKING
 from zope.interface import Interface
 
 if TYPE_CHECKING:
-    from bridge.protocol.packets import Packet, ReplicaAnnounce
+    from twisted.internet.defer import Deferred
+
+    from bridge.protocol.packets import Packet, ReplicaAnnounce, VoteReply, VoteRequest
     from transport.interfaces import IFrameConnection
 
 
@@ -29,3 +32,12 @@ class IReplicationSource(Interface):
     def announced(connection: IFrameConnection, announce: ReplicaAnnounce) -> IReplicaLink:
         """A backup asks for a copy: start it over ``connection``. Raises ``ValueError``
         naming why it cannot be (not live, versions differ, another backup in sync)."""
+
+
+class IVoter(Interface):
+    """A node's vote in the quorum of replication pairs without a lease."""
+
+    def answer(request: VoteRequest) -> Deferred[VoteReply]:
+        """The vote on ``request``: a backup's takeover is granted only if this node cannot
+        reach the live node itself, a live node's going on alone unless its sequence was
+        granted already; each sequence once."""

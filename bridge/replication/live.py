@@ -18,7 +18,9 @@ then, while it goes on serving:
 
 When the link drops the backup is out of sync: the lease must say so before any batch is
 confirmed without it, else the backup could take over missing it. Waiting batches are
-released only once ``mark("")`` landed; a node that stops first fails them instead.
+released only once ``mark("")`` landed; a node that stops first, or whose ``mark("")`` is
+refused (the lease is another's, or without a lease the quorum vote was lost), fails
+them instead.
 """
 
 from __future__ import annotations
@@ -126,12 +128,15 @@ class Replicator:
         sync_timeout: float,
         retry: float,
         hand_over: Callable[[str], object] = lambda backup: None,
+        newer: Callable[[int, str], object] = lambda sequence, backup: None,
         max_queued: int = 64 * 1024 * 1024,
     ) -> None:
         """``mark(backup)`` names the backup in sync in the lease ("" for none) and fires
         True once it did, False if the lease is no longer this node's; ``retry`` is how
         long to wait before marking again after an error; ``hand_over(backup)`` is called
-        once a backup that announced a failback is named in sync."""
+        once a backup that announced a failback is named in sync; ``newer(sequence,
+        backup)`` once a backup announced a store newer than this node's: this node is
+        stale, and must stop serving."""
         self._store = store
         self._path = path
         self._reactor = reactor
@@ -139,6 +144,7 @@ class Replicator:
         self._epoch = epoch
         self._mark = mark
         self._hand_over = hand_over
+        self._newer = newer
         self._failback = False
         self._sync_timeout = sync_timeout
         self._retry = retry
@@ -173,6 +179,12 @@ class Replicator:
             raise ValueError(
                 f"the backup's store has schema version {announce.schema_version}, this "
                 f"node's {SCHEMA_VERSION}: upgrade both to the same txbridge"
+            )
+        if announce.sequence > self._epoch():
+            self._newer(announce.sequence, announce.holder)
+            raise ValueError(
+                f"the backup's store carries activation sequence {announce.sequence}, newer "
+                f"than this node's {self._epoch()}: this node is stale and stops serving"
             )
         if self._link is not None:
             raise ValueError(f"{self.backup} replicates this node already")
@@ -443,8 +455,12 @@ class Replicator:
             self._timeout.cancel()
         self._timeout = None
         self._wake_pump()
-        if self._maybe_named:  # (a failed naming may have landed all the same)
-            Deferred.fromCoroutine(self._unmark())  # waiters wait for the lease to say so
+        # A failed naming may have landed all the same; and from the last step on, the
+        # backup may hold itself in sync (it answered REPLICA_SYNCED), which without a
+        # lease is what lets it ask to take over: either way the live lock must hear of the
+        # loss before anything is confirmed without the backup.
+        if self._maybe_named or self.state is SyncState.FINAL:
+            Deferred.fromCoroutine(self._unmark())  # waiters wait for the lock to say so
         else:
             self._end(None)
 
@@ -453,13 +469,16 @@ class Replicator:
         without the backup."""
         while not self._stopped:
             try:
-                await self._mark("")
+                cleared = await self._mark("")
             except Exception as error:
                 log.warn("replication: clearing the backup in sync failed: {why}", why=error)
                 pause: Deferred[None] = Deferred()
                 self._reactor.callLater(self._retry, pause.callback, None)
                 await pause
                 continue
+            if not cleared:  # not this node's to confirm any more: its stop fails them
+                log.warn("replication: the live lock is no longer this node's")
+                return
             self._maybe_named = False
             self._end(None)
             return

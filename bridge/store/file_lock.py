@@ -27,29 +27,25 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from zope.interface import implementer
 
 from bridge.ha.lock import LEASE, Holder, ILiveLock, LeaseRow
-from bridge.store.schema import connect
+from bridge.store.sequence import ActivationSequence
 from bridge.store.sqlite import FILENAME
 
 LOCK_FILE = "live.lock"
 WAITING = "waiting"
 
-_TAKE = "UPDATE live_lock SET holder = ?, epoch = epoch + 1 WHERE name = ? RETURNING epoch"
-_READ = "SELECT holder, epoch FROM live_lock WHERE name = ?"
-_CLEAR = "UPDATE live_lock SET holder = '' WHERE name = ? AND holder = ? AND epoch = ?"
-
 
 @implementer(ILiveLock)
-class FileLock:
+class FileLock(ActivationSequence):
     """The lock on ``directory`` (the shared store's), its calls blocking: call from one
-    thread only. ``query_timeout`` bounds a wait for the store's write lock."""
+    thread only. ``query_timeout`` bounds a wait for the store's write lock. The epoch is
+    the store's (:class:`ActivationSequence`); the ``flock`` decides who may raise it."""
 
     def __init__(
         self,
@@ -60,14 +56,10 @@ class FileLock:
         clock: Callable[[], float] = time.time,
         lease: str = LEASE,
     ) -> None:
+        super().__init__(directory / filename, query_timeout, clock=clock, lease=lease)
         self.directory = directory
         self.path = directory / LOCK_FILE
-        self.store = directory / filename
-        self.query_timeout = query_timeout
-        self.lease = lease
-        self._clock = clock
         self._fd: int | None = None
-        self._connection: sqlite3.Connection | None = None
 
     # -- ILiveLock -----------------------------------------------------------------------
     def acquire(self, me: Holder, reap: float) -> LeaseRow | None:
@@ -75,25 +67,20 @@ class FileLock:
             self._unlock()
         if self._fd is None and not self._lock():
             return None
-        now = self._now()
         try:
-            epoch = self._take(me)
+            row = super().acquire(me, reap)
         except BaseException:
             self._unlock()
             raise
         with contextlib.suppress(FileNotFoundError):
             (self.directory / WAITING / me.run).unlink()
-        return LeaseRow(str(me), epoch, now + _ms(reap), now)
+        return row
 
     def renew(self, me: Holder, epoch: int, reap: float) -> LeaseRow | None:
-        now = self._now()
         if self._fd is None or not self._still_locked():
             self._unlock()
             return None
-        holder, stored = self._read()
-        if (holder, stored) != (str(me), epoch):
-            return None
-        return LeaseRow(holder, stored, now + _ms(reap), now)
+        return super().renew(me, epoch, reap)
 
     def release(self, me: Holder, epoch: int) -> LeaseRow | None:
         now = self._now()
@@ -125,17 +112,8 @@ class FileLock:
                 found.append(name)
         return tuple(sorted(found))
 
-    def read(self) -> LeaseRow:
-        """The holder the store records, as held: a holder that died keeps its record until
-        the next one acquires (at a backup's next try)."""
-        now = self._now()
-        holder, epoch = self._read()
-        return LeaseRow(holder, epoch, now if holder else 0, now)
-
     def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
+        super().close()
         self._unlock()
 
     # -- the file ------------------------------------------------------------------------
@@ -168,49 +146,3 @@ class FileLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # gives the flock up with the last descriptor of its file
-
-    # -- the store -----------------------------------------------------------------------
-    def _connected(self) -> sqlite3.Connection:
-        if self._connection is None:
-            self._connection = connect(self.store, self.query_timeout)
-        return self._connection
-
-    def _read(self) -> tuple[str, int]:
-        row = self._connected().execute(_READ, (self.lease,)).fetchone()
-        if row is None:
-            raise LookupError(f"{self.store}: the live lock's row {self.lease!r} is missing")
-        return str(row[0]), int(row[1])
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction on the store: committed if the block ends, else rolled
-        back."""
-        connection = self._connected()
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield connection
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
-
-    def _take(self, me: Holder) -> int:
-        """Record ``me`` as the holder with the next epoch: that epoch."""
-        with self._transaction() as connection:
-            row = connection.execute(_TAKE, (str(me), self.lease)).fetchone()
-            if row is None:
-                raise LookupError(f"{self.store}: the live lock's row {self.lease!r} is missing")
-        return int(row[0])
-
-    def _clear(self, me: Holder, epoch: int) -> bool:
-        """Clear the holder if it is still ``me`` at ``epoch``: whether it was."""
-        with self._transaction() as connection:
-            changed = connection.execute(_CLEAR, (self.lease, str(me), epoch)).rowcount
-        return changed > 0
-
-    def _now(self) -> int:
-        return _ms(self._clock())
-
-
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)

@@ -9,8 +9,9 @@ which is sent in chunks as it is (a copy of pages, as Artemis copies its journal
 no row is decoded or encoded); every batch written after the snapshot is sent after it.
 
 The backup's :class:`ReplicaFile` writes those bytes to a file of its own, syncs it and
-puts it in place of its store, with its live lock reset (that is the backup's own), and
-writes the bodies; then the batches are applied by an ordinary writer
+puts it in place of its store, and writes the bodies (the live lock's row comes along: it
+carries the live node's activation sequence, which a backup that takes over without a
+lease raises, :mod:`bridge.store.sequence`); then the batches are applied by an ordinary writer
 (``Writer.open_replica``). Paged messages come along and go at the next start, as a
 node's own do.
 """
@@ -117,7 +118,6 @@ class ReplicaFile:
                 f"{self.path}: the live node's copy is not a store: {error}"
             ) from error
         try:
-            connection.execute("UPDATE live_lock SET holder = '', epoch = 0")
             connection.execute("PRAGMA wal_checkpoint(FULL)")
         finally:
             connection.close()

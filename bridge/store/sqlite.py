@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
 from bridge.ha.lock import LeaseToken
@@ -35,4 +36,11 @@ class SQLiteMessageStore(MessageStore):
         fenced: Callable[[], None] | None = None,
     ) -> None:
         self.path = Path(data_dir) / filename
-        super().__init__(Writer(self.path, busy_timeout, token), reactor, fenced)
+        self._sqlite = Writer(self.path, busy_timeout, token)
+        super().__init__(self._sqlite, reactor, fenced)
+
+    def write_under(self, token: LeaseToken) -> Deferred[None]:
+        """Between two batches, move the store's live lock to ``token`` (the same holder at
+        a newer activation sequence) and write under it from then on (``Fenced`` if the
+        store no longer carries the old one)."""
+        return self.between_batches(lambda: self._sqlite.move_token(token))

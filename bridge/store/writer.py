@@ -33,6 +33,7 @@ from bridge.store.recovery import load, missing, stored_message
 from bridge.store.schema import CHECK_TOKEN, connect
 from bridge.store.sqlite_operations import apply_all, load_state, save_state
 
+_MOVE_TOKEN = "UPDATE live_lock SET holder = :holder, epoch = :epoch WHERE name = :lease"
 _SET_CLEAN_STOP = "INSERT OR REPLACE INTO store_state (key, value) VALUES ('clean_stop', ?)"
 
 
@@ -104,6 +105,23 @@ class Writer:
                 f"committed and none of them was written: {error}"
             ) from error
         return outcomes
+
+    def move_token(self, token: LeaseToken) -> None:
+        """Move the live lock in the store from this writer's token to ``token`` (a newer
+        activation sequence of the same holder: a live node going on without its backup,
+        docs/ha.md "Quorum vote") in one transaction, and write under it from now on;
+        ``Fenced`` if the store no longer carries this writer's token."""
+        assert self._cursor is not None, "the writer is not open"
+        cursor = self._cursor
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            self._check_token(cursor)
+            cursor.execute(_MOVE_TOKEN, token.params())
+            cursor.execute("COMMIT")
+        except BaseException:
+            self._undo(cursor)
+            raise
+        self.token = token
 
     def read(self, message_ids: Sequence[int], transient: Sequence[int]) -> dict[int, Message]:
         """Stored messages (``message_ids``) and paged ones (``transient``), by id; a

@@ -39,7 +39,7 @@ def test_the_replication_keys_are_read(tmp_path):
 @pytest.mark.parametrize(
     ("change", "error"),
     [
-        (("lease-url", None), r"ha\.lease-url: is required with replication"),
+        (("lease-url", None), r"ha\.lease-url: is required unless \[cluster\] names"),
         (("peers", "peers = []"), r"ha\.peers: expected a non-empty list"),
         (("cluster-user", None), r"ha\.cluster-user: is required with replication"),
         (("lease-url", 'lease-url = "mysql://x"'), r"ha\.lease-url: expected a postgresql://"),

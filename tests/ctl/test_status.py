@@ -24,6 +24,7 @@ from bridge.ctl.status import (
     QueueStatus,
     Status,
     StatusFormatError,
+    VoteView,
     format_duration,
     format_ha,
     format_status,
@@ -306,6 +307,30 @@ def test_a_person_reads_the_ha_part_and_the_skew_above_its_limit():
     with_ha = Status(SAMPLE.node, (), (), 0, -1, 0, 0, ha=ha)
     assert Status.from_json(json.loads(json.dumps(with_ha.to_json()))) == with_ha
     assert Status.from_json(SAMPLE.to_json()).ha is None
+
+
+def test_a_person_reads_the_last_quorum_vote():
+    vote = VoteView("still-live", 2, False, 1, 2, 3, "1 of 3 voters granted, 2 needed", 4.25)
+    ha = HaStatus(
+        state="BACKUP",
+        policy="replication-primary",
+        live="",
+        epoch=2,
+        lease_expires_ms=0,
+        lease_left_ms=0,
+        clock_skew_ms=0,
+        max_clock_skew_ms=1000,
+        reason="lost the quorum vote without its backup: 1 of 3 voters granted, 2 needed",
+        last_vote=vote,
+    )
+    assert format_ha(ha).splitlines()[4:6] == [
+        "last stopped serving: lost the quorum vote without its backup: 1 of 3 voters "
+        "granted, 2 needed",
+        "last vote (still-live, sequence 2, 4.2 s ago): lost, 1 of 3 granted, 2 needed: "
+        "1 of 3 voters granted, 2 needed",
+    ]
+    with_ha = Status(SAMPLE.node, (), (), 0, -1, 0, 0, ha=ha)
+    assert Status.from_json(json.loads(json.dumps(with_ha.to_json()))) == with_ha
 
 
 @pytest_twisted.ensureDeferred

@@ -61,6 +61,8 @@ from bridge.protocol.packets import (
     ReplicaSyncFile,
     Topology,
     TopologyMember,
+    VoteReply,
+    VoteRequest,
 )
 
 MESSAGE = Message(id=7, address="q", durable=True, headers={"k": 1}, body=b"hi")
@@ -185,7 +187,11 @@ GOLDEN: list[tuple[Packet, int, str]] = [
         113,
         "000000000000000d | 00 | 00 | 00 | ffffffffffffffff | 01 | 0000000000000000",
     ),
-    (ReplicaAnnounce("b", "b/1", 3, True), 128, "0001 62 | 0003 622f31 | 0003 | 01"),
+    (
+        ReplicaAnnounce("b", "b/1", 3, True, 2),
+        128,
+        "0001 62 | 0003 622f31 | 0003 | 01 | 0000000000000002",
+    ),
     (ReplicaSyncBegin("a", 7, 3), 129, "0001 61 | 0000000000000007 | 0003"),
     (ReplicaSyncFile(b"\x05"), 130, "00000001 05"),
     (ReplicaBody(9, b"ab", False), 131, "0000000000000009 | 00000002 6162 | 00"),
@@ -194,6 +200,12 @@ GOLDEN: list[tuple[Packet, int, str]] = [
     (ReplicaBatch(5, b"\x00"), 134, "0000000000000005 | 00000001 00"),
     (ReplicaAck(5), 135, "0000000000000005"),
     (ReplicaDiscard(9), 136, "0000000000000009"),
+    (
+        VoteRequest("b", "b/1", "tcp://a", 3, 500),
+        137,
+        "0001 62 | 0003 622f31 | 0007 7463703a2f2f61 | 0000000000000003 | 000001f4",
+    ),
+    (VoteReply(False, "up", 2), 138, "00 | 00000002 7570 | 0000000000000002"),
     (
         Topology((TopologyMember("a", "h1", ("tcp://x:1",), ("a",), ("b",)),)),
         140,

@@ -67,6 +67,8 @@ from bridge.protocol.packets import (
     ReplicaSyncFile,
     Topology,
     TopologyMember,
+    VoteReply,
+    VoteRequest,
 )
 
 U16 = st.integers(0, 0xFFFF)
@@ -148,7 +150,7 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
         st.sampled_from(AddressFullPolicy),
         U64,
     ),
-    ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16, st.booleans()),
+    ReplicaAnnounce: st.builds(ReplicaAnnounce, NAMES, NAMES, U16, st.booleans(), U64),
     ReplicaSyncBegin: st.builds(ReplicaSyncBegin, NAMES, U64, U16),
     ReplicaSyncFile: st.builds(ReplicaSyncFile, DATA),
     ReplicaBody: st.builds(ReplicaBody, U64, DATA, st.booleans()),
@@ -157,6 +159,8 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
     ReplicaBatch: st.builds(ReplicaBatch, U64, DATA),
     ReplicaAck: st.builds(ReplicaAck, U64),
     ReplicaDiscard: st.builds(ReplicaDiscard, U64),
+    VoteRequest: st.builds(VoteRequest, NAMES, NAMES, NAMES, U64, U32),
+    VoteReply: st.builds(VoteReply, st.booleans(), TEXTS, U64),
     Topology: st.builds(
         Topology,
         st.lists(

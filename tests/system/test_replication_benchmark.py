@@ -17,7 +17,7 @@ from tests.processes import ROOT
 
 
 @pytest.mark.system
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema: str) -> None:
     # pg_schema: the server must be there (skipped without it, failing under CI); the
     # benchmark makes a schema of its own per pair.
@@ -29,7 +29,7 @@ def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=160,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -57,6 +57,11 @@ def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema:
     (seconds,) = failover["seconds"]
     assert 0 < seconds == failover["p50"] == failover["max"]
 
+    quorum = figures["failover_by_quorum"]
+    assert (quorum["voters"], quorum["quorum_size"], quorum["kills"]) == (3, 2, 1)
+    (seconds,) = quorum["seconds"]
+    assert 0 < seconds == quorum["p50"] == quorum["max"]
+
     sync = figures["initial_sync"]
     assert sync["fill"]["large_messages"] == 1
     assert sync["fill"]["small_messages"] > 0
@@ -68,3 +73,22 @@ def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema:
     assert 0 <= sync["seconds_live_reported"] <= sync["seconds_from_backup_start"]
     assert sync["mb_per_s"] > 0
     assert set(sync["cpu_seconds"]) == {"node a", "node b"}
+
+
+@pytest.mark.system
+@pytest.mark.timeout(120)
+def test_the_quorum_part_runs_alone(tmp_path: Path) -> None:
+    output = tmp_path / "replication-quorum.json"
+    argv = ["--only", "quorum", "--kills", "2", "--output", str(output)]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "replication", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    quorum = json.loads(output.read_text())["failover_by_quorum"]
+    assert quorum["kills"] == len(quorum["seconds"]) == 2
+    assert 0 < quorum["min"] <= quorum["p50"] <= quorum["max"]

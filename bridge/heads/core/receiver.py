@@ -23,7 +23,7 @@ from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.protocol import PACKET_TYPES, PacketFormatError, decode_packet, encode_packet
 from bridge.protocol import packets as p
-from bridge.replication.interfaces import IReplicaLink, IReplicationSource
+from bridge.replication.interfaces import IReplicaLink, IReplicationSource, IVoter
 from security import SecurityStore
 from security.subject import SecurityAuth, Subject
 from transport.endpoints import listen
@@ -57,6 +57,8 @@ class CoreHead(Head["CoreReceiver"]):
         """With HA replication, on the live node: where an announced backup goes."""
         self.cluster: ICluster | None = None
         """With ``[cluster]``: the node's view, its TOPOLOGY and where stores are served."""
+        self.voter: IVoter | None = None
+        """With ``[cluster]``: the node's vote in the quorum of replication pairs."""
 
     def topology_changed(self) -> None:
         """The cluster's view changed: every open session of protocol 4 hears of it."""
@@ -133,6 +135,8 @@ class CoreReceiver:
                 self._announced(packet)
             elif isinstance(packet, p.NodeAnnounce):
                 self._member_announced(packet)
+            elif isinstance(packet, p.VoteRequest):
+                self._vote(packet)
             else:
                 self._session.packet_received(packet)
         except (PacketFormatError, SessionError) as error:
@@ -147,57 +151,83 @@ class CoreReceiver:
     def producers_blocked(self) -> int:
         return 0 if self._session is None else self._session.producers_blocked
 
-    def _announced(self, announce: p.ReplicaAnnounce) -> None:
-        """A backup asks for the store: hand the connection to replication, or refuse."""
-        assert self._connection is not None and self._session is not None
+    def _cluster_only(self, packet: p.Packet, missing: str | None, action: str) -> str | None:
+        """Why this connection may not ``action`` (send ``packet``), which only the cluster
+        user may (None: it may). ``missing`` says what this node lacks to answer it."""
+        assert self._session is not None
         subject = self._session.subject
         if subject is None:
-            raise SessionError("REPLICA_ANNOUNCE before the login was accepted")
+            raise SessionError(f"{packet.TYPE.name} before the login was accepted")
+        if missing is not None:
+            return missing
+        if self._head.security.enabled and not subject.internal:
+            return f"only the cluster user may {action}"
+        return None
+
+    def _refuse(self, what: str, why: str, code: p.ErrorCode) -> None:
+        assert self._connection is not None
+        log.info(
+            "refused {what} from {peer}: {why}", what=what, peer=self._connection.peer, why=why
+        )
+        self._emit(p.Failed(0, code, why))
+        self._connection.close()
+
+    def _announced(self, announce: p.ReplicaAnnounce) -> None:
+        """A backup asks for the store: hand the connection to replication, or refuse."""
+        assert self._connection is not None
         source = self._head.replication
-        if source is None:
-            refused = (p.ErrorCode.INVALID, "this node is not a live node that replicates")
-        elif self._head.security.enabled and not subject.internal:
-            refused = (p.ErrorCode.PERMISSION_DENIED, "only the cluster user may replicate")
-        else:
+        why = self._cluster_only(
+            announce,
+            None if source is not None else "this node is not a live node that replicates",
+            "replicate",
+        )
+        if why is None and source is not None:
             try:
                 self._replica = source.announced(self._connection, announce)
                 return
             except ValueError as error:
-                refused = (p.ErrorCode.INVALID, str(error))
-        log.info(
-            "refused replication to {backup} from {peer}: {why}",
-            backup=announce.node_name,
-            peer=self._connection.peer,
-            why=refused[1],
-        )
-        self._emit(p.Failed(0, *refused))
-        self._connection.close()
+                why = str(error)
+        self._refuse(f"replication to {announce.node_name}", why or "", _code(source, why))
 
     def _member_announced(self, announce: p.NodeAnnounce) -> None:
         """A member links with this node: known while the connection lasts, answered with
         this node's TOPOLOGY (which names this node, so the link knows it too)."""
-        assert self._connection is not None and self._session is not None
-        subject = self._session.subject
-        if subject is None:
-            raise SessionError("NODE_ANNOUNCE before the login was accepted")
         cluster = self._head.cluster
-        if cluster is None:
-            refused = (p.ErrorCode.INVALID, "this node is not a member of a cluster")
-        elif self._head.security.enabled and not subject.internal:
-            refused = (p.ErrorCode.PERMISSION_DENIED, "only the cluster user may announce a node")
-        else:
+        why = self._cluster_only(
+            announce,
+            None if cluster is not None else "this node is not a member of a cluster",
+            "announce a node",
+        )
+        if why is None and cluster is not None:
             self._member = True
             cluster.linked(self, announce)
             self._emit(cluster.topology())
             return
-        log.info(
-            "refused the member {node} from {peer}: {why}",
-            node=announce.node_id,
-            peer=self._connection.peer,
-            why=refused[1],
+        self._refuse(f"the member {announce.node_id}", why or "", _code(cluster, why))
+
+    def _vote(self, request: p.VoteRequest) -> None:
+        """A node of a replication pair asks for this node's vote: answer, or refuse."""
+        voter = self._head.voter
+        why = self._cluster_only(
+            request,
+            None if voter is not None else "this node has no vote: it has no [cluster]",
+            "ask for a vote",
         )
-        self._emit(p.Failed(0, *refused))
-        self._connection.close()
+        if why is None and voter is not None:
+            voter.answer(request).addCallback(self._voted, request)
+            return
+        self._refuse(f"a vote to {request.node_name}", why or "", _code(voter, why))
+
+    def _voted(self, reply: p.VoteReply, request: p.VoteRequest) -> None:
+        log.info(
+            "vote for {node} (sequence {sequence}, about {about}): {vote}, {why}",
+            node=request.node_name,
+            sequence=request.sequence,
+            about=request.about or "itself",
+            vote="granted" if reply.granted else "refused",
+            why=reply.reason,
+        )
+        self._emit(reply)
 
     def topology_changed(self) -> None:
         if self._session is not None:
@@ -262,3 +292,11 @@ def listen_core(
     """Accept core-protocol connections at ``url`` for ``broker``."""
     head = CoreHead(broker, security, node_name=node_name, node_id=node_id, reactor=reactor)
     return head.listen(url, settings=settings, tls=tls, producer_window_size=producer_window_size)
+
+
+def _code(handler: object, why: str | None) -> p.ErrorCode:
+    """A refusal's code: INVALID where the node cannot answer (no ``handler``, or it
+    refused the packet itself), PERMISSION_DENIED for a user who may not ask."""
+    if handler is None or why is None or not why.startswith("only the cluster user"):
+        return p.ErrorCode.INVALID
+    return p.ErrorCode.PERMISSION_DENIED
