@@ -112,6 +112,8 @@ class Subscriber:
     # -- subscribing ----------------------------------------------------------------------
 
     def subscribe(self, frame: Frame, headers: dict[str, str]) -> None:
+        """SUBSCRIBE: a consumer on the destination's queue, started once the queue is
+        there (and the receipt, if asked for, has gone)."""
         destination = destination_of(headers)
         sub_id = headers.get("id")
         durable = destination.kind is Kind.TOPIC and names_durable(headers)
@@ -167,6 +169,7 @@ class Subscriber:
             )
 
     def _prefetch_of(self, headers: dict[str, str]) -> int | None:
+        """A SUBSCRIBE's prefetch (``prefetch-count`` or ActiveMQ's name); None: unbounded."""
         text = headers.get("prefetch-count") or headers.get("activemq.prefetchSize")
         if text is None:
             value = self._prefetch
@@ -260,6 +263,8 @@ class Subscriber:
             self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
 
     def unsubscribe(self, frame: Frame, headers: dict[str, str]) -> None:
+        """UNSUBSCRIBE: the consumer closes; with ``durable:true`` a durable
+        subscription's queue goes too, open here or not."""
         sub_id = headers.get("id")
         if sub_id is None and self.version is Version.V1_0:
             sub_id = headers.get("destination")
@@ -320,6 +325,7 @@ class Subscriber:
         return subscription, deliveries
 
     def ack(self, frame: Frame, headers: dict[str, str]) -> None:
+        """ACK: what it settles is acknowledged, in its transaction if it names one."""
         subscription, deliveries = self._settling(Command.ACK, headers)
         tx = open_transaction(self._transactions, headers.get("transaction"))
         last = deliveries[-1]
@@ -339,6 +345,8 @@ class Subscriber:
             done.addErrback(settle_failed)
 
     def nack(self, frame: Frame, headers: dict[str, str]) -> None:
+        """NACK: what it settles goes back (or is dropped), at commit if in a
+        transaction."""
         subscription, deliveries = self._settling(Command.NACK, headers)
         tx = open_transaction(self._transactions, headers.get("transaction"))
         requeue = requeue_of(headers.get("requeue", "true"))
