@@ -94,7 +94,7 @@ class AckMachine(RuleBasedStateMachine):
         self._frame(
             "SUBSCRIBE", {"id": "s", "destination": f"/queue/{self.queue}", "ack": self.mode}
         )
-        self.subscription = self.session._subscriptions["s"]
+        self.subscription = self.session._subscriber.subscriptions["s"]
 
     def _frame(self, command: str, headers: dict[str, str]) -> None:
         self.session.event_received(Frame(Command(command), tuple(headers.items())))
