@@ -875,24 +875,33 @@ class Client:
     def _follow(self, topology: Topology) -> None:
         """Keep the map; from now on ask for the store this node serves, and after a drop
         retry this node first (``reconnect-attempts`` times: a glitch is not a
-        failover), then its failover nodes in order, one attempt each."""
+        failover), then its failover nodes in order, one attempt each. A node that
+        serves nothing drains: after the drop, its failover nodes at once, asking for
+        any store."""
         self.topology = topology
         members = {member.node_id: member for member in topology.members}
         own = members.get(self.node_name)
         if own is None or not own.urls:
             return
-        self._session.store = own.serves[0] if own.serves else own.node_id
-        order = [parse_url(own.urls[0])]
-        order += [
+        failover = [
             parse_url(members[node].urls[0])
             for node in own.failover
             if node in members and members[node].urls
         ]
+        draining = not own.serves and bool(failover)
+        if draining:
+            # The node drains (it serves nothing): its failover nodes, at once, for any
+            # store (the first of them takes this node's messages).
+            self._session.store = ""
+            order, first_attempts = failover, 1
+        else:
+            self._session.store = own.serves[0] if own.serves else own.node_id
+            order, first_attempts = [parse_url(own.urls[0]), *failover], 0
         attempts = self._policy.reconnect_attempts
         if attempts == 0:
             return  # no reconnection at all
         self._order = tuple(order)
-        first = attempts if attempts > 0 else sys.maxsize
+        first = first_attempts or (attempts if attempts > 0 else sys.maxsize)
         endpoints = [client_endpoint(self._reactor, url, self._tls) for url in order]
         self._endpoint.follow(endpoints, first)
         if attempts > 0:  # a whole round before giving up

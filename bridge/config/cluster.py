@@ -12,7 +12,8 @@ name of the store the node serves when live: its own name, or for a backup the n
 the node whose store it shares or copies), ``retry-interval`` (Artemis's
 cluster-connection name: the wait between attempts to link with a member) and
 ``connect-hold-timeout`` (how long a client asking for a store nobody serves yet is held
-before it is told to try again).
+before it is told to try again). ``drain-target-timeout``: how long a graceful drain waits
+for its view to hold a member to drain to.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ DEFAULT_POLICY = "ring"
 MACHINE_ID = Path("/etc/machine-id")
 DEFAULT_RETRY_INTERVAL = 0.5
 DEFAULT_HOLD_TIMEOUT = 15.0
+DEFAULT_DRAIN_TARGET_TIMEOUT = 15.0
 _KEYS = (
     "name",
     "user",
@@ -46,6 +48,7 @@ _KEYS = (
     "store",
     "retry-interval",
     "connect-hold-timeout",
+    "drain-target-timeout",
 )
 
 
@@ -71,6 +74,9 @@ class ClusterSettings:
     hold_timeout: float = DEFAULT_HOLD_TIMEOUT
     """``connect-hold-timeout``: how long a RECONNECT for a store that no member serves
     yet waits for one to serve it."""
+    drain_target_timeout: float = DEFAULT_DRAIN_TARGET_TIMEOUT
+    """``drain-target-timeout``: how long a drain waits for the members' view to hold a
+    failover node of this one before it fails."""
 
     def own_host_id(self) -> str:
         """The node's host id: ``host-id``, or this machine's id."""
@@ -158,8 +164,9 @@ def parse_cluster(
     store = expect_name(table["store"], source, "cluster.store") if "store" in table else None
     retry = _positive(table, "retry-interval", DEFAULT_RETRY_INTERVAL, source)
     hold = _positive(table, "connect-hold-timeout", DEFAULT_HOLD_TIMEOUT, source)
+    drain = _positive(table, "drain-target-timeout", DEFAULT_DRAIN_TARGET_TIMEOUT, source)
     return ClusterSettings(
-        name, user, members, policy, policy_name, password, host_id, store, retry, hold
+        name, user, members, policy, policy_name, password, host_id, store, retry, hold, drain
     )
 
 

@@ -93,6 +93,13 @@ class ClusterMembers:
     def topology_now(self) -> Topology:
         return self._topology
 
+    def serve_nothing(self) -> None:
+        """The node drains: from now on its TOPOLOGY says it serves nothing, pushed at once
+        to its core clients (and the members linked in), so that when the drain closes
+        their connections they go straight to its failover nodes."""
+        if self._topology.serve_nothing():
+            self._changed()
+
     # -- ICluster -----------------------------------------------------------------------
     def topology(self) -> p.Topology:
         return p.Topology(

@@ -338,6 +338,7 @@ class NodeService(Service):
                 config.cluster,
                 broker,
                 self.reactor,
+                members=self.members,
                 close=lambda: Deferred.fromCoroutine(self._stop_accepting()),
                 stop=self.reactor.stop,
             )

@@ -83,6 +83,23 @@ class Topology:
         """Whether this node serves ``store``."""
         return store in self.own.serves
 
+    def failover_of(self, node_id: str) -> tuple[str, ...]:
+        """``node_id``'s failover list in this view (empty for a node not in it)."""
+        for entry in self._entries:
+            if entry.member.node_id == node_id:
+                return entry.failover
+        return ()
+
+    def member(self, node_id: str) -> Member | None:
+        """The member of that node id in this view, or None."""
+        return self.view.get(node_id)
+
+    def serve_nothing(self) -> bool:
+        """This node stops serving its stores (it drains: its clients are to go to its
+        failover nodes); True when the topology changed."""
+        self.own = Known(self.own.member, ())
+        return self._update()
+
     def _update(self) -> bool:
         entries = self._compute()
         changed = entries != self._entries

@@ -1,8 +1,8 @@
 """The client follows its cluster's failover map (bridge/client/api.py): it keeps the
 TOPOLOGY, asks for the store it was on, retries its own node first (a glitch is not a
 failover), then the node's failover nodes, follows a redirect at once, and gives up after
-max-redirects in a row. Node doubles here; tests/system/test_ha_cluster_clients.py runs
-real members."""
+max-redirects in a row; a node that serves nothing (it drains) is not tried again. Node
+doubles here; tests/system/test_ha_cluster_clients.py runs real members."""
 
 from __future__ import annotations
 
@@ -66,6 +66,36 @@ async def test_a_drop_shorter_than_the_retry_window_keeps_the_client_on_its_node
         await eventually(lambda: len(stores_asked(doubles["a"])) == 2 and client.is_writable)
         assert stores_asked(doubles["a"]) == ["", "a"]
         assert client.node_name == "a" and doubles["b"].received == []
+    finally:
+        await client.close()
+        for double in doubles.values():
+            await double.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_draining_node_sends_its_clients_to_its_failover_node_at_once():
+    """The node's last TOPOLOGY says it serves nothing (it drains): once it closes the
+    connection the client spends no attempt on it and asks its failover node for any
+    store."""
+    doubles, urls = await cluster()
+    patient = ReconnectPolicy(0.02, 1.0, 0.02, reconnect_attempts=50)
+    client = await connect(reactor, urls["a"], reconnect=patient)
+    try:
+        await eventually(lambda: client.topology is not None)
+        draining = Topology(
+            (
+                TopologyMember("a", "h1", (urls["a"],), (), ("b",)),
+                TopologyMember("b", "h2", (urls["b"],), ("b",), ("a",)),
+            )
+        )
+        connection = doubles["a"].connections[0]
+        connection.out(draining)
+        await eventually(lambda: client.topology == draining)
+        connection.drop()
+        await eventually(lambda: client.node_name == "b" and client.is_writable)
+        assert stores_asked(doubles["a"]) == [""]  # not tried again, though it listens
+        assert stores_asked(doubles["b"]) == [""]
+        assert str(client.url) == urls["b"]
     finally:
         await client.close()
         for double in doubles.values():

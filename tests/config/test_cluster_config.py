@@ -193,12 +193,20 @@ def test_how_members_link_and_clients_are_held(tmp_path):
     assert (cluster.store, cluster.retry_interval, cluster.hold_timeout) == ("a", 0.25, 4.0)
 
 
+def test_how_long_a_drain_waits_for_its_target(tmp_path):
+    default = _load(tmp_path, NODE + CLUSTER)
+    assert default is not None and default.drain_target_timeout == 15.0
+    cluster = _load(tmp_path, NODE + CLUSTER + 'drain-target-timeout = "2s"\n')
+    assert cluster is not None and cluster.drain_target_timeout == 2.0
+
+
 @pytest.mark.parametrize(
     ("line", "key"),
     [
         ('store = "a b"', "cluster.store"),
         ('retry-interval = "0s"', "cluster.retry-interval"),
         ("connect-hold-timeout = 3", "cluster.connect-hold-timeout"),
+        ('drain-target-timeout = "0s"', "cluster.drain-target-timeout"),
     ],
 )
 def test_bad_link_and_hold_keys_are_named(tmp_path, line, key):

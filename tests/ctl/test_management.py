@@ -366,7 +366,9 @@ async def test_a_drain_that_finds_no_target_is_refused_and_changes_nothing(broke
         closed.append(True)
         return succeed(None)
 
-    drain = NodeDrain("a", NODE_ID, None, broker, reactor, close=close, stop=reactor.stop)
+    drain = NodeDrain(
+        "a", NODE_ID, None, broker, reactor, members=None, close=close, stop=reactor.stop
+    )
     security = security_store(tmp_path, enabled=False)
     site = management_site(broker, security, node_id=NODE_ID, reactor=reactor, drain=drain)
     port = reactor.listenTCP(0, site, interface="127.0.0.1")

@@ -1,7 +1,7 @@
 """The members' links (bridge/ctl/members.py), in one process over loopback TCP: serving
 members link with every static member, learn each other (announce one way, TOPOLOGY the
 other), drop the link to themselves, push the view to their clients, and forget a member
-whose links are gone."""
+whose links are gone; a draining member tells its clients it serves nothing."""
 
 from __future__ import annotations
 
@@ -65,3 +65,26 @@ async def test_members_learn_each_other_and_forget_one_that_stops(tmp_path: Path
             await each.stop()
         for node in nodes.values():
             await node.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_member_that_drains_tells_its_clients_it_serves_nothing(tmp_path: Path):
+    node = await Node(tmp_path / "a", name="a").start()
+    url = f"tcp://127.0.0.1:{node.port.getHost().port}"
+    settings = ClusterSettings("t", "cluster", (parse_url(url),), RingPolicy(), host_id="h1")
+    members = node.head.cluster = ClusterMembers(
+        "a", settings, "store-a", (url,), head=node.head, reactor=reactor
+    )
+    follower = await node.peer(connect_as=None)
+    follower.send(p.ClusterConnect(p.PROTOCOL_VERSION, "f", None, None, 1 << 20, 1 << 20, ""))
+    await follower.next(p.Topology)
+    changed = members.when_changed()
+    try:
+        members.serve_nothing()
+        assert changed.called
+        assert view(members) == [("a", (), ())]
+        await follower.until(lambda: follower.of(p.Topology)[-1].members[0].serves == ())
+        assert members.route("store-a") == ()  # nobody serves it now
+    finally:
+        await members.stop()
+        await node.stop()

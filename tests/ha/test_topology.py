@@ -46,6 +46,18 @@ def test_a_member_is_known_while_a_link_with_it_is_up():
     assert seen.unlinked("out-b") is False  # gone already
 
 
+def test_a_draining_node_serves_nothing_and_keeps_its_place_in_the_map():
+    seen = topology()
+    seen.linked("in-b", B, ("b",))
+    assert seen.failover_of("a") == ("b",) and seen.member("b") == B
+    assert seen.serve_nothing()
+    assert not seen.serves("a") and seen.server_of("a") is None
+    assert [(e.member.node_id, e.serves) for e in seen.entries] == [("a", ()), ("b", ("b",))]
+    assert seen.failover_of("a") == ("b",)
+    assert seen.serve_nothing() is False  # nothing more changes
+    assert seen.failover_of("x") == () and seen.member("x") is None
+
+
 def test_a_link_to_itself_is_ignored():
     seen = topology()
     assert seen.linked("self", Member("a", ("tcp://other:9",), "h9"), ("z",)) is False

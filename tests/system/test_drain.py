@@ -1,9 +1,10 @@
 """A graceful drain under load: three node processes in one [cluster] (each with a host id
 of its own, so the ring's map gives a the list b, c); a traced producer (durable and
 non-durable sends alternating, each with a duplicate id) and a traced consumer work
-through node a with b's URL as their second; ``txbridge ctl node drain`` on a while the
-producer sends (the consumer took a few messages, then takes none until a is drained, so
-that a always has messages to move). Node a closes its acceptor and their connections,
+through node a, given a's and b's URLs, or a's alone (they follow the map a sends them);
+``txbridge ctl node drain`` on a while the producer sends (the consumer took a few
+messages, then takes none until a is drained, so that a always has messages to move).
+Node a tells its clients it serves nothing, closes its acceptor and their connections,
 moves its queue to b over a bridge, and ends with status 0; both clients carry on with b.
 Every message is received, a repeat only of a durable one and flagged as a redelivery,
 and the audit of the clients' event logs finds nothing lost and no unexpected message."""
@@ -100,18 +101,23 @@ async def consumed_at(url: str, queue: str) -> None:
         await deferLater(reactor, 0.05, lambda: None)
 
 
+def members_known(client: Client) -> list[str]:
+    return [] if client.topology is None else [m.node_id for m in client.topology.members]
+
+
 @pytest.mark.system
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize("given", ["a and b", "a alone"])
 @pytest_twisted.ensureDeferred
 async def test_a_drained_node_moves_its_messages_and_clients_to_its_first_failover_node(
-    nodes, tmp_path: Path, capsys
+    nodes, tmp_path: Path, capsys, given: str
 ) -> None:
     require_spark()
     ports = {name: free_port() for name in ("a", "b", "c")}
     a, b, c = (nodes(member(name, ports), name=name) for name in ("a", "b", "c"))
     for node in (a, b, c):
         await node.wait_started(SLACK)
-    urls = [a.core_url, b.core_url]
+    urls = [a.core_url, b.core_url] if given == "a and b" else [a.core_url]
 
     run_dir = tmp_path / "run"
     writers = [events.EventWriter(run_dir, "drain", name) for name in ("producer", "consumer")]
@@ -125,6 +131,8 @@ async def test_a_drained_node_moves_its_messages_and_clients_to_its_first_failov
     )
     producing = Deferred.fromCoroutine(produce(writer, settled))
     try:
+        # a's map, as its clients hold it: b and c linked with a
+        await eventually(lambda: members_known(writer) == members_known(reader) == list("abc"))
         await eventually(lambda: len(settled) >= PRELOAD and len(received) == TAKEN, SLACK)
         assert len(settled) < COUNT, "the producer finished before the drain: slow it down"
         argv = ["ctl", "--url", a.management_url, "node", "drain", "--timeout", str(SLACK)]
@@ -145,6 +153,8 @@ async def test_a_drained_node_moves_its_messages_and_clients_to_its_first_failov
         assert settled == [None] * COUNT, [error for error in settled if error][:3]
         await consuming.addTimeout(SLACK, reactor)
         assert (str(reader.url), str(writer.url)) == (b.core_url, b.core_url)  # both moved
+        assert (reader.node_name, writer.node_name) == ("b", "b")
+        assert "a (serves nothing; fails over to b, c)" in a.output  # its last TOPOLOGY
     finally:
         await writer.close()
         await reader.close()
