@@ -178,6 +178,7 @@ enabled = false
 name = "voters"
 user = "cluster"
 members = {members!r}
+store = "a"
 """.replace("'", '"')
 
 
@@ -214,6 +215,7 @@ quorum-vote-wait = "{round(QUORUM_VOTE_WAIT * 1000)}ms"
 name = "voters"
 user = "cluster"
 members = {members!r}
+store = "a"
 """.replace("'", '"')
 
 

@@ -74,6 +74,11 @@ class HaPolicy(StrEnum):
     REPLICATION_BACKUP = "replication-backup"
 
     @property
+    def backup(self) -> bool:
+        """A backup by configuration: it serves another node's store once it takes over."""
+        return self in (HaPolicy.BACKUP, HaPolicy.REPLICATION_BACKUP)
+
+    @property
     def replicated(self) -> bool:
         return self in (HaPolicy.REPLICATION_PRIMARY, HaPolicy.REPLICATION_BACKUP)
 

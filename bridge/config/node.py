@@ -584,6 +584,14 @@ def parse_node_config(document: Mapping[str, Any], path: Path) -> NodeConfig:
     if ha is not None:
         members = len(cluster.members) if cluster is not None else None
         check_quorum(ha, members, source, cluster.user if cluster is not None else None)
+        if cluster is not None and cluster.store is None and ha.policy.backup:
+            raise ConfigError(
+                source,
+                "cluster.store",
+                f"is required with ha.policy {ha.policy.value!r}: a backup serves the store "
+                "it takes over, which its live node's clients ask for by that name (the "
+                "primary's name, as the primary serves it under its own)",
+            )
     global_max = (
         expect_size(node["global-max-size"], source, "node.global-max-size", unlimited=True)
         if "global-max-size" in node

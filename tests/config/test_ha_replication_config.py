@@ -82,3 +82,26 @@ def test_a_tls_peers_files_are_taken_from_the_files_folder(tmp_path):
     assert peer.options["ca"] == str(tmp_path / "certs" / "ca.pem")
     with pytest.raises(ConfigError, match=r"ha\.peers\[0\]: "):
         _load(tmp_path, NODE + REPLICATION.replace("tcp://10.0.0.1:61616", "http://x:1"))
+
+
+@pytest.mark.parametrize("policy", ["replication-backup", "shared-store-backup"])
+def test_a_backup_in_a_cluster_must_name_the_store_it_takes_over(tmp_path, policy):
+    """Its live node's clients ask for that store by name: the backup's own name would
+    leave them held and redirected nowhere after a failover."""
+    path = tmp_path / "node.toml"
+    ha = (
+        'policy = "replication-backup"\npeers = ["tcp://127.0.0.1:1"]\n'
+        'cluster-user = "cluster"\nlease-url = "postgresql://localhost/x"\n'
+        if policy == "replication-backup"
+        else 'policy = "shared-store-backup"\n'
+    )
+    base = (
+        '[node]\nname = "b"\ndata-dir = "data"\n\n[security]\nenabled = false\n\n'
+        f"[ha]\n{ha}\n"
+        '[cluster]\nname = "c"\nuser = "cluster"\nmembers = ["tcp://127.0.0.1:2"]\n'
+    )
+    path.write_text(base, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"cluster\.store: is required with ha\.policy"):
+        load_node_config(path)
+    path.write_text(base + 'store = "a"\n', encoding="utf-8")
+    assert load_node_config(path).cluster.store == "a"

@@ -53,7 +53,7 @@ def quorum_node(
             "quorum-vote-wait": f"{round(VOTE_WAIT * 1000)}ms",
             **ha,
         },
-        cluster=_cluster(voters),
+        cluster={**_cluster(voters), "store": "a"},
     )
 
 
