@@ -62,7 +62,7 @@ from transport.interfaces import IFrameConnection
 
 log = Logger()
 
-CHUNK = 256 * 1024
+CHUNK = 1024 * 1024
 """Bytes of rows or of a body per packet."""
 PINNED = "replication-bodies"
 """The folder, beside the store, of links to large bodies of batches not sent yet."""
