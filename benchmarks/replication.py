@@ -129,8 +129,10 @@ OUT_OF_SYNC = re.compile(r"replication: (backup \S+ is gone|\S+ did not confirm|
 """What the live node logs when its backup drops out of sync."""
 
 
-def node_config(name: str, port: int, peer_port: int, lease_url: str, lease: Lease) -> str:
-    policy = "replication-primary" if name == "a" else "replication-backup"
+def _node_text(name: str, port: int, *, queue: bool = True, tables: str = "") -> str:
+    """A node with one core acceptor, security off, the benchmark's queue, and ``tables``
+    (TOML) after."""
+    address = f'\n[[address]]\nname = "{QUEUE}"\nrouting = "anycast"\n' if queue else ""
     return f"""\
 [node]
 name = "{name}"
@@ -140,83 +142,49 @@ data-dir = "data"
 name = "core"
 url = "tcp://127.0.0.1:{port}"
 protocols = ["core"]
-
-[[address]]
-name = "{QUEUE}"
-routing = "anycast"
-
+{address}
 [security]
 enabled = false
 
+{tables}"""
+
+
+def _pair_ha(name: str, peer_port: int, ping: float, reap: float, query_timeout: float) -> str:
+    policy = "replication-primary" if name == "a" else "replication-backup"
+    return f"""\
 [ha]
 policy = "{policy}"
-lease-url = "{lease_url}"
 peers = ["tcp://127.0.0.1:{peer_port}"]
 cluster-user = "cluster"
-lease-ping-time = "{round(lease.ping * 1000)}ms"
-lease-reap-time = "{round(lease.reap * 1000)}ms"
-lease-query-timeout = "{round(lease.query_timeout * 1000)}ms"
+lease-ping-time = "{round(ping * 1000)}ms"
+lease-reap-time = "{round(reap * 1000)}ms"
+lease-query-timeout = "{round(query_timeout * 1000)}ms"
 """
+
+
+def _voters(members: list[str], store: str = "") -> str:
+    """``[cluster]``: the voters as its members (``store``: the store a backup serves)."""
+    listed = ", ".join(f'"{member}"' for member in members)
+    named = f'store = "{store}"\n' if store else ""
+    return f'[cluster]\nname = "voters"\nuser = "cluster"\nmembers = [{listed}]\n{named}'
+
+
+def node_config(name: str, port: int, peer_port: int, lease_url: str, lease: Lease) -> str:
+    ha = _pair_ha(name, peer_port, lease.ping, lease.reap, lease.query_timeout)
+    return _node_text(name, port, tables=ha + f'lease-url = "{lease_url}"\n')
 
 
 def voter_config(name: str, port: int, members: list[str]) -> str:
     """A plain node that votes: a member of the pairs' cluster."""
-    return f"""\
-[node]
-name = "{name}"
-data-dir = "data"
-
-[[acceptor]]
-name = "core"
-url = "tcp://127.0.0.1:{port}"
-protocols = ["core"]
-
-[security]
-enabled = false
-
-[cluster]
-name = "voters"
-user = "cluster"
-members = {members!r}
-store = "a"
-""".replace("'", '"')
+    return _node_text(name, port, queue=False, tables=_voters(members))
 
 
 def quorum_config(name: str, port: int, peer_port: int, members: list[str]) -> str:
-    """A node of a pair without a lease: the voters are its ``[cluster] members``."""
-    policy = "replication-primary" if name == "a" else "replication-backup"
-    return f"""\
-[node]
-name = "{name}"
-data-dir = "data"
-
-[[acceptor]]
-name = "core"
-url = "tcp://127.0.0.1:{port}"
-protocols = ["core"]
-
-[[address]]
-name = "{QUEUE}"
-routing = "anycast"
-
-[security]
-enabled = false
-
-[ha]
-policy = "{policy}"
-peers = ["tcp://127.0.0.1:{peer_port}"]
-cluster-user = "cluster"
-lease-ping-time = "{round(PING * 1000)}ms"
-lease-reap-time = "{round(REAP * 1000)}ms"
-lease-query-timeout = "{round(QUERY_TIMEOUT * 1000)}ms"
-quorum-vote-wait = "{round(QUORUM_VOTE_WAIT * 1000)}ms"
-
-[cluster]
-name = "voters"
-user = "cluster"
-members = {members!r}
-store = "a"
-""".replace("'", '"')
+    """A node of a pair without a lease: the voters are its ``[cluster] members``, and
+    both name the pair's store, the primary's."""
+    ha = _pair_ha(name, peer_port, PING, REAP, QUERY_TIMEOUT)
+    ha += f'quorum-vote-wait = "{round(QUORUM_VOTE_WAIT * 1000)}ms"\n\n'
+    return _node_text(name, port, tables=ha + _voters(members, "a"))
 
 
 @dataclass
