@@ -24,13 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from bridge.config.node import Routing as ConfigRouting
-from bridge.heads.core.cluster import ICluster
+from bridge.heads.core.cluster import ICluster, StoreRoute
 from bridge.heads.core.errors import Refused, SessionError, code, failed
 from bridge.heads.core.outbox import BeforeFlush, Emit, Outbox
 from bridge.heads.core.producing import Producer, open_transaction
@@ -53,10 +52,6 @@ from security.subject import Subject
 log = Logger()
 
 Authenticate = Callable[[p.Connect | p.ClusterConnect], "Deferred[Subject]"]
-
-
-def _cancelled(failure: Failure) -> None:
-    failure.trap(CancelledError)
 
 
 # Enum members read on every packet, kept as module constants: Python 3.11 takes about
@@ -92,8 +87,8 @@ class CoreSession:
         """The store a CLUSTER_CONNECT asked for."""
         self._follows = False
         """The client connected with CLUSTER_CONNECT: it gets TOPOLOGY."""
-        self._holding: tuple[Deferred[None], IDelayedCall] | None = None
-        """A CLUSTER_CONNECT held until a member serves its store, and the hold's timer."""
+        self._route: StoreRoute | None = None
+        """Where a CLUSTER_CONNECT's store is served: held while no member serves it."""
         self._node_name = node_name
         self._node_id = node_id
         self._out = Outbox(emit, abort, before_flush)
@@ -149,7 +144,7 @@ class CoreSession:
         """Act on one packet; SessionError if it breaks a session rule."""
         state = self._life.state
         if state is _OPEN:
-            if self._holding is not None:
+            if self._route is not None and self._route.holding:
                 raise SessionError(f"{packet.TYPE.name} before CONNECTED: wait for the answer")
             handler = self._handlers.get(type(packet))
             if handler is None:
@@ -182,7 +177,8 @@ class CoreSession:
         """Give back what the connection held: unsettled deliveries return to their queues,
         open transactions roll back, its non-durable queues go. Fires when stored."""
         self._node.lost()
-        self._stop_holding()
+        if self._route is not None:
+            self._route.stop()
         self._out.close()
         self._producer.close()
         consumers = list(self._consumers.values())
@@ -219,7 +215,10 @@ class CoreSession:
 
     def logged_in(self, subject: Subject) -> None:
         if self._wanted is not None and self._cluster is not None:
-            self._route(self._wanted, self._cluster)
+            self._route = StoreRoute(
+                self._wanted, self._cluster, self._clock, open=self._open, redirect=self._redirect
+            )
+            self._route.start()
         else:
             self._open()
 
@@ -244,59 +243,9 @@ class CoreSession:
             cluster is not None
             and self._follows
             and self._life.state is _OPEN
-            and self._holding is None
+            and (self._route is None or not self._route.holding)
         ):
             self._emit(cluster.topology())
-
-    # -- where a CLUSTER_CONNECT's store is served --------------------------------------------
-
-    def _route(self, store: str, cluster: ICluster) -> None:
-        """Open the session if this node serves ``store``; redirect to the member that
-        does; or hold the client until one does, at most ``hold_timeout``."""
-        urls = cluster.route(store)
-        if urls is None:
-            self._open()
-        elif urls:
-            self._redirect(store, urls)
-        elif self._holding is None:
-            timer = self._clock.callLater(cluster.hold_timeout, self._hold_ended, store)
-            self._hold(store, cluster, timer)
-        else:
-            self._hold(store, cluster, self._holding[1])
-
-    def _hold(self, store: str, cluster: ICluster, timer: IDelayedCall) -> None:
-        changed = cluster.when_changed()
-        self._holding = (changed, timer)
-        changed.addCallbacks(lambda _: self._view_changed(store, cluster), _cancelled)
-
-    def _view_changed(self, store: str, cluster: ICluster) -> None:
-        if self._holding is None:
-            return
-        urls = cluster.route(store)
-        if urls == ():
-            self._hold(store, cluster, self._holding[1])  # still nobody: wait on
-            return
-        self._stop_holding()
-        if urls is None:
-            self._open()
-        else:
-            self._redirect(store, urls)
-
-    def _hold_ended(self, store: str) -> None:
-        """Nobody took the store over in time: the client tries again (its own order)."""
-        if self._holding is not None:
-            changed, _ = self._holding
-            self._holding = None
-            changed.cancel()
-            self._redirect(store, ())
-
-    def _stop_holding(self) -> None:
-        if self._holding is not None:
-            changed, timer = self._holding
-            self._holding = None
-            if timer.active():
-                timer.cancel()
-            changed.cancel()
 
     def _redirect(self, store: str, urls: tuple[str, ...]) -> None:
         log.info(
