@@ -151,21 +151,25 @@ class CoreReceiver:
     def producers_blocked(self) -> int:
         return 0 if self._session is None else self._session.producers_blocked
 
-    def _cluster_only(self, packet: p.Packet, missing: str | None, action: str) -> str | None:
+    def _cluster_only(
+        self, packet: p.Packet, missing: str | None, action: str
+    ) -> tuple[p.ErrorCode, str] | None:
         """Why this connection may not ``action`` (send ``packet``), which only the cluster
-        user may (None: it may). ``missing`` says what this node lacks to answer it."""
+        user may, with the code to refuse it with (None: it may). ``missing`` says what
+        this node lacks to answer it."""
         assert self._session is not None
         subject = self._session.subject
         if subject is None:
             raise SessionError(f"{packet.TYPE.name} before the login was accepted")
         if missing is not None:
-            return missing
+            return p.ErrorCode.INVALID, missing
         if self._head.security.enabled and not subject.internal:
-            return f"only the cluster user may {action}"
+            return p.ErrorCode.PERMISSION_DENIED, f"only the cluster user may {action}"
         return None
 
-    def _refuse(self, what: str, why: str, code: p.ErrorCode) -> None:
+    def _refuse(self, what: str, refusal: tuple[p.ErrorCode, str]) -> None:
         assert self._connection is not None
+        code, why = refusal
         log.info(
             "refused {what} from {peer}: {why}", what=what, peer=self._connection.peer, why=why
         )
@@ -176,47 +180,50 @@ class CoreReceiver:
         """A backup asks for the store: hand the connection to replication, or refuse."""
         assert self._connection is not None
         source = self._head.replication
-        why = self._cluster_only(
+        refusal = self._cluster_only(
             announce,
             None if source is not None else "this node is not a live node that replicates",
             "replicate",
         )
-        if why is None and source is not None:
+        if refusal is None and source is not None:
             try:
                 self._replica = source.announced(self._connection, announce)
                 return
             except ValueError as error:
-                why = str(error)
-        self._refuse(f"replication to {announce.node_name}", why or "", _code(source, why))
+                refusal = (p.ErrorCode.INVALID, str(error))
+        assert refusal is not None
+        self._refuse(f"replication to {announce.node_name}", refusal)
 
     def _member_announced(self, announce: p.NodeAnnounce) -> None:
         """A member links with this node: known while the connection lasts, answered with
         this node's TOPOLOGY (which names this node, so the link knows it too)."""
         cluster = self._head.cluster
-        why = self._cluster_only(
+        refusal = self._cluster_only(
             announce,
             None if cluster is not None else "this node is not a member of a cluster",
             "announce a node",
         )
-        if why is None and cluster is not None:
+        if refusal is None and cluster is not None:
             self._member = True
             cluster.linked(self, announce)
             self._emit(cluster.topology())
             return
-        self._refuse(f"the member {announce.node_id}", why or "", _code(cluster, why))
+        assert refusal is not None
+        self._refuse(f"the member {announce.node_id}", refusal)
 
     def _vote(self, request: p.VoteRequest) -> None:
         """A node of a replication pair asks for this node's vote: answer, or refuse."""
         voter = self._head.voter
-        why = self._cluster_only(
+        refusal = self._cluster_only(
             request,
             None if voter is not None else "this node has no vote: it has no [cluster]",
             "ask for a vote",
         )
-        if why is None and voter is not None:
+        if refusal is None and voter is not None:
             voter.answer(request).addCallback(self._voted, request)
             return
-        self._refuse(f"a vote to {request.node_name}", why or "", _code(voter, why))
+        assert refusal is not None
+        self._refuse(f"a vote to {request.node_name}", refusal)
 
     def _voted(self, reply: p.VoteReply, request: p.VoteRequest) -> None:
         log.info(
@@ -292,11 +299,3 @@ def listen_core(
     """Accept core-protocol connections at ``url`` for ``broker``."""
     head = CoreHead(broker, security, node_name=node_name, node_id=node_id, reactor=reactor)
     return head.listen(url, settings=settings, tls=tls, producer_window_size=producer_window_size)
-
-
-def _code(handler: object, why: str | None) -> p.ErrorCode:
-    """A refusal's code: INVALID where the node cannot answer (no ``handler``, or it
-    refused the packet itself), PERMISSION_DENIED for a user who may not ask."""
-    if handler is None or why is None or not why.startswith("only the cluster user"):
-        return p.ErrorCode.INVALID
-    return p.ErrorCode.PERMISSION_DENIED
