@@ -61,18 +61,37 @@ def pg_schema() -> Iterator[str]:
 def _drop_schema(name: str) -> None:
     """Drop ``name``. A node process of the test may still run on it (fixtures end in
     the reverse of the order a test names them), and the drop, locking table after table,
-    can then deadlock with one of the node's transactions; the server aborts one of the
-    two, so the drop is tried again, a bounded number of times."""
+    can then deadlock with one of the node's transactions (the server aborts one of the
+    two), or wait on a node the test left paused mid-transaction. So each try waits at most
+    ``lock_timeout``; after one that timed out, the sessions that hold locks in the schema
+    are ended (the test is over), and the drop is tried again, a bounded number of times."""
     drop = sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name))
     for attempt in range(50):
         try:
             with _admin() as admin:
+                admin.execute("SET lock_timeout = '2s'")
                 admin.execute(drop)
             return
-        except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+        except psycopg.errors.LockNotAvailable:
+            if attempt == 49:
+                raise
+            _end_holders(name)
+        except psycopg.errors.DeadlockDetected:
             if attempt == 49:
                 raise
             time.sleep(0.1)
+
+
+def _end_holders(schema: str) -> None:
+    """End the other sessions that hold a lock on a table of ``schema``."""
+    with _admin() as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l"
+            " JOIN pg_class c ON c.oid = l.relation"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND l.pid <> pg_backend_pid()",
+            (schema,),
+        )
 
 
 @pytest.fixture
