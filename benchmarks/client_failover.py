@@ -53,8 +53,7 @@ QUEUE = "orders"
 START = 60.0
 """Bound on a member's start, its takeover, and the run's end."""
 FOLLOW = ReconnectPolicy(0.1, 1.0, 0.1, reconnect_attempts=2)
-"""Two retries at the node (each 0.1 s, plus about 0.3 s for a refused connect: Twisted's
-HostnameEndpoint waits its attempt delay before it gives up), then its failover nodes."""
+"""Two retries at the node, 0.1 s apart, then its failover nodes."""
 HOSTS = {"a": "h1", "b": "h2", "c": "h2"}
 GOAL = 2.0
 
