@@ -22,6 +22,7 @@ from __future__ import annotations
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -183,13 +184,16 @@ async def test_a_live_node_cut_off_from_its_backup_goes_on_alone_and_copies_agai
             await producer.send("orders", body)
 
         gone = a.wait_for(r"replication: backup b/\S+ is gone \(in-sync\)", TTL + SLACK)
-        tried = b.wait_for(r"node b: acquiring the lease failed", SLACK)
+        lost = b.wait_for(r"replica: the link to a is gone .*; in sync: trying to take over", SLACK)
         pair.host_b.cut()
         alone = [b"alone %d" % n for n in range(50)]
         confirming = gatherResults([producer.send("orders", body) for body in alone])
         await gone  # its connection TTL: nothing came from b
         await confirming.addTimeout(SLACK, reactor)  # once the lease no longer names b
-        await tried  # b tries the lease, cut off from the database
+        confirmed_at = datetime.now(UTC)
+        assert _stamp(a.output, r"replication: backup b/\S+ is gone") < confirmed_at
+        tried_from = (await lost).end()  # b's connection TTL too: b tries the lease at once
+        await b.wait_for(r"node b: acquiring the lease failed", SLACK, since=tried_from)
         assert "node a: stops serving" not in a.output
 
         since = len(a.output)
