@@ -29,14 +29,23 @@ from bridge.replication.backup import ReplicaSink
 from bridge.replication.live import Replicator
 from bridge.store import MessageStore, SQLiteMessageStore
 from bridge.store.sqlite import DEFAULT_BUSY_TIMEOUT
+from transport.settings import ConnectionSettings
 
 
 class NodeReplication:
     """One node's replication, by the part it plays now."""
 
     def __init__(
-        self, name: str, path: Path, settings: Replication, ha: HaNode, reactor: Any
+        self,
+        name: str,
+        path: Path,
+        settings: Replication,
+        ha: HaNode,
+        reactor: Any,
+        *,
+        link: ConnectionSettings | None = None,
     ) -> None:
+        """``link``: the settings of the connection to the live node while a backup."""
         self._name = name
         self._path = path
         self._settings = settings
@@ -58,6 +67,7 @@ class NodeReplication:
             failback=self._failback,
             sequence=self._sequence,
             on_lost=ha.try_now,
+            settings=link,
         )
         self._replicator: Replicator | None = None
         self.stopping = False

@@ -141,6 +141,18 @@ def connection_settings(
     )
 
 
+def replica_link_settings(config: NodeConfig) -> ConnectionSettings | None:
+    """A backup's link to its live node pings at a third of the node's own core
+    acceptor's connection-ttl, as that acceptor's clients are asked to: the live node
+    drops a backup silent for its connection-ttl, and the nodes of a pair are configured
+    alike (None, the transport's defaults, without a core acceptor)."""
+    for acceptor in config.acceptors:
+        if acceptor.protocols == ("core",):
+            ttl = acceptor.connection_ttl
+            return ConnectionSettings(ttl=ttl, heartbeat_interval=ttl / 3)
+    return None
+
+
 class NodeService(Service):
     """One node, from its configuration."""
 
@@ -220,6 +232,7 @@ class NodeService(Service):
                 config.ha.replication,
                 self.ha,
                 self.reactor,
+                link=replica_link_settings(config),
             )
         if config.management is not None:
             # Open from the start, so that a backup answers /status too.

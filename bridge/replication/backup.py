@@ -42,6 +42,7 @@ from bridge.store.writer import Writer
 from transport.endpoints import connect
 from transport.frames import Frame
 from transport.interfaces import IFrameConnection, IFrameReceiver
+from transport.settings import ConnectionSettings
 from transport.urls import URL
 
 log = Logger()
@@ -83,10 +84,14 @@ class ReplicaSink:
         failback: bool = False,
         sequence: Callable[[], int] = lambda: 0,
         on_lost: Callable[[], object] = lambda: None,
+        settings: ConnectionSettings | None = None,
     ) -> None:
         """``failback``: announce that, once in sync, this node is to be live again;
         ``sequence()``: the activation sequence this node's store carries, announced;
-        ``on_lost()``: the link to the live node dropped while in sync."""
+        ``on_lost()``: the link to the live node dropped while in sync; ``settings``: the
+        link's heartbeats and TTL (the live node drops a backup silent for its acceptor's
+        connection-ttl, however idle the link)."""
+        self._settings = settings
         self.path = path
         self._failback = failback
         self._sequence = sequence
@@ -166,7 +171,9 @@ class ReplicaSink:
         self._next_peer += 1
         receiver = _Receiver(self, url)
         self._receiver = receiver
-        connecting = connect(self._reactor, url, receiver, accepted_types=PACKET_TYPES)
+        connecting = connect(
+            self._reactor, url, receiver, settings=self._settings, accepted_types=PACKET_TYPES
+        )
         connecting.addErrback(self._not_connected, receiver, url)
 
     def _not_connected(self, failure: Failure, receiver: _Receiver, url: URL) -> None:

@@ -17,6 +17,7 @@ from bridge.ctl.service import (
     StartupError,
     connection_settings,
     node_id,
+    replica_link_settings,
     stomp_settings,
 )
 from bridge.heads.stomp import StompSettings
@@ -163,3 +164,16 @@ def test_an_acceptors_tcp_no_delay_reaches_its_core_and_stomp_connections(tmp_pa
     ).acceptors
     assert not connection_settings(off).tcp_no_delay
     assert not stomp_settings(off).tcp_no_delay
+
+
+def test_a_backups_link_pings_at_a_third_of_its_core_acceptors_ttl(tmp_path):
+    """The live node drops a backup silent for its connection-ttl: the backup's link pings
+    as the node's own core acceptor asks its clients to (the pair configured alike)."""
+    acceptors = [
+        {"name": "s", "url": "tcp://127.0.0.1:0", "protocols": ["stomp"], "connection-ttl": "9s"},
+        {"name": "c", "url": "tcp://127.0.0.1:0", "connection-ttl": "3s"},
+    ]
+    link = replica_link_settings(config(tmp_path, acceptor=acceptors))
+    assert link is not None
+    assert (link.ttl, link.heartbeat_interval) == (3.0, 1.0)
+    assert replica_link_settings(config(tmp_path, acceptor=acceptors[:1])) is None

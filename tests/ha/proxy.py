@@ -17,11 +17,12 @@ from tests.postgresql import SERVER
 
 
 class Cuttable(ProxyFactory):
-    """A TCP proxy to PostgreSQL whose connections can all be dropped at once."""
+    """A TCP proxy whose connections can all be dropped at once: to PostgreSQL, or to
+    ``host`` and ``port`` if given (a node on a host of its own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str | None = None, port: int | None = None) -> None:
         parts = urlsplit(SERVER)
-        super().__init__(parts.hostname or "127.0.0.1", parts.port or 5432)
+        super().__init__(host or parts.hostname or "127.0.0.1", port or parts.port or 5432)
         self.open: list[ProxyServer] = []
 
     def buildProtocol(self, addr: Any) -> ProxyServer:
