@@ -180,6 +180,9 @@ async def test_a_drained_node_moves_its_messages_and_clients_to_its_first_failov
         for pair in pairs.values():
             await eventually(pair.mapped)
             await eventually(pair.preloaded, SLACK)
+            # so each producer's first sends were confirmed by a (the audit's per_node
+            # figures are the run's, both pairs together)
+            assert (pair.reader.node_name, pair.writer.node_name) == ("a", "a")
         for pair in pairs.values():
             assert len(pair.settled) < COUNT, "the producer finished before the drain: slow it down"
         argv = ["ctl", "--url", a.management_url, "node", "drain", "--timeout", str(SLACK)]
