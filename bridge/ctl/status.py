@@ -391,11 +391,11 @@ def format_status(status: Status) -> str:
 def format_drain(drain: DrainStatus) -> str:
     """One line: the drain's state, where to, what is left."""
     if drain.state == "FAILED":
-        return f"drain FAILED: {drain.reason}"
-    target = drain.target or "(finding the target)"
-    return (
-        f"{drain.state} to {target}: {drain.messages_left} of {drain.messages_at_start} "
-        f"message(s) left in {len(drain.queues)} queue(s)"
+        return _row("drain FAILED", drain.reason)
+    return _row(
+        f"{drain.state} to {drain.target or '(finding the target)'}",
+        f"{drain.messages_left} of {drain.messages_at_start} message(s) left "
+        f"in {len(drain.queues)} queue(s)",
     )
 
 
@@ -418,6 +418,13 @@ def _table(
         ).rstrip()
         for row in (header, *rows)
     ]
+
+
+def _row(subject: str, *figures: str, why: str | None = None) -> str:
+    """One line of a view (the drain, a vote, the replication): what it is about, then its
+    figures, comma-separated, then why (when the view says)."""
+    line = f"{subject}: {', '.join(figures)}"
+    return line if why is None else f"{line}: {why}"
 
 
 def format_bridges(bridges: tuple[BridgeStatus, ...]) -> str:
@@ -455,29 +462,43 @@ def format_ha(ha: HaStatus) -> str:
     vote = ha.last_vote
     if vote is not None:
         lines.append(
-            f"last vote ({vote.kind}, sequence {vote.sequence}, {vote.seconds_ago:.1f} s ago): "
-            f"{'won' if vote.won else 'lost'}, {vote.grants} of {vote.voters} granted, "
-            f"{vote.needed} needed: {vote.reason}"
+            _row(
+                f"last vote ({vote.kind}, sequence {vote.sequence}, {vote.seconds_ago:.1f} s ago)",
+                "won" if vote.won else "lost",
+                f"{vote.grants} of {vote.voters} granted",
+                f"{vote.needed} needed",
+                why=vote.reason,
+            )
         )
     copy = ha.replication
     if copy is not None and copy.role == "live":
         took = (
-            "" if copy.last_sync_seconds is None else f", last copy {copy.last_sync_seconds:.2f} s"
+            () if copy.last_sync_seconds is None else (f"last copy {copy.last_sync_seconds:.2f} s",)
         )
         lines.append(
-            f"replication to {copy.peer or 'no backup'}: {copy.state}, "
-            f"{copy.lag_batches} batches unacknowledged, {copy.sync_bytes} bytes copied{took}"
+            _row(
+                f"replication to {copy.peer or 'no backup'}",
+                copy.state,
+                f"{copy.lag_batches} batches unacknowledged",
+                f"{copy.sync_bytes} bytes copied",
+                *took,
+            )
         )
     if copy is not None and copy.last_takeover_seconds is not None:
         lines.append(
-            f"last {copy.last_takeover}: live {copy.last_takeover_seconds:.2f} s after "
-            "the link to the live node dropped"
+            _row(
+                f"last {copy.last_takeover}",
+                f"live {copy.last_takeover_seconds:.2f} s after the link to the live node dropped",
+            )
         )
     elif copy is not None:
         why = f" ({copy.reason})" if copy.reason else ""
         lines.append(
-            f"replica of {copy.peer or 'no live node'}: {copy.state}{why}, "
-            f"batch {copy.applied_batch} applied"
+            _row(
+                f"replica of {copy.peer or 'no live node'}",
+                f"{copy.state}{why}",
+                f"batch {copy.applied_batch} applied",
+            )
         )
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+import attrs
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
@@ -19,12 +20,16 @@ from twisted.web.server import Request, Site
 from bridge.ctl.main import main
 from bridge.ctl.status import (
     AddressStatus,
+    DrainQueueStatus,
+    DrainStatus,
     HaStatus,
     NodeStatus,
     QueueStatus,
+    ReplicationView,
     Status,
     StatusFormatError,
     VoteView,
+    format_drain,
     format_duration,
     format_ha,
     format_status,
@@ -331,6 +336,27 @@ def test_a_person_reads_the_last_quorum_vote():
     ]
     with_ha = Status(SAMPLE.node, (), (), 0, -1, 0, 0, ha=ha)
     assert Status.from_json(json.loads(json.dumps(with_ha.to_json()))) == with_ha
+
+
+def test_a_person_reads_the_replication_and_drain_lines():
+    ha = HaStatus("LIVE", "replication-primary", "a", 1, 0, 5000, 0, 1000, "")
+    live = ReplicationView("live", "in-sync", "b/run", 3, 0, 4096, 1.5, "", "failover", 0.75)
+    backup = ReplicationView("backup", "syncing", "", 0, 12, 0, None, "copying the store")
+    assert format_ha(attrs.evolve(ha, replication=live)).splitlines()[4:] == [
+        "replication to b/run: in-sync, 3 batches unacknowledged, 4096 bytes copied, "
+        "last copy 1.50 s",
+        "last failover: live 0.75 s after the link to the live node dropped",
+    ]
+    assert format_ha(attrs.evolve(ha, replication=backup)).splitlines()[4:] == [
+        "replica of no live node: syncing (copying the store), batch 12 applied",
+    ]
+    drain = DrainStatus("DRAINING", "b", "", 1390, 412, (DrainQueueStatus("orders", 1390, 412),))
+    assert format_drain(drain) == "DRAINING to b: 412 of 1390 message(s) left in 1 queue(s)"
+    assert format_drain(attrs.evolve(drain, target="")) == (
+        "DRAINING to (finding the target): 412 of 1390 message(s) left in 1 queue(s)"
+    )
+    failed = attrs.evolve(drain, state="FAILED", reason="no member to drain to")
+    assert format_drain(failed) == "drain FAILED: no member to drain to"
 
 
 @pytest_twisted.ensureDeferred
