@@ -41,13 +41,21 @@ run:
    confirmation of the copy, which it logs). Should the live node lose its lease meanwhile
    (it stops serving, the copy starts over once it serves again), the run says so, and
    gives up at the third time.
+5. **Failback**: a pair on the failover part's lease timings whose primary, a, has
+   ``allow-failback``: once b is in sync a is killed with SIGKILL, b takes over, and a is
+   started again; it copies b's store, b names it in sync and hands the lease over, and a
+   blocking client sends one durable message to a once it logged LIVE. The seconds from
+   a's process start, and from b's "a is in sync" line (the handover alone), to a's LIVE
+   line and to that send's confirmation (log stamps and the wall clock, one machine);
+   b copies from a again before the next of ``--kills`` rounds; p50 and max.
+   ``--only failback`` runs this part alone.
 
 The CPU seconds of each node process (and of the producer and consumer) are read from
 /proc for each part. Prints tables and writes benchmarks/results/replication.json.
 
     python -m benchmarks replication [--repeat 3] [--count 50000] [--kills 3]
                                      [--sync-mb 1024] [--large-share 0.25]
-                                     [--only quorum]
+                                     [--only quorum|failback]
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +100,7 @@ from benchmarks.pg_store import DEFAULT_SERVER, bench_schema
 from benchmarks.runner import save
 from bridge.client import blocking
 from bridge.config.ha import DEFAULT_PING, DEFAULT_QUERY_TIMEOUT, DEFAULT_REAP
+from bridge.ctl.logs import TIME_FORMAT
 from bridge.ha.lease import TABLE
 from bridge.store.large import LARGE_MESSAGES
 from bridge.store.sqlite import FILENAME
@@ -149,8 +159,12 @@ enabled = false
 {tables}"""
 
 
-def _pair_ha(name: str, peer_port: int, ping: float, reap: float, query_timeout: float) -> str:
+def _pair_ha(
+    name: str, peer_port: int, ping: float, reap: float, query_timeout: float, *, failback: bool
+) -> str:
+    """``failback``: node a, the primary, has ``allow-failback``."""
     policy = "replication-primary" if name == "a" else "replication-backup"
+    allow = "allow-failback = true\n" if failback and name == "a" else ""
     return f"""\
 [ha]
 policy = "{policy}"
@@ -159,7 +173,7 @@ cluster-user = "cluster"
 lease-ping-time = "{round(ping * 1000)}ms"
 lease-reap-time = "{round(reap * 1000)}ms"
 lease-query-timeout = "{round(query_timeout * 1000)}ms"
-"""
+{allow}"""
 
 
 def _voters(members: list[str], store: str = "") -> str:
@@ -169,8 +183,10 @@ def _voters(members: list[str], store: str = "") -> str:
     return f'[cluster]\nname = "voters"\nuser = "cluster"\nmembers = [{listed}]\n{named}'
 
 
-def node_config(name: str, port: int, peer_port: int, lease_url: str, lease: Lease) -> str:
-    ha = _pair_ha(name, peer_port, lease.ping, lease.reap, lease.query_timeout)
+def node_config(
+    name: str, port: int, peer_port: int, lease_url: str, lease: Lease, *, failback: bool = False
+) -> str:
+    ha = _pair_ha(name, peer_port, lease.ping, lease.reap, lease.query_timeout, failback=failback)
     return _node_text(name, port, tables=ha + f'lease-url = "{lease_url}"\n')
 
 
@@ -182,7 +198,7 @@ def voter_config(name: str, port: int, members: list[str]) -> str:
 def quorum_config(name: str, port: int, peer_port: int, members: list[str]) -> str:
     """A node of a pair without a lease: the voters are its ``[cluster] members``, and
     both name the pair's store, the primary's."""
-    ha = _pair_ha(name, peer_port, PING, REAP, QUERY_TIMEOUT)
+    ha = _pair_ha(name, peer_port, PING, REAP, QUERY_TIMEOUT, failback=False)
     ha += f'quorum-vote-wait = "{round(QUORUM_VOTE_WAIT * 1000)}ms"\n\n'
     return _node_text(name, port, tables=ha + _voters(members, "a"))
 
@@ -197,13 +213,22 @@ class Pair:
     lease: Lease
     ports: dict[str, int]
     nodes: dict[str, Child]
+    failback: bool = False
+    """Node a, the primary, has ``allow-failback``."""
 
     def url(self, name: str) -> str:
         return f"tcp://127.0.0.1:{self.ports[name]}"
 
     def start(self, name: str) -> Child:
         other = "b" if name == "a" else "a"
-        config = node_config(name, self.ports[name], self.ports[other], self.lease_url, self.lease)
+        config = node_config(
+            name,
+            self.ports[name],
+            self.ports[other],
+            self.lease_url,
+            self.lease,
+            failback=self.failback,
+        )
         self.nodes[name] = start(name, config, self.root, self.stack)
         return self.nodes[name]
 
@@ -233,10 +258,13 @@ class Pair:
 
 
 @contextmanager
-def pair(server: str, root: Path, lease: Lease = DEFAULTS) -> Iterator[Pair]:
+def pair(
+    server: str, root: Path, lease: Lease = DEFAULTS, failback: bool = False
+) -> Iterator[Pair]:
     """A pair on a new lease schema; its nodes are killed on the way out."""
     with children() as stack, bench_schema(server) as (_name, lease_url):
-        yield Pair(root, stack, lease_url, lease, {"a": free_port(), "b": free_port()}, {})
+        ports = {"a": free_port(), "b": free_port()}
+        yield Pair(root, stack, lease_url, lease, ports, {}, failback)
 
 
 def named_in_sync(lease_url: str, backup: str, deadline: float) -> None:
@@ -630,6 +658,90 @@ def sync_run(sync_mb: int, large_share: float, fill_seconds: float, server: str)
     }
 
 
+# -- 5. failback ---------------------------------------------------------------------------
+
+NAMED_A_IN_SYNC = re.compile(r"replication: a/\S+ is in sync \(")
+"""The live node b names the restarted primary in sync, and hands the lease over."""
+A_LIVE = re.compile(r"node a: LIVE, epoch (\d+)")
+
+
+def stamped(found: re.Match[str]) -> float:
+    """The wall-clock time of a node's log line (stamped to the microsecond)."""
+    return datetime.strptime(found.string.split(" ", 1)[0], TIME_FORMAT).timestamp()
+
+
+def failback_run(kills: int, server: str) -> dict[str, Any]:
+    """``kills`` failbacks of a pair whose primary, a, has ``allow-failback``: once b is in
+    sync, a is killed with SIGKILL and b takes over; a is started again, copies b's store,
+    b names it in sync and hands the lease over, a is LIVE and a blocking client sends one
+    durable message to a's port. The seconds from a's start (the handover included) and
+    from b naming it in sync (the handover alone) to a LIVE (its log line) and to that
+    send's confirmation; then b copies from a again before the next kill."""
+    figures: dict[str, list[float]] = {
+        "restart_to_live": [],
+        "restart_to_confirmed": [],
+        "sync_to_live": [],
+        "sync_to_confirmed": [],
+    }
+    epochs: list[int] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="txbridge-replication-") as folder,
+        pair(server, Path(folder), FAST, failback=True) as nodes,
+    ):
+        nodes.first_live()
+        nodes.start("b")
+        nodes.in_sync("a", "b", time.monotonic() + START)
+        for kill in range(kills):
+            nodes.nodes["a"].stop(signal.SIGKILL)
+            nodes.nodes["b"].until(r"node b: LIVE", time.monotonic() + REAP + PING + START)
+            restarted = time.time()
+            primary = nodes.start("a")
+            deadline = time.monotonic() + 2 * START  # its start, then the copy
+            named = nodes.nodes["b"].until(NAMED_A_IN_SYNC, deadline)
+            live = primary.until(A_LIVE, deadline)
+            sent = first_confirmed_send(nodes.ports["a"], deadline, QUEUE)
+            confirmed = time.time() - (time.monotonic() - sent)
+            epochs.append(int(live.group(1)))
+            for name, since, until in (
+                ("restart_to_live", restarted, stamped(live)),
+                ("restart_to_confirmed", restarted, confirmed),
+                ("sync_to_live", stamped(named), stamped(live)),
+                ("sync_to_confirmed", stamped(named), confirmed),
+            ):
+                figures[name].append(until - since)
+            print(
+                f"  failback {kill + 1}/{kills}: from a's start to LIVE "
+                f"{figures['restart_to_live'][-1]:.3f} s, to its first confirmed send "
+                f"{figures['restart_to_confirmed'][-1]:.3f} s; from b naming it in sync to "
+                f"LIVE {figures['sync_to_live'][-1]:.3f} s, to the send "
+                f"{figures['sync_to_confirmed'][-1]:.3f} s",
+                flush=True,
+            )
+            nodes.in_sync("a", "b", time.monotonic() + START)  # b is a's backup again
+    return {
+        "kills": kills,
+        "reap_s": REAP,
+        "ping_s": PING,
+        "query_timeout_s": QUERY_TIMEOUT,
+        "retry_interval_s": RETRY,
+        "epochs": epochs,
+        **{name: {"seconds": values, **percentiles(values)} for name, values in figures.items()},
+    }
+
+
+def report_failback(failback: dict[str, Any]) -> None:
+    def shown(name: str) -> str:
+        return f"p50 {failback[name]['p50']:.2f} s, max {failback[name]['max']:.2f} s"
+
+    print(
+        f"failback ({failback['kills']} rounds; reap {REAP:g} s, ping {PING:g} s): from the "
+        f"restarted primary's start to LIVE {shown('restart_to_live')}, to its first "
+        f"confirmed send {shown('restart_to_confirmed')}; from its backup naming it in sync "
+        f"(the handover) to LIVE {shown('sync_to_live')}, to the first confirmed send "
+        f"{shown('sync_to_confirmed')}"
+    )
+
+
 # -- the run -------------------------------------------------------------------------------
 
 
@@ -661,8 +773,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["quorum"],
-        help="run one part alone (quorum: the failover by a quorum vote, no database)",
+        choices=["quorum", "failback"],
+        help="run one part alone (quorum: the failover by a quorum vote, no database; "
+        "failback: the primary's failback, --kills rounds)",
     )
     args = parser.parse_args(argv)
     if min(args.repeat, args.count, args.kills, args.sync_mb) < 1:
@@ -672,6 +785,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     if args.only == "quorum":
         return quorum_only(args.kills, args.output, began)
+    if args.only == "failback":
+        return failback_only(args.kills, args.postgresql, args.output, began)
     try:
         print("durable 1 KiB messages through node a, A/B:", flush=True)
         rates = throughput(args.count, args.seconds, args.repeat, Clients(), args.postgresql)
@@ -681,11 +796,14 @@ def main(argv: list[str] | None = None) -> int:
         quorum = quorum_kills_run(args.kills)
         print(f"initial sync of {args.sync_mb} MB:", flush=True)
         sync = sync_run(args.sync_mb, args.large_share, args.fill_seconds, args.postgresql)
+        print("failback of the restarted primary:", flush=True)
+        failback = failback_run(args.kills, args.postgresql)
     except BenchmarkError as error:
         print(f"replication benchmark failed: {error}", file=sys.stderr)
         return 1
     report(rates, kills, sync)
     report_quorum(quorum)
+    report_failback(failback)
     load = os.getloadavg()
     path = save(
         "replication",
@@ -696,6 +814,7 @@ def main(argv: list[str] | None = None) -> int:
             "failover": kills,
             "failover_by_quorum": quorum,
             "initial_sync": sync,
+            "failback": failback,
         },
         args.output,
     )
@@ -723,6 +842,30 @@ def quorum_only(kills: int, output: Path | None, began: float) -> int:
             "load_average": list(load),
             "minutes": (time.monotonic() - began) / 60,
             "failover_by_quorum": quorum,
+        },
+        output,
+    )
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"saved {path}")
+    return 0
+
+
+def failback_only(kills: int, server: str, output: Path | None, began: float) -> int:
+    """``--only failback``: the primary's failback alone."""
+    try:
+        print("failback of the restarted primary:", flush=True)
+        failback = failback_run(kills, server)
+    except BenchmarkError as error:
+        print(f"replication benchmark failed: {error}", file=sys.stderr)
+        return 1
+    report_failback(failback)
+    load = os.getloadavg()
+    path = save(
+        "replication-failback",
+        {
+            "load_average": list(load),
+            "minutes": (time.monotonic() - began) / 60,
+            "failback": failback,
         },
         output,
     )

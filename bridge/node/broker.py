@@ -63,6 +63,7 @@ from bridge.node.queue import Entry, Queue, QueueError
 from bridge.node.recovery import Recovery
 from bridge.node.routing import Routed, Router
 from bridge.node.transactions import Transaction, Transactions
+from bridge.store.errors import Unsettled
 from bridge.store.interfaces import IMessageStore
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "QueueNotFound",
     "Routed",
     "Transaction",
+    "Unsettled",
     "WrongRouting",
     "duplicate_id",
     "refusal",

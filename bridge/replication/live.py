@@ -46,6 +46,7 @@ from zope.interface import implementer
 from bridge.protocol import encode_packet
 from bridge.protocol import packets as p
 from bridge.replication.interfaces import IReplicaLink, IReplicationSource
+from bridge.store.errors import Unsettled
 from bridge.store.front import MessageStore
 from bridge.store.interfaces import IReplication
 from bridge.store.op_codec import encode_operations
@@ -79,9 +80,9 @@ class SyncState(enum.StrEnum):
     """The backup has everything; every confirmation waits for it."""
 
 
-class ReplicationLost(Exception):
+class ReplicationLost(Unsettled):
     """The node stopped before the lease could say its backup is out of sync: the batch
-    is not confirmed."""
+    is not confirmed, nor refused."""
 
 
 @attrs.define

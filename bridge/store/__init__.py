@@ -14,6 +14,7 @@ from bridge.store.errors import (
     StoreNotOpen,
     TransactionRolledBack,
     UnknownTransaction,
+    Unsettled,
 )
 from bridge.store.front import MessageStore
 from bridge.store.interfaces import IMessageStore, IStoreWriter
@@ -39,4 +40,5 @@ __all__ = [
     "TransactionRolledBack",
     "TxId",
     "UnknownTransaction",
+    "Unsettled",
 ]

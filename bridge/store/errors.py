@@ -24,6 +24,12 @@ class Fenced(CommitFailed):
     node is live): none of its operations were written, and the node must stop serving."""
 
 
+class Unsettled(StoreError):
+    """The node stopped serving before a batch's outcome was settled (its backup may hold
+    it or not): a client's write in it is neither confirmed nor refused, but sent again
+    where the client goes next (its duplicate id tells whether it arrived)."""
+
+
 class InvalidOperation(StoreError):
     """An operation was refused before anything was written (its arguments are wrong, or
     it names a queue or message the store does not hold). The rest of its batch is not

@@ -1,15 +1,21 @@
 """Sends over the core head: confirmed in ranges once stored, refusals reported before the
-range passes them, duplicates confirmed and dropped, large sends reassembled."""
+range passes them, duplicates confirmed and dropped, large sends reassembled; a send the
+node stopped serving before it was settled neither confirmed nor refused."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest_twisted
+from twisted.internet.defer import Deferred
+from zope.interface import implementer
 
 from bridge.heads.core import DUPLICATE_ID_HEADER
 from bridge.protocol import packets as p
-from tests.heads.conftest import message
+from bridge.store.errors import Unsettled
+from bridge.store.interfaces import IReplication
+from tests.heads.conftest import eventually, message
 
 
 @pytest_twisted.ensureDeferred
@@ -145,3 +151,40 @@ async def test_another_send_inside_a_large_send_is_a_protocol_error(node):
     )
     reason = await peer.lost
     assert "send 2 while the large send 1 is unfinished" in str(reason)
+
+
+@implementer(IReplication)
+class _HeldCopy:
+    """A backup's copy that answers for no batch until the test fails them."""
+
+    def __init__(self) -> None:
+        self.batches: list[Deferred[None]] = []
+
+    def replicate(self, operations: Any) -> Deferred[None]:
+        self.batches.append(Deferred())
+        return self.batches[-1]
+
+    def diverged(self, failure: Any) -> None:
+        raise AssertionError(failure)
+
+    def discarded(self, path: str) -> None:
+        pass
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_the_node_stopped_serving_before_it_was_settled_is_resent_not_refused(node):
+    """The node stops serving while a replicated batch waits for its backup (which may
+    hold it or not): no SEND_FAILED, nothing after it confirmed; the connection ends, so
+    that the client sends it again where it goes next, its duplicate id telling."""
+    peer = await node.peer()
+    peer.send(p.Send(1, None, message("orders", b"1")))
+    await peer.confirmed(1)
+    copy = node.store.replication = _HeldCopy()
+    peer.send(p.Send(2, None, message("orders", b"2")))
+    await eventually(lambda: copy.batches)
+    peer.send(p.Send(3, None, message("orders", b"3", durable=False)))  # held behind 2
+    copy.batches[0].errback(Unsettled("the node stopped serving before its backup had it"))
+    await peer.until(lambda: peer.lost.called)
+    node.store.replication = None
+    assert peer.of(p.SendFailed) == []
+    assert max(c.up_to_sequence for c in peer.of(p.SendConfirmed)) == 1

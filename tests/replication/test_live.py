@@ -22,7 +22,7 @@ from bridge.protocol import decode_packet
 from bridge.protocol import packets as p
 from bridge.replication.backup import ReplicaSink
 from bridge.replication.live import ReplicationLost, Replicator, SyncState
-from bridge.store import SQLiteMessageStore
+from bridge.store import SQLiteMessageStore, Unsettled
 from bridge.store.schema import SCHEMA_VERSION
 from tests.replication.conftest import TIMEOUT, until
 from tests.store.conftest import anycast, message
@@ -230,8 +230,9 @@ async def test_a_node_that_stops_first_fails_the_waiting_batches(live):
     added = store.add(message(1), ["orders"])
     await until(lambda: pipe.of(p.ReplicaBatch), "the batch sent")
     await replicator.stop()
-    with pytest.raises(ReplicationLost):
+    with pytest.raises(ReplicationLost) as lost:
         await added
+    assert isinstance(lost.value, Unsettled), "the client is to send it again, not give up"
 
 
 @pytest_twisted.ensureDeferred

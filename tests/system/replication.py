@@ -49,3 +49,8 @@ async def management_port(node: Any, name: str) -> None:
     """A backup's management port, from its log (it has no other port open)."""
     found = await node.wait_for(rf"node {name}: management on 127\.0\.0\.1:(\d+)", SLACK)
     node.ports["management"] = int(found.group(1))
+
+
+def stamp(output: str, at: int) -> str:
+    """The log timestamp (ISO, to the microsecond: they sort) of the line holding ``at``."""
+    return output[output.rfind("\n", 0, at) + 1 :].split(" ", 1)[0]

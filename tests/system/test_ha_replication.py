@@ -21,7 +21,7 @@ from tests.postgresql import schema_url
 from tests.system.audit_run import require_spark
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK, kill_under_audited_load
-from tests.system.replication import ha_status, management_port, replicated_node
+from tests.system.replication import ha_status, management_port, replicated_node, stamp
 
 LARGE = 300 * 1024
 
@@ -210,9 +210,9 @@ async def test_the_primary_comes_back_copies_and_fails_back_in_order(nodes, pg_s
     stopped = b.output.index("node b: stops serving", handed)
     copying = b.output.index("replica: copying the store of a", stopped)
     assert "node b: LIVE" not in b.output[handed:], "b came back live: the failback broke"
-    live_at = _stamp(a.output, a.output.index("node a: LIVE, epoch 3"))
-    assert _stamp(b.output, stopped) <= live_at, "a was live while b still served"
-    assert _stamp(b.output, copying) >= live_at, "b copied from a before a was live"
+    live_at = stamp(a.output, a.output.index("node a: LIVE, epoch 3"))
+    assert stamp(b.output, stopped) <= live_at, "a was live while b still served"
+    assert stamp(b.output, copying) >= live_at, "b copied from a before a was live"
     shown = await ha_status(a, capsys)
     assert shown["replication"]["last_takeover"] == "failback", shown
     assert shown["replication"]["last_takeover_seconds"] > 0
@@ -224,11 +224,6 @@ async def test_the_primary_comes_back_copies_and_fails_back_in_order(nodes, pg_s
         assert message.body == body
         message.ack()
     await reader.close()
-
-
-def _stamp(output: str, at: int) -> str:
-    """The log timestamp (ISO, to the microsecond: they sort) of the line holding ``at``."""
-    return output[output.rfind("\n", 0, at) + 1 :].split(" ", 1)[0]
 
 
 @pytest.mark.parametrize("on_shutdown", [True, False])

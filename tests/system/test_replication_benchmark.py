@@ -74,6 +74,13 @@ def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema:
     assert sync["mb_per_s"] > 0
     assert set(sync["cpu_seconds"]) == {"node a", "node b"}
 
+    failback = figures["failback"]
+    assert failback["kills"] == 1
+    assert failback["epochs"] == [3]  # a, then b, then a again
+    for part in ("restart_to_live", "restart_to_confirmed", "sync_to_live", "sync_to_confirmed"):
+        (seconds,) = failback[part]["seconds"]
+        assert 0 < seconds == failback[part]["p50"] == failback[part]["max"]
+
 
 @pytest.mark.system
 @pytest.mark.timeout(120)
@@ -92,3 +99,28 @@ def test_the_quorum_part_runs_alone(tmp_path: Path) -> None:
     quorum = json.loads(output.read_text())["failover_by_quorum"]
     assert quorum["kills"] == len(quorum["seconds"]) == 2
     assert 0 < quorum["min"] <= quorum["p50"] <= quorum["max"]
+
+
+@pytest.mark.system
+@pytest.mark.timeout(150)
+def test_the_failback_part_runs_alone(tmp_path: Path, pg_schema: str) -> None:
+    output = tmp_path / "replication-failback.json"
+    argv = ["--only", "failback", "--kills", "2", "--postgresql", SERVER, "--output", str(output)]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "replication", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=130,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "failback (2 rounds" in result.stdout
+    failback = json.loads(output.read_text())["failback"]
+    assert failback["kills"] == 2
+    assert failback["epochs"] == [3, 5]
+    for part in ("sync_to_live", "sync_to_confirmed"):
+        seconds = failback[part]["seconds"]
+        assert len(seconds) == 2 and 0 < min(seconds) <= failback[part]["p50"]
+        # the handover is part of the restart's seconds
+        assert failback[part]["max"] <= failback[part.replace("sync", "restart")]["max"]

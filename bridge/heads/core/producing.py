@@ -28,6 +28,7 @@ from bridge.node.broker import (
     NotStored,
     Routed,
     Transaction,
+    Unsettled,
     duplicate_id,
 )
 from bridge.node.credits import ProducerCredits
@@ -86,6 +87,7 @@ class Producer:
         *,
         clock: IReactorTime,
         emit: Callable[[p.Packet], None],
+        abort: Callable[[str], None],
         producer_window_size: int,
     ) -> None:
         self._broker = broker
@@ -94,6 +96,7 @@ class Producer:
         self._transactions = transactions
         self._clock = clock
         self._emit = emit
+        self._abort = abort
         self._producer_window = producer_window_size
         self._credits: ProducerCredits | None = None
         """Producer credit given back, once logged in."""
@@ -226,7 +229,13 @@ class Producer:
         self._sends.order.enter_done(_Pending(sequence))
 
     def failed(self, pending: _Pending, failure: Failure) -> bool:
-        """A send's write failed: SEND_FAILED, and the confirmations pass over it."""
+        """A send's write failed: SEND_FAILED, and the confirmations pass over it. A send
+        the node stopped serving before it was settled (``Unsettled``: the backup may hold
+        it) is neither: the connection ends, nothing after it is confirmed, and the client
+        sends it again where it goes next (Artemis's resend after a failover)."""
+        if failure.check(Unsettled):
+            self._abort(failure.getErrorMessage())
+            return False
         if self._life.state is not _CLOSED:
             self._emit(send_failed(pending.sequence, failure))
         return True

@@ -118,6 +118,7 @@ class CoreSession:
             self._transactions,
             clock=clock,
             emit=self._emit,
+            abort=abort,
             producer_window_size=producer_window_size,
         )
         self._handlers: dict[type, Callable[[p.Packet], None]] = {
