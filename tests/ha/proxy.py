@@ -1,6 +1,6 @@
-"""A TCP proxy to the test's PostgreSQL server that a test can cut, and small probes of a
-node (does a port accept, what does a URL answer), for the HA tests that take the
-database away from a node."""
+"""A TCP proxy to the test's PostgreSQL server (or to a node) that a test can cut, and
+small probes of a node (does a port accept, what does a URL answer), for the HA tests that
+take the database away from a node or a node away from its clients."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ from tests.postgresql import SERVER
 
 
 class Cuttable(ProxyFactory):
-    """A TCP proxy to PostgreSQL whose connections can all be dropped at once."""
+    """A TCP proxy whose connections can all be dropped at once: to PostgreSQL, or to
+    ``port`` on the loopback."""
 
-    def __init__(self) -> None:
-        parts = urlsplit(SERVER)
-        super().__init__(parts.hostname or "127.0.0.1", parts.port or 5432)
+    def __init__(self, port: int | None = None) -> None:
+        if port is None:
+            parts = urlsplit(SERVER)
+            super().__init__(parts.hostname or "127.0.0.1", parts.port or 5432)
+        else:
+            super().__init__("127.0.0.1", port)
         self.open: list[ProxyServer] = []
 
     def buildProtocol(self, addr: Any) -> ProxyServer:
