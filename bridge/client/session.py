@@ -825,7 +825,7 @@ class ClientSession:
                     consumer.open = True
                 else:
                     del self._consumers[request.subject]
-                    self._stale_claims(consumer, error)
+                    self._stale_claims(consumer, None)
                     if request.callback is None:
                         self._events.append(ConsumerLost(consumer.consumer_id, error))
         elif kind == _Kind.CLOSE_CONSUMER:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.client.errors import StaleDelivery, TransactionRolledBack
-from bridge.client.session import Delivery
+from bridge.client.session import ConsumerLost, Delivery
 from bridge.protocol import (
     CLAIM_LIMIT,
     Ack,
@@ -18,6 +18,8 @@ from bridge.protocol import (
     ConsumerCredits,
     CreateConsumer,
     Deliver,
+    ErrorCode,
+    Failed,
     Nack,
     Ok,
     ReattachConsumer,
@@ -105,6 +107,18 @@ def test_a_claimed_message_is_claimed_again_after_another_drop():
     driver.sent()
     driver.session.ack(one, cumulative=True)
     assert driver.sent() == [Ack(consumer, 7, True, None, None)]
+
+
+def test_if_the_node_refuses_the_consumer_again_its_held_messages_are_stale():
+    driver, consumer, [one] = holding(1, taken=1)
+    outcomes = Outcomes()
+    driver.session.ack(one, callback=outcomes("one"))
+    reconnect(driver)
+    events = driver.feed(Failed(2, ErrorCode.NOT_FOUND, "no queue 'orders'"))
+    assert [e.consumer_id for e in events if isinstance(e, ConsumerLost)] == [consumer]
+    assert isinstance(outcomes.heard["one"], StaleDelivery)
+    with pytest.raises(StaleDelivery):
+        driver.session.nack(one)
 
 
 def test_a_node_of_protocol_4_gets_a_plain_create_and_the_held_messages_are_stale():
