@@ -198,7 +198,8 @@ class CoreSession:
             self._follows = True
             self._wanted = packet.store or None
         if packet.protocol_version not in supported:
-            spoken = " and ".join(str(version) for version in sorted(p.SUPPORTED_VERSIONS))
+            *earlier, last = (str(version) for version in sorted(p.SUPPORTED_VERSIONS))
+            spoken = f"{', '.join(earlier)} and {last}"
             self._emit(
                 p.Failed(
                     0,
