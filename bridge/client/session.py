@@ -7,7 +7,11 @@ reads no clock, so every rule of docs/protocol.md is testable packet by packet.
 
 It outlives connections: when one drops (``connection_lost``) and the next is made, it
 logs in again, re-creates its consumers and resends every send the node had not confirmed,
-in order (session rule 3; a send with a duplicate id is therefore not stored twice).
+in order (session rule 3; a send with a duplicate id is therefore not stored twice). A
+consumer re-created on a node of protocol 5 claims the messages the application took and
+has not settled (REATTACH_CONSUMER): those the node still had waiting become deliveries
+on the new connection, and acknowledging the application's copy acknowledges them; the
+others are stale.
 
 Flow control lives here: the confirmation window (bytes of unconfirmed sends), producer
 credits per address (rule 4) and consumer credits (rule 5), granted back as the application
@@ -40,8 +44,10 @@ from bridge.client.transactions import Transactions
 from bridge.message import Message, MessageFormatError, encode_message
 from bridge.protocol import (
     BATCH_BYTES,
+    CLAIM_LIMIT,
     FRAME_SIZE_UNSTATED,
     PROTOCOL_VERSION,
+    REATTACH_VERSION,
     SEND_MANY_OVERHEAD,
     UNLIMITED,
     Ack,
@@ -63,6 +69,8 @@ from bridge.protocol import (
     PacketFormatError,
     ProducerCredits,
     QueryAddress,
+    ReattachConsumer,
+    Reattached,
     Redirect,
     Routing,
     Send,
@@ -278,6 +286,7 @@ class _Send:
 class _Kind:
     QUEUE = "queue"
     CREATE_CONSUMER = "create-consumer"
+    REATTACH = "reattach-consumer"
     CLOSE_CONSUMER = "close-consumer"
     TX_BEGIN = "tx-begin"
     COMMIT = "commit"
@@ -314,6 +323,21 @@ class _Incoming:
     remaining: int
 
 
+_Held = tuple[int, int, tuple[int, int]]
+"""A delivery the application took and has not settled: its message id, its cost, and
+the (epoch, delivery id) of the ``Delivery`` the application holds."""
+
+
+@attrs.define
+class _Waiting:
+    """An ack or nack of a held message made while its claim is unanswered: ``settle``
+    runs it again with the delivery the claim gives it."""
+
+    delivery: Delivery
+    settle: Callable[[Delivery], None]
+    callback: Settle | None
+
+
 @attrs.define
 class _Consumer:
     consumer_id: int
@@ -330,6 +354,30 @@ class _Consumer:
     last_delivery: int = 0
     unsettled: dict[int, None] = attrs.Factory(dict)
     large: _Incoming | None = None
+    held: dict[int, _Held] = attrs.Factory(dict)
+    """Unsettled deliveries the application took, by delivery id."""
+    origins: dict[tuple[int, int], int] = attrs.Factory(dict)
+    """Claimed deliveries' ids, by the (epoch, delivery id) the application knows them as."""
+    claiming: dict[int, _Held] = attrs.Factory(dict)
+    """What the application held at the last drop, by message id, to claim."""
+    waiting: list[_Waiting] = attrs.Factory(list)
+    """Acks and nacks of messages being claimed."""
+
+    def hold_over(self) -> None:
+        """The connection dropped: what the application holds is to be claimed on the next
+        (the oldest ``CLAIM_LIMIT``, with what an unanswered claim named)."""
+        claiming = self.claiming
+        for held in self.held.values():
+            if len(claiming) >= CLAIM_LIMIT:
+                break
+            claiming.setdefault(held[0], held)
+
+    def settled(self, delivery_id: int, epoch: int) -> None:
+        """Delivery ``delivery_id`` is acknowledged or refused: held no more."""
+        del self.unsettled[delivery_id]
+        held = self.held.pop(delivery_id, None)
+        if held is not None and held[2][0] != epoch:
+            del self.origins[held[2]]
 
     def reset(self) -> None:
         """A fresh connection: the node knows nothing of this consumer yet."""
@@ -337,6 +385,8 @@ class _Consumer:
         self.to_grant = 0
         self.last_delivery = 0
         self.unsettled.clear()
+        self.held.clear()
+        self.origins.clear()
         if self.large is not None:
             self.large.file.close()
             self.large = None
@@ -403,6 +453,8 @@ class ClientSession:
         self._closed = False
         self._epoch = 0
         self._connections = 0
+        self._version = PROTOCOL_VERSION
+        """The protocol version of the connection (its CONNECTED's)."""
         self.node_name = ""
         self.node_id = ""
         self.store = ""
@@ -439,6 +491,7 @@ class ClientSession:
             ProducerCredits: self._on_producer_credits,  # type: ignore[dict-item]
             AddressInfoPacket: self._on_address_info,  # type: ignore[dict-item]
             Topology: self._on_topology,  # type: ignore[dict-item]
+            Reattached: self._on_reattached,  # type: ignore[dict-item]
             DeliverLargeBegin: self._on_large_begin,  # type: ignore[dict-item]
             DeliverLargeChunk: self._on_large_chunk,  # type: ignore[dict-item]
         }
@@ -582,6 +635,7 @@ class ClientSession:
         self._is_ready = True
         self._run_limit = min(BATCH_BYTES, packet.max_frame_size - SEND_MANY_OVERHEAD)
         self.node_name, self.node_id = packet.node_name, packet.node_id
+        self._version = packet.protocol_version
         granted = packet.producer_window_size
         cap = self._producer_window_cap
         self._producer_window = granted if UNLIMITED in (cap, granted) else min(cap, granted)
@@ -620,7 +674,7 @@ class ClientSession:
                 request.sent = False  # asking changes nothing: ask again on the next one
                 continue
             del self._requests[request_id]
-            if kind == _Kind.CREATE_CONSUMER:
+            if kind in (_Kind.CREATE_CONSUMER, _Kind.REATTACH):
                 continue  # the consumer is created again on the next connection
             if kind == _Kind.CLOSE_CONSUMER:
                 self._consumers.pop(request.subject, None)  # the node closed it
@@ -646,6 +700,7 @@ class ClientSession:
                     ),
                 )
         for consumer in self._consumers.values():
+            consumer.hold_over()
             consumer.reset()
         resend = [send for send in self._unconfirmed if not send.refused]
         self._unconfirmed.clear()
@@ -698,6 +753,7 @@ class ClientSession:
         self._unconfirmed_bytes = 0
         self._streaming = None
         for consumer in self._consumers.values():
+            self._stale_claims(consumer, error)
             consumer.reset()
         self._consumers.clear()
         self._transactions.clear()
@@ -738,19 +794,18 @@ class ClientSession:
         request.sent = True
         self._put(request.frame)
 
-    def _take_request(self, packet: Ok | Failed | AddressInfoPacket) -> _Request:
+    def _take_request(self, packet: Ok | Failed | AddressInfoPacket | Reattached) -> _Request:
         """The request ``packet`` answers, no longer pending; NodeProtocolError if there is
-        none, or if it is the wrong kind of answer (only a query gets ADDRESS_INFO, and
-        a query gets no OK)."""
+        none, or if it is the wrong kind of answer (only a query gets ADDRESS_INFO, only a
+        REATTACH_CONSUMER gets REATTACHED, and neither gets OK)."""
         request_id = packet.request_id
         request = self._requests.get(request_id)
         if request is None or not request.sent:
             raise NodeProtocolError(
                 f"the node answered request {request_id}, which it was not sent"
             )
-        if type(packet) is not Failed and (
-            (request.kind == _Kind.ADDRESS) != (type(packet) is AddressInfoPacket)
-        ):
+        expected = _ANSWERS.get(request.kind, Ok)
+        if type(packet) is not Failed and type(packet) is not expected:
             raise NodeProtocolError(
                 f"the node answered request {request_id} ({request.what}) with {packet.TYPE.name}"
             )
@@ -763,13 +818,14 @@ class ClientSession:
             refused(request.what, packet.code, packet.message) if type(packet) is Failed else None
         )
         kind = request.kind
-        if kind == _Kind.CREATE_CONSUMER:
+        if kind in (_Kind.CREATE_CONSUMER, _Kind.REATTACH):
             consumer = self._consumers.get(request.subject)
             if consumer is not None:
                 if error is None:
                     consumer.open = True
                 else:
                     del self._consumers[request.subject]
+                    self._stale_claims(consumer, None)
                     if request.callback is None:
                         self._events.append(ConsumerLost(consumer.consumer_id, error))
         elif kind == _Kind.CLOSE_CONSUMER:
@@ -1081,6 +1137,25 @@ class ClientSession:
 
     def _create_consumer(self, consumer: _Consumer) -> None:
         callback = None if consumer.open else consumer.create_callback
+        if consumer.claiming and self._version >= REATTACH_VERSION:
+            claim = tuple(consumer.claiming)
+            self._request(
+                _Kind.REATTACH,
+                f"consumer on queue {consumer.queue!r}",
+                callback,
+                lambda rid: ReattachConsumer(
+                    rid,
+                    consumer.consumer_id,
+                    consumer.queue,
+                    consumer.filter,
+                    consumer.browse_only,
+                    consumer.window,
+                    claim,
+                ),
+                consumer.consumer_id,
+            )
+            return
+        self._stale_claims(consumer, None)
         self._request(
             _Kind.CREATE_CONSUMER,
             f"consumer on queue {consumer.queue!r}",
@@ -1106,6 +1181,7 @@ class ClientSession:
         consumer.closing = True
         if not self._is_ready:
             del self._consumers[consumer_id]
+            self._stale_claims(consumer, None)
             if not consumer.open:
                 self._settle(
                     consumer.create_callback,
@@ -1122,10 +1198,20 @@ class ClientSession:
         )
 
     def released(self, delivery: Delivery) -> None:
-        """The application took ``delivery``: give its bytes back to the consumer's credit
-        (in grants of at least half the window, as Artemis does)."""
+        """The application took ``delivery``: it holds it (to be claimed after a drop)
+        until it settles it, and its bytes go back to the consumer's credit (in grants of
+        at least half the window, as Artemis does)."""
         consumer = self._consumers.get(delivery.consumer_id)
-        if consumer is None or delivery.epoch != self._epoch or consumer.window <= 0:
+        if consumer is None or delivery.epoch != self._epoch:
+            return
+        delivery_id = delivery.delivery_id
+        if delivery_id in consumer.unsettled:
+            consumer.held[delivery_id] = (
+                delivery.message.id,
+                delivery.cost,
+                (delivery.epoch, delivery_id),
+            )
+        if consumer.window <= 0:
             return
         consumer.to_grant += delivery.cost
         if consumer.to_grant * 2 >= consumer.window:
@@ -1251,16 +1337,26 @@ class ClientSession:
         callback: Settle | None = None,
     ) -> None:
         """Acknowledge ``delivery`` (``cumulative``: and every earlier unsettled one of its
-        consumer). With ``callback`` the node answers once the ack is durable."""
+        consumer). With ``callback`` the node answers once the ack is durable. A held
+        message being claimed is acknowledged once the claim is answered (if it is not
+        claimed, ``callback`` hears ``StaleDelivery``)."""
+        now = self._current(
+            delivery,
+            lambda again: self.ack(again, cumulative=cumulative, tx_id=tx_id, callback=callback),
+            callback,
+        )
+        if now is None:
+            return
+        delivery = now
         consumer = self._settleable(delivery)
         self._check_tx(tx_id)
-        unsettled = consumer.unsettled
         delivery_id = delivery.delivery_id
+        epoch = self._epoch
         if cumulative:
-            for earlier in [d for d in unsettled if d <= delivery_id]:
-                del unsettled[earlier]
+            for earlier in [d for d in consumer.unsettled if d <= delivery_id]:
+                consumer.settled(earlier, epoch)
         else:
-            del unsettled[delivery_id]
+            consumer.settled(delivery_id, epoch)
         packet = Ack(consumer.consumer_id, delivery_id, cumulative, tx_id, None)
         if callback is None:
             self._put(encode_packet(packet))
@@ -1273,10 +1369,90 @@ class ClientSession:
             )
 
     def nack(self, delivery: Delivery, *, requeue: bool = True) -> None:
-        """Refuse ``delivery``: back on its queue (``requeue``) or dropped."""
+        """Refuse ``delivery``: back on its queue (``requeue``) or dropped (a held message
+        being claimed: once the claim is answered)."""
+        now = self._current(delivery, lambda again: self.nack(again, requeue=requeue), None)
+        if now is None:
+            return
+        delivery = now
         consumer = self._settleable(delivery)
-        del consumer.unsettled[delivery.delivery_id]
+        consumer.settled(delivery.delivery_id, self._epoch)
         self._put(encode_packet(Nack(consumer.consumer_id, delivery.delivery_id, requeue)))
+
+    def _current(
+        self, delivery: Delivery, again: Callable[[Delivery], None], callback: Settle | None
+    ) -> Delivery | None:
+        """``delivery`` as this connection knows it: a claimed one under its new delivery
+        id; None for one being claimed, whose settling ``again`` waits for the claim's
+        answer; any other as it is (``_settleable`` judges it)."""
+        self._check_open()
+        if delivery.epoch == self._epoch:
+            return delivery
+        consumer = self._consumers.get(delivery.consumer_id)
+        if consumer is None or consumer.closing:
+            return delivery
+        origin = (delivery.epoch, delivery.delivery_id)
+        delivery_id = consumer.origins.get(origin)
+        if delivery_id is not None:
+            return attrs.evolve(delivery, delivery_id=delivery_id, epoch=self._epoch)
+        held = consumer.claiming.get(delivery.message.id)
+        if held is not None and held[2] == origin:
+            consumer.waiting.append(_Waiting(delivery, again, callback))
+            return None
+        return delivery
+
+    def _on_reattached(self, packet: Reattached) -> None:
+        """A consumer re-created with a claim: the claimed messages are its deliveries on
+        this connection (their credit back at once: the application took them), the
+        others are stale; the acks and nacks that waited for the answer go now."""
+        request = self._take_request(packet)
+        consumer = self._consumers.get(request.subject)
+        if consumer is None:
+            self._settle(request.callback, None)
+            return
+        consumer.open = True
+        claiming, consumer.claiming = consumer.claiming, {}
+        for claimed in packet.claimed:
+            held = claiming.pop(claimed.message_id, None)
+            delivery_id = claimed.delivery_id
+            if held is None or delivery_id <= consumer.last_delivery:
+                raise NodeProtocolError(
+                    f"REATTACHED gives message {claimed.message_id} delivery {delivery_id} "
+                    f"of consumer {consumer.consumer_id}, which did not claim it or has "
+                    f"had delivery {consumer.last_delivery}"
+                )
+            consumer.last_delivery = delivery_id
+            consumer.unsettled[delivery_id] = None
+            consumer.held[delivery_id] = held
+            consumer.origins[held[2]] = delivery_id
+            consumer.balance -= held[1]
+            if consumer.window > 0:
+                consumer.to_grant += held[1]
+        if consumer.to_grant:
+            self._grant(consumer, consumer.to_grant)
+        waiting, consumer.waiting = consumer.waiting, []
+        for settle in waiting:
+            self._settle_again(settle)
+        self._settle(request.callback, None)
+
+    def _settle_again(self, waiting: _Waiting) -> None:
+        """An ack or nack that waited for its message's claim: made now, or (the message
+        was not claimed) failed as stale."""
+        try:
+            waiting.settle(waiting.delivery)
+        except ClientError as error:
+            self._settle(waiting.callback, error)
+
+    def _stale_claims(self, consumer: _Consumer, error: ClientError | None) -> None:
+        """Nothing of ``consumer``'s claim is claimed: what waited on it fails (with
+        ``error``, or as stale)."""
+        consumer.claiming.clear()
+        waiting, consumer.waiting = consumer.waiting, []
+        for settle in waiting:
+            if error is None:
+                self._settle_again(settle)
+            else:
+                self._settle(settle.callback, error)
 
     def _settleable(self, delivery: Delivery) -> _Consumer:
         self._check_open()
@@ -1297,6 +1473,13 @@ class ClientSession:
                 "acknowledged or refused"
             )
         return consumer
+
+
+_ANSWERS: dict[str, type[Packet]] = {
+    _Kind.ADDRESS: AddressInfoPacket,
+    _Kind.REATTACH: Reattached,
+}
+"""The answer each kind of request gets when it succeeds, if not OK."""
 
 
 _builder = TypeMachineBuilder(_Lifecycle, ClientSession)

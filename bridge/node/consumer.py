@@ -24,7 +24,7 @@ chunks going out, nothing else taken), CLOSED; ``streaming`` and ``closed`` say 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 import attrs
@@ -37,7 +37,7 @@ from zope.interface import Interface
 from bridge.message import LargeBody, Message
 from bridge.node.bodies import BodySource
 from bridge.node.broker import Broker, NotStored, Transaction
-from bridge.node.queue import UNLIMITED, Delivery, Entry, QueueError
+from bridge.node.queue import UNLIMITED, Claim, Delivery, Entry, QueueError
 
 log = Logger()
 
@@ -140,10 +140,33 @@ class Consumer(Generic[T]):
 
     # -- starting -------------------------------------------------------------------------
 
-    def start(self, filter: str | None = None) -> None:
-        """Consume from the queue: messages come as the consumer's room allows."""
+    def start(
+        self,
+        filter: str | None = None,
+        *,
+        claim: Sequence[int] = (),
+        claimed: Callable[[Claim], object] | None = None,
+    ) -> None:
+        """Consume from the queue: messages come as the consumer's room allows. With
+        ``claimed``, the messages of ``claim`` (ids a reconnected client still holds)
+        that wait on the queue become its deliveries first, and ``claimed`` hears which
+        before anything else is delivered (``Queue.claim``)."""
         self.active = True
-        self.broker.consume(self.queue, self.id, self._take, credits=self._window, filter=filter)
+        self.broker.consume(
+            self.queue,
+            self.id,
+            self._take,
+            credits=self._window,
+            filter=filter,
+            held=claimed is not None,
+        )
+        if claimed is not None:
+            queue = self.broker.queue(self.queue)
+            answer = queue.claim(self.id, claim)
+            if self.unacked is not None:
+                self.unacked.update((d, m) for m, d in answer.claimed)
+            claimed(answer)
+            queue.hold(self.id, False)
         self._update_ready()
 
     def browse(self, entries: Iterator[Entry]) -> None:

@@ -60,9 +60,10 @@ class Delivery:
         *,
         credits: int = UNLIMITED,
         filter: str | None = None,
+        held: bool = False,
     ) -> None:
         self._router.queue(queue_name).add_consumer(
-            consumer_id, sink, credits, compile_filter(filter)
+            consumer_id, sink, credits, compile_filter(filter), held
         )
 
     def acknowledge(

@@ -30,7 +30,7 @@ Durability is not this module's business: the node persists what these calls rep
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -76,6 +76,15 @@ class Delivery:
     delivery_id: int
     message: Message
     delivery_count: int
+
+
+@attrs.frozen
+class Claim:
+    """What a consumer claimed (``Queue.claim``): ``claimed`` (message id, delivery id)
+    pairs in the order asked, and the ids ``unclaimed``, not waiting on the queue."""
+
+    claimed: tuple[tuple[int, int], ...]
+    unclaimed: tuple[int, ...]
 
 
 Sink = Callable[[Delivery], object]
@@ -233,16 +242,57 @@ class Queue:
     # -- consumers ----------------------------------------------------------------------
 
     def add_consumer(
-        self, consumer_id: int, sink: Sink, credits: int = UNLIMITED, filter: Filter | None = None
+        self,
+        consumer_id: int,
+        sink: Sink,
+        credits: int = UNLIMITED,
+        filter: Filter | None = None,
+        held: bool = False,
     ) -> None:
-        """Start delivering to ``sink``, with ``credits`` bytes (UNLIMITED: no window)."""
+        """Start delivering to ``sink``, with ``credits`` bytes (UNLIMITED: no window);
+        ``held``: not before ``hold(consumer_id, False)`` (it claims messages first)."""
         if consumer_id in self._consumers:
             raise QueueError(f"queue {self.name!r} already has consumer {consumer_id}")
         if credits < UNLIMITED:
             raise ValueError(f"credits must be -1 (unlimited) or more, got {credits}")
         window = None if credits == UNLIMITED else credits
-        self._consumers[consumer_id] = Consumer(consumer_id, sink, window, filter)
+        self._consumers[consumer_id] = Consumer(consumer_id, sink, window, filter, held=held)
         self.dispatch()
+
+    def claim(self, consumer_id: int, message_ids: Sequence[int]) -> Claim:
+        """Messages a reconnected client still holds become deliveries of its consumer:
+        those of ``message_ids`` waiting in memory (and matching its filter) go in flight
+        to it without being handed out again, so their delivery counts stay (at least 1:
+        the client saw them), each spending its size of the consumer's credit. One pass
+        over the waiting messages, however many ids; a repeated id counts once."""
+        consumer = self._consumer(consumer_id)
+        wanted = dict.fromkeys(message_ids)
+        found: dict[int, Entry] = {}
+        if wanted:
+            kept: deque[Entry] = deque()
+            for entry in self._waiting:
+                message_id = entry.message.id
+                if message_id in wanted and message_id not in found and consumer.wants(entry):
+                    found[message_id] = entry
+                else:
+                    kept.append(entry)
+            if found:
+                self._waiting = kept
+        claimed: list[tuple[int, int]] = []
+        unclaimed: list[int] = []
+        for message_id in wanted:
+            taken = found.get(message_id)
+            if taken is None:
+                unclaimed.append(message_id)
+                continue
+            taken.delivery_count = max(taken.delivery_count, 1)
+            delivery_id = consumer.next_delivery_id
+            consumer.next_delivery_id += 1
+            consumer.in_flight[delivery_id] = taken
+            if consumer.credits is not None:
+                consumer.credits -= taken.message.size
+            claimed.append((message_id, delivery_id))
+        return Claim(tuple(claimed), tuple(unclaimed))
 
     def remove_consumer(self, consumer_id: int, dead_letters: bool = True) -> list[Entry]:
         """Stop a consumer; what it had in flight returns to the queue's front, in order

@@ -39,6 +39,7 @@ from bridge.protocol.packets import (
     Ack,
     AddressFullPolicy,
     AddressInfo,
+    ClaimedDelivery,
     CloseConsumer,
     ClusterConnect,
     Connect,
@@ -60,6 +61,8 @@ from bridge.protocol.packets import (
     PacketType,
     ProducerCredits,
     QueryAddress,
+    ReattachConsumer,
+    Reattached,
     Redirect,
     ReplicaAck,
     ReplicaAnnounce,
@@ -449,6 +452,31 @@ MEMBER = _Record(
     ),
 )
 MEMBERS = _List(MEMBER, 5 * _BE_U16.size)
+IDS = _List(U64, _BE_U64.size)
+CLAIMED = _List(
+    _Record("claimed", ClaimedDelivery, (("message_id", U64), ("delivery_id", U64))),
+    2 * _BE_U64.size,
+)
+
+CONNECT_FIELDS: tuple[tuple[str, _Wire], ...] = (
+    ("protocol_version", U16),
+    ("client_id", STR),
+    ("user", _Optional(STR)),
+    ("password", _Optional(STR)),
+    ("confirmation_window_size", U32),
+    ("max_frame_size", U32),
+)
+"""CONNECT's fields, which CLUSTER_CONNECT begins with."""
+
+CREATE_CONSUMER_FIELDS: tuple[tuple[str, _Wire], ...] = (
+    ("request_id", U64),
+    ("consumer_id", U32),
+    ("queue", STR),
+    ("filter", _Optional(STR)),
+    ("browse_only", BOOL),
+    ("window_size", WINDOW),
+)
+"""CREATE_CONSUMER's fields, which REATTACH_CONSUMER begins with."""
 
 
 @attrs.frozen
@@ -497,15 +525,7 @@ def _layout(cls: type[Packet], *fields: tuple[str, _Wire]) -> Layout:
 LAYOUTS: dict[type[Packet], Layout] = {
     layout.cls: layout
     for layout in (
-        _layout(
-            Connect,
-            ("protocol_version", U16),
-            ("client_id", STR),
-            ("user", _Optional(STR)),
-            ("password", _Optional(STR)),
-            ("confirmation_window_size", U32),
-            ("max_frame_size", U32),
-        ),
+        _layout(Connect, *CONNECT_FIELDS),
         _layout(
             Connected,
             ("node_name", STR),
@@ -541,15 +561,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
         _layout(
             SendMany, ("first_sequence", U64), ("tx_id", _Optional(U64)), ("messages", MESSAGES)
         ),
-        _layout(
-            CreateConsumer,
-            ("request_id", U64),
-            ("consumer_id", U32),
-            ("queue", STR),
-            ("filter", _Optional(STR)),
-            ("browse_only", BOOL),
-            ("window_size", WINDOW),
-        ),
+        _layout(CreateConsumer, *CREATE_CONSUMER_FIELDS),
         _layout(CloseConsumer, ("request_id", U64), ("consumer_id", U32)),
         _layout(
             Deliver,
@@ -631,16 +643,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
         _layout(VoteReply, ("granted", BOOL), ("reason", TEXT), ("seen", U64)),
         _layout(Topology, ("members", MEMBERS)),
         _layout(Redirect, ("store", STR), ("urls", NAME_LIST)),
-        _layout(
-            ClusterConnect,
-            ("protocol_version", U16),
-            ("client_id", STR),
-            ("user", _Optional(STR)),
-            ("password", _Optional(STR)),
-            ("confirmation_window_size", U32),
-            ("max_frame_size", U32),
-            ("store", STR),
-        ),
+        _layout(ClusterConnect, *CONNECT_FIELDS, ("store", STR)),
         _layout(
             NodeAnnounce,
             ("node_id", STR),
@@ -648,6 +651,8 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("urls", NAME_LIST),
             ("serves", NAME_LIST),
         ),
+        _layout(ReattachConsumer, *CREATE_CONSUMER_FIELDS, ("claim", IDS)),
+        _layout(Reattached, ("request_id", U64), ("claimed", CLAIMED), ("unclaimed", IDS)),
     )
 }
 """Every packet's generic codec, by packet class."""

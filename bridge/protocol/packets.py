@@ -19,15 +19,23 @@ import attrs
 
 from bridge.message import Message
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 """The core protocol version this codec speaks (CONNECT/CONNECTED ``protocol_version``)."""
 
-SUPPORTED_VERSIONS = frozenset({2, 3, PROTOCOL_VERSION})
-"""The versions a node accepts in a CONNECT: version 2 lacks only ``Routing.BOTH``,
-version 3 the cluster's packets (TOPOLOGY, REDIRECT, CLUSTER_CONNECT, NODE_ANNOUNCE)."""
+SUPPORTED_VERSIONS = frozenset({2, 3, 4, PROTOCOL_VERSION})
+"""The versions a node accepts in a CONNECT: version 2 lacks ``Routing.BOTH`` and what
+later versions add, version 3 the cluster's packets (TOPOLOGY, REDIRECT, CLUSTER_CONNECT,
+NODE_ANNOUNCE) and what version 5 adds, version 4 REATTACH_CONSUMER and REATTACHED."""
 
 TOPOLOGY_VERSION = 4
 """The first version whose clients may send CLUSTER_CONNECT (and get TOPOLOGY)."""
+
+REATTACH_VERSION = 5
+"""The first version whose clients may send REATTACH_CONSUMER (and get REATTACHED)."""
+
+CLAIM_LIMIT = 8192
+"""The most message ids one REATTACH_CONSUMER may claim; more is a protocol error that
+ends the connection. A client holding more claims its oldest this many."""
 
 FRAME_SIZE_UNSTATED = 4 * 1024 * 1024
 """The ``max_frame_size`` a CONNECT or CONNECTED built without one states: the
@@ -106,6 +114,9 @@ class PacketType(IntEnum):
     REDIRECT = 141
     CLUSTER_CONNECT = 142
     NODE_ANNOUNCE = 143
+    # Reattaching consumers after a reconnection (144-...)
+    REATTACH_CONSUMER = 144
+    REATTACHED = 145
 
 
 PACKET_TYPES: frozenset[int] = frozenset(PacketType)
@@ -741,6 +752,54 @@ class NodeAnnounce:
     serves: tuple[str, ...]
 
 
+# Reattaching a consumer (protocol 5): the messages a client still holds from its
+# earlier connection become deliveries of the consumer it creates again (docs/ha.md,
+# "Deliveries held across a reconnection").
+
+
+@attrs.frozen
+class ReattachConsumer:
+    """client -> node, instead of CREATE_CONSUMER when the client creates a consumer again
+    after a reconnection: CREATE_CONSUMER's fields, and ``claim``, the ids (u64) of the
+    messages of ``queue`` it still holds unsettled from its earlier connection, at most
+    ``CLAIM_LIMIT``. The node claims those waiting on the queue before it delivers
+    anything to the consumer; answered REATTACHED (or FAILED, as CREATE_CONSUMER)."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REATTACH_CONSUMER
+
+    request_id: int
+    consumer_id: int
+    queue: str
+    filter: str | None
+    browse_only: bool
+    window_size: int
+    claim: tuple[int, ...]
+
+
+@attrs.frozen
+class ClaimedDelivery:
+    """One claimed message of a REATTACHED: its id and its delivery id on the new
+    connection (both u64)."""
+
+    message_id: int
+    delivery_id: int
+
+
+@attrs.frozen
+class Reattached:
+    """node -> client: the consumer of REATTACH_CONSUMER ``request_id`` is created. The
+    ``claimed`` messages are its deliveries now, in flight to it, their delivery count
+    unchanged (the application saw them once); the ``unclaimed`` ids were not waiting on
+    the queue (acknowledged, dead-lettered, delivered to another consumer, or paged out): the
+    client's copies are stale and the node delivers those still on the queue again."""
+
+    TYPE: ClassVar[PacketType] = PacketType.REATTACHED
+
+    request_id: int
+    claimed: tuple[ClaimedDelivery, ...]
+    unclaimed: tuple[int, ...]
+
+
 Packet = (
     Connect
     | Connected
@@ -784,6 +843,8 @@ Packet = (
     | Redirect
     | ClusterConnect
     | NodeAnnounce
+    | ReattachConsumer
+    | Reattached
 )
 """Any core protocol packet."""
 
@@ -830,5 +891,7 @@ PACKET_CLASSES: tuple[type[Packet], ...] = (
     Redirect,
     ClusterConnect,
     NodeAnnounce,
+    ReattachConsumer,
+    Reattached,
 )
 """Every packet class, in frame-type order."""

@@ -1,6 +1,6 @@
-"""A TCP proxy to the test's PostgreSQL server that a test can cut, and small probes of a
-node (does a port accept, what does a URL answer), for the HA tests that take the
-database away from a node."""
+"""A TCP proxy to the test's PostgreSQL server (or to a node) that a test can cut, and
+small probes of a node (does a port accept, what does a URL answer), for the HA tests that
+take the database away from a node or a node away from its clients."""
 
 from __future__ import annotations
 

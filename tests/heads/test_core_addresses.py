@@ -186,4 +186,4 @@ async def test_a_protocol_2_client_is_served_and_told_the_routing_its_sends_get(
     oldest.send(p.Connect(1, "oldest", None, None, 1 << 20))
     await oldest.lost
     [refused] = oldest.of(p.Failed)
-    assert "version 1 is not supported; this node speaks 2 and 3" in refused.message
+    assert "version 1 is not supported; this node speaks 2, 3, 4 and 5" in refused.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.message import Message
-from bridge.node.queue import UNLIMITED, Delivery, Queue, QueueError
+from bridge.node.queue import UNLIMITED, Claim, Delivery, Queue, QueueError
 
 
 def message(n: int, body: bytes = b"x" * 100, **headers: str | int) -> Message:
@@ -173,3 +173,37 @@ def test_bad_calls_name_what_is_missing():
     with pytest.raises(QueueError, match="has no delivery 3"):
         queue.nack(1, 3, requeue=True)
     assert UNLIMITED == -1
+
+
+def test_a_claim_takes_waiting_messages_in_flight_without_counting_a_delivery():
+    queue = Queue("orders", "orders")
+    for n in range(1, 5):
+        queue.add(message(n))
+    queue.add_consumer(1, Sink())
+    queue.remove_consumer(1)  # its client dropped: 1-4 wait again, delivered once
+    sink = Sink()
+    size = message(1).size
+    queue.add_consumer(2, sink, credits=2 * size + 1, held=True)
+    assert sink.ids == []  # held: it claims first
+    claim = queue.claim(2, [3, 1, 3, 42])
+    assert claim == Claim(((3, 1), (1, 2)), (42,))
+    assert (queue.waiting, queue.in_flight) == (2, 2)
+    queue.hold(2, False)
+    assert sink.ids == [2]  # one byte of credit left after the two claimed
+    assert [(d.delivery_id, d.delivery_count) for d in sink.deliveries] == [(3, 2)]
+    assert [e.message.id for e in queue.acknowledge(2, 2, cumulative=True)] == [3, 1]
+    assert queue.depth == 2
+
+
+def test_a_claim_leaves_what_the_consumer_filter_refuses_and_what_is_in_flight():
+    queue = Queue("orders", "orders")
+    queue.add(message(1, colour="red"))
+    queue.add(message(2, colour="blue"))
+    other = Sink()
+    queue.add_consumer(1, other, filter=lambda headers: headers.get("colour") == "blue")
+    assert other.ids == [2]
+    queue.add_consumer(2, Sink(), filter=lambda headers: headers.get("colour") == "blue", held=True)
+    assert queue.claim(2, [1, 2]) == Claim((), (1, 2))
+    assert (queue.waiting, queue.in_flight) == (1, 1)
+    with pytest.raises(QueueError):
+        queue.claim(3, [1])

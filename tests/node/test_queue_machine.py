@@ -1,5 +1,6 @@
-"""The queue as a state machine: whatever consumers do, no message is lost, duplicated or
-delivered past its consumer's credits, and each consumer sees the queue's order."""
+"""The queue as a state machine: whatever consumers do (claims of a reconnected client's
+held messages included), no message is lost, duplicated or delivered past its consumer's
+credits, and each consumer sees the queue's order."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.credits: dict[int, int | None] = {}  # consumer -> bytes it may still receive
         self.last_fresh: dict[int, int] = {}  # consumer -> last first-time message id seen
         self.next_consumer = 1
+        self.sizes: dict[int, int] = {}
 
     def _sink(self, consumer_id: int):  # type: ignore[no-untyped-def]
         def sink(delivery: Delivery) -> None:
@@ -44,6 +46,7 @@ class QueueMachine(RuleBasedStateMachine):
     def add(self, body):
         message = Message(id=self.next_id, address="q", durable=False, headers={}, body=body)
         self.added.add(self.next_id)
+        self.sizes[self.next_id] = message.size
         self.next_id += 1
         self.queue.add(message)
 
@@ -54,6 +57,28 @@ class QueueMachine(RuleBasedStateMachine):
         self.in_flight[consumer_id] = {}
         self.credits[consumer_id] = None if window == UNLIMITED else window
         self.queue.add_consumer(consumer_id, self._sink(consumer_id), credits=window)
+
+    @rule(data=st.data(), window=st.sampled_from([UNLIMITED, 0, 60, 200]))
+    def reattach(self, data, window):
+        """A consumer created again claims ids (any: waiting, in flight, gone, unknown,
+        repeated): exactly the waiting ones become its deliveries, each spending its size
+        of the credit; the rest are answered unclaimed."""
+        waiting = {e.message.id for e in self.queue.browse()}
+        ids = list(dict.fromkeys(data.draw(st.lists(st.integers(1, self.next_id + 2)))))
+        consumer_id = self.next_consumer
+        self.next_consumer += 1
+        self.in_flight[consumer_id] = {}
+        self.credits[consumer_id] = None if window == UNLIMITED else window
+        self.queue.add_consumer(consumer_id, self._sink(consumer_id), window, held=True)
+        claim = self.queue.claim(consumer_id, ids)
+        assert [m for m, _ in claim.claimed] == [i for i in ids if i in waiting]
+        assert list(claim.unclaimed) == [i for i in ids if i not in waiting]
+        for message_id, delivery_id in claim.claimed:
+            self.in_flight[consumer_id][delivery_id] = message_id
+            credits = self.credits[consumer_id]
+            if credits is not None:
+                self.credits[consumer_id] = credits - self.sizes[message_id]
+        self.queue.hold(consumer_id, False)
 
     @precondition(lambda self: self.in_flight)
     @rule(data=st.data())

@@ -47,8 +47,11 @@ from bridge.protocol import (
     encode_packet,
 )
 from bridge.protocol.packets import (
+    ClaimedDelivery,
     ClusterConnect,
     NodeAnnounce,
+    ReattachConsumer,
+    Reattached,
     Redirect,
     ReplicaAck,
     ReplicaAnnounce,
@@ -222,6 +225,17 @@ GOLDEN: list[tuple[Packet, int, str]] = [
         NodeAnnounce("b", "h2", ("tcp://y:3",), ("b",)),
         143,
         "0001 62 | 0002 6832 | 0001 0009 7463703a2f2f793a33 | 0001 0001 62",
+    ),
+    (
+        ReattachConsumer(1, 2, "q", None, False, -1, (5, 6)),
+        144,
+        "0000000000000001 | 00000002 | 0001 71 | 00 | 00 | ffffffff"
+        " | 0002 0000000000000005 0000000000000006",
+    ),
+    (
+        Reattached(1, (ClaimedDelivery(5, 1),), (7,)),
+        145,
+        "0000000000000001 | 0001 0000000000000005 0000000000000001 | 0001 0000000000000007",
     ),
 ]
 

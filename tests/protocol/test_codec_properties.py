@@ -53,8 +53,11 @@ from bridge.protocol import (
 )
 from bridge.protocol.codec import LAYOUTS, encode_sends
 from bridge.protocol.packets import (
+    ClaimedDelivery,
     ClusterConnect,
     NodeAnnounce,
+    ReattachConsumer,
+    Reattached,
     Redirect,
     ReplicaAck,
     ReplicaAnnounce,
@@ -173,6 +176,22 @@ STRATEGIES: dict[type[Packet], st.SearchStrategy[Any]] = {
         ClusterConnect, U16, NAMES, st.none() | NAMES, st.none() | NAMES, U32, U32, NAMES
     ),
     NodeAnnounce: st.builds(NodeAnnounce, NAMES, NAMES, NAME_LISTS, NAME_LISTS),
+    ReattachConsumer: st.builds(
+        ReattachConsumer,
+        U64,
+        U32,
+        NAMES,
+        st.none() | TEXTS,
+        st.booleans(),
+        WINDOW,
+        st.lists(U64, max_size=20).map(tuple),
+    ),
+    Reattached: st.builds(
+        Reattached,
+        U64,
+        st.lists(st.builds(ClaimedDelivery, U64, U64), max_size=10).map(tuple),
+        st.lists(U64, max_size=10).map(tuple),
+    ),
 }
 PACKETS = st.one_of(*STRATEGIES.values())
 HOT_PATH = (Send, SendConfirmed, Deliver, ConsumerCredits, Ack)

@@ -129,6 +129,7 @@ class CoreSession:
             p.SendLargeBegin: producer.send_large_begin,  # type: ignore[dict-item]
             p.SendLargeChunk: producer.send_large_chunk,  # type: ignore[dict-item]
             p.CreateConsumer: self._create_consumer,  # type: ignore[dict-item]
+            p.ReattachConsumer: self._reattach_consumer,  # type: ignore[dict-item]
             p.CloseConsumer: self._close_consumer,  # type: ignore[dict-item]
             p.ConsumerCredits: self._consumer_credits,  # type: ignore[dict-item]
             p.Ack: self._ack,  # type: ignore[dict-item]
@@ -198,7 +199,8 @@ class CoreSession:
             self._follows = True
             self._wanted = packet.store or None
         if packet.protocol_version not in supported:
-            spoken = " and ".join(str(version) for version in sorted(p.SUPPORTED_VERSIONS))
+            *earlier, last = (str(version) for version in sorted(p.SUPPORTED_VERSIONS))
+            spoken = f"{', '.join(earlier)} and {last}"
             self._emit(
                 p.Failed(
                     0,
@@ -335,7 +337,25 @@ class CoreSession:
 
     # -- consuming ------------------------------------------------------------------------
 
-    def _create_consumer(self, packet: p.CreateConsumer) -> None:
+    def _reattach_consumer(self, packet: p.ReattachConsumer) -> None:
+        """A consumer created again after a reconnection, claiming the messages its client
+        still holds: answered REATTACHED, naming the claimed and the unclaimed, before
+        anything is delivered to it."""
+        if self.protocol_version < p.REATTACH_VERSION:
+            raise SessionError(
+                f"REATTACH_CONSUMER on protocol {self.protocol_version}: it needs "
+                f"{p.REATTACH_VERSION}"
+            )
+        if len(packet.claim) > p.CLAIM_LIMIT:
+            raise SessionError(
+                f"REATTACH_CONSUMER claims {len(packet.claim)} messages, at most "
+                f"{p.CLAIM_LIMIT} may be claimed at once"
+            )
+        if packet.browse_only:
+            raise SessionError("REATTACH_CONSUMER of a browse-only consumer, which holds nothing")
+        self._create_consumer(packet)
+
+    def _create_consumer(self, packet: p.CreateConsumer | p.ReattachConsumer) -> None:
         if packet.consumer_id in self._consumers:
             self._emit(
                 p.Failed(
@@ -362,6 +382,20 @@ class CoreSession:
             streamer=self._out,
         )
         self._consumers[packet.consumer_id] = consumer
+        if isinstance(packet, p.ReattachConsumer):
+            request_id = packet.request_id
+            consumer.start(
+                packet.filter,
+                claim=packet.claim,
+                claimed=lambda answer: self._emit(
+                    p.Reattached(
+                        request_id,
+                        tuple(p.ClaimedDelivery(m, d) for m, d in answer.claimed),
+                        answer.unclaimed,
+                    )
+                ),
+            )
+            return
         self._emit(p.Ok(packet.request_id))
         if packet.browse_only:
             entries = queue.browse()
