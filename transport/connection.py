@@ -9,6 +9,7 @@ frame they complete.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -43,6 +44,10 @@ log = Logger()
 
 _RECEIVER = "receiver"
 """The one reason the layer above pauses reading for (``pause_reading``)."""
+_ASK = struct.Struct("!I")
+"""A PING's optional payload: the milliseconds between pings its sender asks for."""
+MIN_ASKED_INTERVAL = 0.05
+"""The shortest heartbeat interval a connecting side adopts, whatever it is asked."""
 
 
 @implementer(IFrameConnection)
@@ -76,6 +81,13 @@ class FrameConnection(StreamConnection):
         self._delivering = False
         self._lost: BaseException | None = None
         self._close_reason: BaseException | None = None
+        self._heartbeat = settings.heartbeat_interval
+        self._ping_payload = (
+            _ASK.pack(max(1, round(settings.ttl * 1000 / 3)))
+            if settings.ttl is not None and not is_client
+            else b""
+        )
+        """An accepting side's pings ask the peer to ping at a third of its TTL."""
 
     # -- writability -------------------------------------------------------------------
 
@@ -205,8 +217,12 @@ class FrameConnection(StreamConnection):
             self.close(error="internal error while handling a frame")
 
     def _control(self, frame: Frame) -> None:
-        """PING (nothing to do: it was input, which the TTL counts) or ERROR."""
-        if frame.type == ControlType.ERROR:
+        """PING (input, which the TTL counts; an accepting side's asks for pings at least
+        that often) or ERROR."""
+        if frame.type == ControlType.PING:
+            if frame.payload and self._is_client:
+                self._asked(frame.payload)
+        elif frame.type == ControlType.ERROR:
             message = frame.payload.decode("utf-8", "replace")
             # Not a ``message`` field: Twisted's legacy observers (Python logging, as
             # crochet sets up) own that key and show it as "()".
@@ -231,7 +247,22 @@ class FrameConnection(StreamConnection):
     def _ping(self) -> None:
         """Every heartbeat interval: a ping, unless bytes are already waiting to leave."""
         if not self._closing and not self._out.queued:
-            self._queue(ControlType.PING, b"")
+            self._queue(ControlType.PING, self._ping_payload)
+
+    def _asked(self, payload: bytes) -> None:
+        """The accepting side drops a peer silent for its TTL, whatever the peer's own
+        settings say (Artemis's connection-ttl of the server): ping at least as often as it
+        asks, or this connection would be dropped whenever it is idle."""
+        if len(payload) != _ASK.size:
+            self._protocol_error(
+                ProtocolError(f"a PING carries 0 or {_ASK.size} bytes, not {len(payload)}")
+            )
+            return
+        (milliseconds,) = _ASK.unpack(payload)
+        asked = max(milliseconds / 1000, MIN_ASKED_INTERVAL)
+        if self._heartbeat is None or asked < self._heartbeat:
+            self._heartbeat = asked
+            self._set_timer("heartbeat", self._ping, asked)
 
     def _silent(self, silent: float, limit: float) -> None:
         log.warn(
@@ -248,7 +279,9 @@ class FrameConnection(StreamConnection):
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        self._set_timer("heartbeat", self._ping, self.settings.heartbeat_interval)
+        self._set_timer("heartbeat", self._ping, self._heartbeat)
+        if self._ping_payload:
+            self._queue(ControlType.PING, self._ping_payload)  # the ask, before anything
         self._receiver.connection_made(self)
 
     def close(self, error: str | None = None) -> None:

@@ -68,7 +68,9 @@ class Wired:
         self.clock.advance(0)
 
 
-def wired(clock: Clock | None = None, **settings: object) -> Wired:
+def wired(clock: Clock | None = None, *, accepting: bool = False, **settings: object) -> Wired:
+    """A connection on a memory transport: the connecting side, unless ``accepting`` (whose
+    pings, the first at once, ask the peer to ping at a third of its TTL)."""
     clock = clock or Clock()
     receiver = Recorder()
     connection = FrameConnection(
@@ -76,6 +78,7 @@ def wired(clock: Clock | None = None, **settings: object) -> Wired:
         clock,
         ConnectionSettings(**settings),
         accepted_types=[APP],  # type: ignore[arg-type]
+        is_client=not accepting,
     )
     transport = CountingTransport()
     connection.makeConnection(transport)
@@ -113,7 +116,8 @@ class Pair:
 
 
 def pair(a_settings: dict[str, object], b_settings: dict[str, object]) -> Pair:
+    """``a`` connects to ``b``, which accepts."""
     clock = Clock()
     a = wired(clock=clock, **a_settings)
-    b = wired(clock=clock, **b_settings)
+    b = wired(clock=clock, accepting=True, **b_settings)
     return Pair(a, b, clock)

@@ -57,7 +57,8 @@ async def test_garbage_closes_only_its_own_connection():
         bad.transport.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         await bad.lost
 
-        (error,) = FrameDecoder().feed(bad.received)
+        pings, error = FrameDecoder().feed(bad.received)  # the node's first ping, its ask
+        assert pings.type == ControlType.PING
         assert error.type == ControlType.ERROR
         assert error.payload.startswith(b"not a txbridge frame: stream starts b'GET / HTTP/1.1")
         bad_server = next(s for s in servers if s.lost)

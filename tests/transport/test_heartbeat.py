@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from tests.transport.memory import APP, pair, wired
+from transport.connection import MIN_ASKED_INTERVAL
 from transport.errors import ConnectionTTLExpired
 from transport.frames import ControlType, Frame, FrameDecoder, encode_frame
 from transport.settings import ConnectionSettings
@@ -120,3 +123,58 @@ def test_no_heartbeat_no_ttl_means_no_timers():
 def test_inconsistent_settings_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
         ConnectionSettings(**settings)
+
+
+def _ask(seconds: float) -> Frame:
+    return Frame(ControlType.PING, struct.pack("!I", round(seconds * 1000)))
+
+
+def test_an_accepting_side_asks_at_once_for_pings_at_a_third_of_its_ttl():
+    w = wired(accepting=True, heartbeat_interval=10, ttl=30)
+    w.turn()
+    w.clock.advance(10)
+    w.turn()
+    assert w.written_frames() == [_ask(10), _ask(10)]
+
+
+def test_a_connecting_side_with_slower_pings_is_not_dropped_by_a_shorter_ttl():
+    """The defaults (30 s pings) against an acceptor that drops a peer silent for 3 s."""
+    joined = pair({}, {"heartbeat_interval": 1, "ttl": 3})
+    joined.run_for(seconds=60, step=0.25)
+    assert not joined.a.transport.aborted and not joined.b.transport.aborted
+    assert joined.a.receiver.lost == [] and joined.b.receiver.lost == []
+
+
+def test_a_connecting_side_keeps_its_own_pings_when_they_are_more_frequent():
+    w = wired(heartbeat_interval=2, ttl=60)
+    w.connection.dataReceived(encode_frame(_ask(10)))
+    w.clock.advance(2)
+    w.turn()
+    assert w.written_frames() == [Frame(ControlType.PING, b"")]
+
+
+def test_an_ask_is_followed_no_faster_than_the_floor():
+    w = wired(heartbeat_interval=30, ttl=60)
+    w.connection.dataReceived(encode_frame(_ask(0)))
+    w.clock.advance(MIN_ASKED_INTERVAL / 2)
+    w.turn()
+    assert w.written_frames() == []
+    w.clock.advance(MIN_ASKED_INTERVAL / 2)
+    w.turn()
+    assert w.written_frames() == [Frame(ControlType.PING, b"")]
+
+
+def test_an_accepting_side_is_not_told_how_often_to_ping():
+    w = wired(accepting=True, heartbeat_interval=10, ttl=30)
+    w.connection.dataReceived(encode_frame(_ask(0.1)))
+    w.clock.advance(1)
+    w.turn()
+    assert w.written_frames() == [_ask(10)]  # its own first one only
+
+
+def test_a_ping_of_another_size_closes_the_connection_naming_it():
+    w = wired(heartbeat_interval=30, ttl=60)
+    w.connection.dataReceived(encode_frame(Frame(ControlType.PING, b"xy")))
+    assert w.transport.disconnecting
+    [error] = [f for f in w.written_frames() if f.type == ControlType.ERROR]
+    assert error.payload == b"a PING carries 0 or 4 bytes, not 2"

@@ -31,7 +31,7 @@ def limits(budget: int | None = None, timeout: float | None = None) -> PartialFr
 
 
 def test_before_login_a_large_frame_is_refused_at_its_header():
-    w = wired(max_frame_size=4 * KIB * KIB, partial_frames=limits())
+    w = wired(accepting=True, max_frame_size=4 * KIB * KIB, partial_frames=limits())
     w.connection.dataReceived(header(4 * KIB * KIB) + b"x" * 100)
     assert w.transport.disconnecting
     [error] = [f for f in w.written_frames() if f.type == ControlType.ERROR]
@@ -41,7 +41,7 @@ def test_before_login_a_large_frame_is_refused_at_its_header():
 
 
 def test_after_login_frames_up_to_the_max_frame_size_are_taken():
-    w = wired(max_frame_size=64 * KIB, partial_frames=limits())
+    w = wired(accepting=True, max_frame_size=64 * KIB, partial_frames=limits())
     w.connection.dataReceived(encode_frame(Frame(APP, b"c" * 1000)))  # a CONNECT's worth
     w.connection.logged_in()
     big = encode_frame(Frame(APP, b"m" * 60 * KIB))
@@ -62,8 +62,8 @@ def test_a_client_is_not_limited_before_login():
 
 def test_the_budget_closes_the_connection_that_would_exceed_it_and_no_other():
     shared = limits(budget=10 * KIB)
-    a = wired(partial_frames=shared)
-    b = wired(partial_frames=shared)
+    a = wired(accepting=True, partial_frames=shared)
+    b = wired(accepting=True, partial_frames=shared)
     for w in (a, b):
         w.connection.logged_in()
     frame = encode_frame(Frame(APP, b"a" * 20 * KIB))
@@ -108,7 +108,7 @@ def test_the_total_held_never_exceeds_the_budget(steps):
 
 
 def test_a_connection_stopped_mid_frame_is_closed_after_the_frame_timeout():
-    w = wired(heartbeat_interval=5, ttl=1000, partial_frames=limits(timeout=20))
+    w = wired(accepting=True, heartbeat_interval=5, ttl=1000, partial_frames=limits(timeout=20))
     w.connection.logged_in()
     w.connection.dataReceived(header(100) + b"x" * 10)
     for _ in range(5):  # it keeps pinging: the TTL would keep it forever
@@ -122,7 +122,7 @@ def test_a_connection_stopped_mid_frame_is_closed_after_the_frame_timeout():
 
 
 def test_whole_frames_and_time_not_reading_do_not_count_against_the_frame_timeout():
-    w = wired(heartbeat_interval=None, ttl=None, partial_frames=limits(timeout=20))
+    w = wired(accepting=True, heartbeat_interval=None, ttl=None, partial_frames=limits(timeout=20))
     w.connection.logged_in()
     w.connection.dataReceived(encode_frame(Frame(APP, b"whole")))
     w.clock.advance(100)
