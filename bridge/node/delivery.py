@@ -18,6 +18,7 @@ from bridge.node.queue import UNLIMITED, Entry, Queue, Sink
 from bridge.node.routing import Router, compile_filter
 from bridge.node.transactions import Transaction, Transactions
 from bridge.node.writes import join, log, log_failure, warn_not_stored
+from bridge.store.errors import Unsettled
 
 ORIGINAL_ADDRESS = "_TXB_ORIG_ADDRESS"
 ORIGINAL_QUEUE = "_TXB_ORIG_QUEUE"
@@ -224,7 +225,11 @@ class Delivery:
     ) -> Failure:
         """The store did not drop acknowledged messages: they are not acknowledged after
         all. As after a rollback they wait again in their places on their queue, for
-        redelivery, their delivery counted; the failure says so."""
+        redelivery, their delivery counted; the failure says so. Not so when the node
+        stopped serving before the write was settled (``Unsettled``): the backup may hold
+        the acknowledgement, and the node serves nothing more."""
+        if failure.check(Unsettled):
+            return failure
         queue = self._queues.get(queue_name)
         ids = ", ".join(str(entry.message.id) for entry in entries)
         which = f"message {ids} is" if len(entries) == 1 else f"messages {ids} are"

@@ -188,3 +188,36 @@ async def test_a_send_the_node_stopped_serving_before_it_was_settled_is_resent_n
     node.store.replication = None
     assert peer.of(p.SendFailed) == []
     assert max(c.up_to_sequence for c in peer.of(p.SendConfirmed)) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_commit_the_node_stopped_serving_before_it_was_settled_gets_no_answer(node):
+    """Neither OK nor FAILED would be true of a commit whose batch the backup may hold:
+    the connection ends, and the client reports the commit's outcome as unknown."""
+    peer = await node.peer()
+    peer.send(p.TxBegin(1, 7), p.Send(1, 7, message("orders", b"in the transaction")))
+    assert await peer.reply(1) == p.Ok(1)
+    await peer.confirmed(1)
+    copy = node.store.replication = _HeldCopy()
+    peer.send(p.TxCommit(2, 7))
+    await eventually(lambda: copy.batches)
+    copy.batches[0].errback(Unsettled("the node stopped serving before its backup had it"))
+    await peer.until(lambda: peer.lost.called)
+    node.store.replication = None
+    assert [r for r in peer.received if isinstance(r, (p.Ok, p.Failed)) and r.request_id == 2] == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_durable_ack_the_node_stopped_serving_before_it_was_settled_gets_no_answer(node):
+    peer = await node.peer()
+    peer.send(p.Send(1, None, message("orders", b"held")))
+    await peer.confirmed(1)
+    peer.send(p.CreateConsumer(1, 1, "orders", None, False, -1))
+    await peer.next(p.Deliver)
+    copy = node.store.replication = _HeldCopy()
+    peer.send(p.Ack(1, 1, False, None, 2))
+    await eventually(lambda: copy.batches)
+    copy.batches[0].errback(Unsettled("the node stopped serving before its backup had it"))
+    await peer.until(lambda: peer.lost.called)
+    node.store.replication = None
+    assert [r for r in peer.received if isinstance(r, (p.Ok, p.Failed)) and r.request_id == 2] == []

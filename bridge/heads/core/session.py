@@ -27,6 +27,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from bridge.config.node import Routing as ConfigRouting
 from bridge.heads.core.cluster import ICluster, StoreRoute
@@ -38,6 +39,7 @@ from bridge.node.broker import (
     Broker,
     NodeError,
     QueueError,
+    Unsettled,
 )
 from bridge.node.consumer import Consumer, settle_failed
 from bridge.node.give_back import give_back
@@ -278,9 +280,18 @@ class CoreSession:
             self._emit(p.Ok(request_id))
             return
         result.addCallbacks(
-            lambda _: self._reply(p.Ok(request_id)),
-            lambda failure: self._reply(failed(request_id, failure)),
+            lambda _: self._reply(p.Ok(request_id)), lambda f: self._failed(request_id, f)
         )
+
+    def _failed(self, request_id: int, failure: Failure) -> None:
+        """FAILED, unless the node stopped serving before the request's writes were
+        settled (``Unsettled``: its backup may hold them): then neither answer would be
+        true, and the connection ends, leaving the outcome to the node the client goes to
+        next (a commit or a durable ack is then of unknown outcome, as after a crash)."""
+        if failure.check(Unsettled):
+            self._abort(failure.getErrorMessage())
+        else:
+            self._reply(failed(request_id, failure))
 
     def _reply(self, packet: p.Packet) -> None:
         if self._life.state is _OPEN:
