@@ -19,9 +19,10 @@ their event logs finds nothing confirmed lost and every repeat flagged."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -215,6 +216,52 @@ async def test_a_partitioned_live_node_stops_serving_before_its_backup_is_live(p
             await client.close().addTimeout(SLACK, reactor)
 
 
+async def cut_a_under_traced_load(
+    pair: Any, run_dir: Path, then: Callable[[], Awaitable[None]]
+) -> None:
+    """Traced core clients given both nodes' URLs produce and consume through ``pair.a``
+    when its link is cut: a stops serving for want of the lease, b is live, and the
+    clients carry on with b; then ``then`` (the test's own checks, the heal); then the
+    audit of the clients' event logs: nothing confirmed lost, every repeat flagged."""
+    a, b = pair.a, pair.b
+    received: list[tuple[int, bool]] = []
+    both = [f"tcp://{node.host}:{PORT}" for node in (a, b)]  # b binds it once live
+    writers = [events.EventWriter(run_dir, "partition", who) for who in ("producer", "consumer")]
+
+    def on_message(message: ReceivedMessage) -> None:
+        received.append((int(message.headers[events.TRACE_SEQ]), message.redelivered))
+        message.ack()
+
+    options: dict[str, Any] = {"reconnect": QUICK, "settings": CLIENT}
+    reader = await connect(reactor, both, trace=writers[1], **options)
+    await reader.consumer("orders", on_message=on_message)
+    writer = await connect(reactor, both, trace=writers[0], **options)
+    settled: list[ClientError | None] = []
+    producing = Deferred.fromCoroutine(produce_traced(writer, settled, received, COUNT, LEAD))
+    try:
+        await eventually(lambda: len(settled) >= CUT_AFTER, timeout=120)
+        live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+        stopped = a.wait_for(r"node a: stops serving: (.*)", REAP + SLACK)
+        pair.host_a.cut()
+        assert len(settled) < COUNT, "the producer finished before the cut: raise COUNT"
+        why = (await stopped).group(1)
+        assert why == "no renewal of the lease before the deadline", a.output
+        await live
+        await b.wait_started(SLACK)
+        await producing
+        await eventually(lambda: len(settled) == COUNT, timeout=120)
+        assert settled == [None] * COUNT, [error for error in settled if error][:3]
+        await eventually(lambda: len({seq for seq, _ in received}) == COUNT, timeout=120)
+        assert (reader.url, writer.url) == (reader.urls[1], writer.urls[1])
+        await then()
+    finally:
+        await writer.close()
+        await reader.close()
+        for each in writers:
+            await deferToThread(each.close)
+    check_failover(await deferToThread(audit, run_dir), COUNT, received)
+
+
 @pytest.mark.system
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
@@ -223,46 +270,10 @@ async def test_clients_of_a_partitioned_live_node_carry_on_with_its_backup(
 ):
     require_netns()
     require_spark()
-    run_dir = tmp_path / "run"
-    received: list[tuple[int, bool]] = []
     async with _partitioned_pair(pg_schema, nodes) as pair:
-        a, b = pair.a, pair.b
-        both = [f"tcp://{node.host}:{PORT}" for node in (a, b)]  # b binds it once live
-        writers = [
-            events.EventWriter(run_dir, "partition", who) for who in ("producer", "consumer")
-        ]
 
-        def on_message(message: ReceivedMessage) -> None:
-            received.append((int(message.headers[events.TRACE_SEQ]), message.redelivered))
-            message.ack()
-
-        options = {"reconnect": QUICK, "settings": CLIENT}
-        reader = await connect(reactor, both, trace=writers[1], **options)
-        await reader.consumer("orders", on_message=on_message)
-        writer = await connect(reactor, both, trace=writers[0], **options)
-        settled: list[ClientError | None] = []
-        producing = Deferred.fromCoroutine(produce_traced(writer, settled, received, COUNT, LEAD))
-        try:
-            await eventually(lambda: len(settled) >= CUT_AFTER, timeout=120)
-            live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
-            stopped = a.wait_for(r"node a: stops serving: (.*)", REAP + SLACK)
-            pair.host_a.cut()
-            assert len(settled) < COUNT, "the producer finished before the cut: raise COUNT"
-            why = (await stopped).group(1)
-            assert why == "no renewal of the lease before the deadline", a.output
-            await live
-            await b.wait_started(SLACK)
-            await producing
-            await eventually(lambda: len(settled) == COUNT, timeout=120)
-            assert settled == [None] * COUNT, [error for error in settled if error][:3]
-            await eventually(lambda: len({seq for seq, _ in received}) == COUNT, timeout=120)
-            assert (reader.url, writer.url) == (reader.urls[1], writer.urls[1])
+        async def then() -> None:
             _one_live_at_a_time(pair)
             await _heal(pair)
-        finally:
-            await writer.close()
-            await reader.close()
-            for each in writers:
-                await deferToThread(each.close)
 
-    check_failover(await deferToThread(audit, run_dir), COUNT, received)
+        await cut_a_under_traced_load(pair, tmp_path / "run", then)

@@ -30,27 +30,20 @@ import attrs
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.defer import gatherResults
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.interfaces import IListeningPort
-from twisted.internet.threads import deferToThread
 
-from bridge import events
-from bridge.client.api import ReceivedMessage, connect
-from bridge.client.errors import ClientError
-from tests.forward.conftest import eventually
+from bridge.client.api import connect
 from tests.ha.proxy import Cuttable
 from tests.postgresql import SERVER, schema_url
-from tests.system.audit_run import audit, check_failover, require_spark
-from tests.system.ha import PING, REAP, SLACK, produce_traced
+from tests.system.audit_run import require_spark
+from tests.system.ha import PING, REAP, SLACK
 from tests.system.netns import Host, hosts, require_netns
 from tests.system.nodes import NodeProcess
 from tests.system.replication import replicated_node
-from tests.system.test_ha_partition import CLIENT, PORT, QUICK, TTL, _stamp
+from tests.system.test_ha_partition import CLIENT, PORT, TTL, _stamp, cut_a_under_traced_load
 
-COUNT = 2000
-CUT_AFTER = 600
-LEAD = 200
 IN_SYNC = r"replication: b/\w+ is in sync .*, named so in the lease"
 
 
@@ -116,40 +109,10 @@ async def test_a_partitioned_live_node_stops_before_its_backup_serves_what_it_co
 ):
     require_netns()
     require_spark()
-    run_dir = tmp_path / "run"
-    received: list[tuple[int, bool]] = []
     async with _replicated_pair(pg_schema, nodes) as pair:
         a, b = pair.a, pair.b
-        both = [f"tcp://{node.host}:{PORT}" for node in (a, b)]  # b binds it once live
-        writers = [
-            events.EventWriter(run_dir, "partition", who) for who in ("producer", "consumer")
-        ]
 
-        def on_message(message: ReceivedMessage) -> None:
-            received.append((int(message.headers[events.TRACE_SEQ]), message.redelivered))
-            message.ack()
-
-        options = {"reconnect": QUICK, "settings": CLIENT}
-        reader = await connect(reactor, both, trace=writers[1], **options)
-        await reader.consumer("orders", on_message=on_message)
-        writer = await connect(reactor, both, trace=writers[0], **options)
-        settled: list[ClientError | None] = []
-        producing = Deferred.fromCoroutine(produce_traced(writer, settled, received, COUNT, LEAD))
-        try:
-            await eventually(lambda: len(settled) >= CUT_AFTER, timeout=120)
-            live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
-            stopped = a.wait_for(r"node a: stops serving: (.*)", REAP + SLACK)
-            pair.host_a.cut()
-            assert len(settled) < COUNT, "the producer finished before the cut: raise COUNT"
-            why = (await stopped).group(1)
-            assert why == "no renewal of the lease before the deadline", a.output
-            await live
-            await b.wait_started(SLACK)
-            await producing
-            await eventually(lambda: len(settled) == COUNT, timeout=120)
-            assert settled == [None] * COUNT, [error for error in settled if error][:3]
-            await eventually(lambda: len({seq for seq, _ in received}) == COUNT, timeout=120)
-            assert (reader.url, writer.url) == (reader.urls[1], writer.urls[1])
+        async def then() -> None:
             stopped_at = _stamp(a.output, r"node a: stops serving")
             live_at = _stamp(b.output, r"node b: LIVE, epoch 2")
             assert stopped_at < live_at, (stopped_at, live_at)
@@ -160,13 +123,8 @@ async def test_a_partitioned_live_node_stops_before_its_backup_serves_what_it_co
             await a.wait_for(r"node a: live is b, epoch 2", SLACK, since=since)
             await b.wait_for(r"replication: a/\w+ is in sync", SLACK * 2, since=0)
             assert "node a: LIVE" not in a.output[since:]
-        finally:
-            await writer.close()
-            await reader.close()
-            for each in writers:
-                await deferToThread(each.close)
 
-    check_failover(await deferToThread(audit, run_dir), COUNT, received)
+        await cut_a_under_traced_load(pair, tmp_path / "run", then)
 
 
 @pytest.mark.system
