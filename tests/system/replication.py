@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
+from bridge.client.api import connect
 from bridge.ctl.main import main
 from tests.system.bridges import core_acceptor
 from tests.system.ha import PING, QUERY_TIMEOUT, REAP, SLACK
@@ -54,3 +56,23 @@ async def management_port(node: Any, name: str) -> None:
 def stamp(output: str, at: int) -> str:
     """The log timestamp (ISO, to the microsecond: they sort) of the line holding ``at``."""
     return output[output.rfind("\n", 0, at) + 1 :].split(" ", 1)[0]
+
+
+PAGING = {"match": "orders", "max-size-bytes": 64 * 1024, "address-full-policy": "PAGE"}
+"""``orders`` pages past 64 KiB in memory."""
+
+
+async def fill_with_bodies(node: Any, large: int) -> list[bytes]:
+    """Send ``large`` bodies of 1 MiB, then 2,000 small messages (paged, with ``PAGING``)
+    and a last one to ``orders`` on ``node``: what its store then holds, in order
+    (ARTEMIS-484 lost large messages in a copy)."""
+    client = await connect(reactor, node.core_url, min_large_message_size=100 * 1024)
+    bodies = [bytes([65 + n % 26]) * (1024 * 1024) for n in range(large)]
+    small = [b"paged %d" % n for n in range(2000)]
+    for body in bodies:
+        await client.send("orders", body)
+    for body in small:
+        client.send_nowait("orders", body)
+    await client.send("orders", b"last")
+    await client.close()
+    return [*bodies, *small, b"last"]

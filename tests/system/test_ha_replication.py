@@ -21,7 +21,14 @@ from tests.postgresql import schema_url
 from tests.system.audit_run import require_spark
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK, kill_under_audited_load
-from tests.system.replication import ha_status, management_port, replicated_node, stamp
+from tests.system.replication import (
+    PAGING,
+    fill_with_bodies,
+    ha_status,
+    management_port,
+    replicated_node,
+    stamp,
+)
 
 LARGE = 300 * 1024
 
@@ -126,24 +133,14 @@ async def test_the_live_node_killed_during_the_copy_comes_back_and_copies_again(
     once a is killed for good b serves every message (ARTEMIS-484, ARTEMIS-2297)."""
     lease_url = schema_url(pg_schema)
     a_port, b_port = free_port(), free_port()
-    paging = {"match": "orders", "max-size-bytes": 64 * 1024, "address-full-policy": "PAGE"}
     a_document = replicated_node("a", "replication-primary", lease_url, a_port, b_port)
-    a_document["address-setting"] = [paging]
+    a_document["address-setting"] = [PAGING]
     b_document = replicated_node("b", "replication-backup", lease_url, b_port, a_port)
-    b_document["address-setting"] = [paging]
+    b_document["address-setting"] = [PAGING]
     a = nodes(a_document, name="a")
     await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
     await a.wait_started(SLACK)
-    client = await connect(reactor, a.core_url, min_large_message_size=100 * 1024)
-    large = [bytes([65 + n % 26]) * (1024 * 1024) for n in range(40)]
-    small = [b"paged %d" % n for n in range(2000)]
-    for body in large:
-        await client.send("orders", body)
-    for body in small:
-        client.send_nowait("orders", body)
-    await client.send("orders", b"last")
-    await client.close()
-    expected = [*large, *small, b"last"]
+    expected = await fill_with_bodies(a, 40)
 
     b = nodes(b_document, name="b")
     await management_port(b, "b")

@@ -28,7 +28,7 @@ from bridge.client.api import connect
 from tests.postgresql import schema_url
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK
-from tests.system.replication import management_port, replicated_node
+from tests.system.replication import PAGING, fill_with_bodies, management_port, replicated_node
 
 STARTED = 256 * 1024
 """Bytes from a to b after which the copy is under way: the copy holds megabytes of
@@ -130,30 +130,18 @@ async def _live_with_bodies(
     nodes: Any, lease_url: str, a_port: int, b_port: int, **ha: Any
 ) -> tuple[Any, list[bytes]]:
     """Node a live, holding 20 large bodies and, its address paging, 2,000 small
-    messages past what it keeps in memory (ARTEMIS-484 lost large messages in a copy)."""
-    paging = {"match": "orders", "max-size-bytes": 64 * 1024, "address-full-policy": "PAGE"}
+    messages past what it keeps in memory."""
     document = replicated_node("a", "replication-primary", lease_url, a_port, b_port, **ha)
-    document["address-setting"] = [paging]
+    document["address-setting"] = [PAGING]
     a = nodes(document, name="a")
     await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
     await a.wait_started(SLACK)
-    client = await connect(reactor, a.core_url, min_large_message_size=100 * 1024)
-    large = [bytes([65 + n % 26]) * (1024 * 1024) for n in range(20)]
-    small = [b"paged %d" % n for n in range(2000)]
-    for body in large:
-        await client.send("orders", body)
-    for body in small:
-        client.send_nowait("orders", body)
-    await client.send("orders", b"last")
-    await client.close()
-    return a, [*large, *small, b"last"]
+    return a, await fill_with_bodies(a, 20)
 
 
 def _backup(nodes: Any, lease_url: str, b_port: int, proxy_port: int) -> Any:
     document = replicated_node("b", "replication-backup", lease_url, b_port, proxy_port)
-    document["address-setting"] = [
-        {"match": "orders", "max-size-bytes": 64 * 1024, "address-full-policy": "PAGE"}
-    ]
+    document["address-setting"] = [PAGING]
     return nodes(document, name="b")
 
 
