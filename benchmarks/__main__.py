@@ -14,6 +14,7 @@ SCENARIOS = {
     "large": "benchmarks.node_large",
     "audit-scale": "benchmarks.audit_scale",
     "stomp": "benchmarks.stomp_throughput",
+    "stomp-calls": "benchmarks.stomp_calls",
     "bridge": "benchmarks.bridge_throughput",
     "hostile": "benchmarks.hostile",
     "peers-stomp": "benchmarks.peers_stomp",

@@ -17,6 +17,7 @@ duplicates and redeliveries. The figures:
   messages.
 
     python -m benchmarks stomp [--count 100000] [--repeat 3] [--mode persistent]
+                               [--ack auto]   (the consumer as peers-stomp's: ack:auto)
 
 prints a table and writes benchmarks/results/stomp_throughput.json (``--output`` elsewhere).
 """
@@ -253,7 +254,9 @@ def _client(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -
     return role_process("benchmarks.stomp_throughput", role, args, directory, stack)
 
 
-def one_run(persistent: bool, count: int, seconds: float, ack_every: int) -> dict[str, Any]:
+def one_run(
+    persistent: bool, count: int, seconds: float, ack_every: int, ack: str = "client"
+) -> dict[str, Any]:
     """A fresh node, one consumer, one producer: the figures of that run."""
     mode = "persistent" if persistent else "non-persistent"
     deadline = time.monotonic() + seconds + 120.0
@@ -263,7 +266,7 @@ def one_run(persistent: bool, count: int, seconds: float, ack_every: int) -> dic
         idle_rss = proc_status(node.pid, "VmRSS")
         common = ["--port", str(port), "--count", str(count), "--seconds", str(seconds)]
         consumer_child = _client(
-            "consumer", [*common, "--ack-every", str(ack_every)], directory, stack
+            "consumer", [*common, "--ack-every", str(ack_every), "--ack", ack], directory, stack
         )
         consumer_child.event("ready", deadline)
         node_cpu = proc_cpu(node.pid)
@@ -315,11 +318,19 @@ def one_run(persistent: bool, count: int, seconds: float, ack_every: int) -> dic
 
 
 def run(
-    *, count: int, repeat: int, seconds: float, ack_every: int, modes: Sequence[str]
+    *,
+    count: int,
+    repeat: int,
+    seconds: float,
+    ack_every: int,
+    modes: Sequence[str],
+    ack: str = "client",
 ) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     for mode in modes:
-        runs = [one_run(mode == "persistent", count, seconds, ack_every) for _ in range(repeat)]
+        runs = [
+            one_run(mode == "persistent", count, seconds, ack_every, ack) for _ in range(repeat)
+        ]
         rate = median_of(runs, "msgs_per_s")
         idle = median_of(runs, "node_idle_rss")
         peak = max(r["node_peak_rss"] for r in runs)
@@ -357,6 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per mode (median kept)")
     parser.add_argument("--seconds", type=float, default=60.0, help="the producer stops then")
     parser.add_argument("--ack-every", type=int, default=500, help="consumer's cumulative acks")
+    parser.add_argument(
+        "--ack",
+        choices=("client", "auto"),
+        default="client",
+        help="the consumer's ack mode (auto: as peers-stomp subscribes)",
+    )
     parser.add_argument("--mode", choices=MODES, action="append", help="default: both")
     parser.add_argument("--output", type=Path, help="write the JSON here, not to results/")
     args = parser.parse_args(argv)
@@ -369,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds=args.seconds,
             ack_every=args.ack_every,
             modes=args.mode or MODES,
+            ack=args.ack,
         )
     except BenchmarkError as error:
         print(f"stomp benchmark failed: {error}", file=sys.stderr)
@@ -378,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         "repeat": args.repeat,
         "message_bytes": KIB,
         "ack_every": args.ack_every,
+        "ack": args.ack,
         "client": f"stomp.py {stomp.__version__}",
         **results,
     }

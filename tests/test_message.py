@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import tracemalloc
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -139,6 +140,25 @@ def test_the_kept_fields_encode_as_a_fresh_encoding_does(message, new_id):
     assert fresh._encoded_fields is None
     assert encode_message(renumbered) == encode_message(fresh)
     assert decode_message(encode_message(renumbered)) == fresh
+
+
+@given(messages, st.integers(min_value=0, max_value=(1 << 63) - 1))
+def test_a_fresh_durable_message_is_encoded_once_when_numbered(message, new_id):
+    """``with_id`` of a durable message built afresh (a head's send) encodes its fields
+    there, once: its size is known from them, and its encoding is a fresh one's."""
+    numbered = afresh(attrs.evolve(message, durable=True)).with_id(new_id)
+    fresh = afresh(numbered)
+    assert numbered._encoded_fields is not None
+    assert numbered.size == fresh.size == len(encode_message(fresh))
+    assert encode_message(numbered) == encode_message(fresh)
+    assert afresh(attrs.evolve(message, durable=False)).with_id(new_id)._encoded_fields is None
+
+
+def test_a_durable_message_that_cannot_be_encoded_is_numbered_and_refused_when_encoded():
+    numbered = sample(durable=True, headers={"n": 1 << 64}).with_id(7)
+    assert numbered._encoded_fields is None
+    with pytest.raises(MessageFormatError, match="does not fit in 64 bits"):
+        encode_message(numbered)
 
 
 def test_an_id_or_timestamp_out_of_range_is_named_with_kept_fields():

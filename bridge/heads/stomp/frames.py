@@ -481,7 +481,8 @@ def serialize(frame: Frame, version: Version) -> list[bytes]:
     written as it is (a MESSAGE frame's head costs a third as much)."""
     headers = frame.headers
     if version is Version.V1_2:
-        text = "\n".join([frame.command.value, *[f"{key}:{value}" for key, value in headers]])
+        # (a Command is a str: joined as it is, without the Python call of ``.value``)
+        text = "\n".join([frame.command, *[f"{key}:{value}" for key, value in headers]])
         count = len(headers)
         if (
             text.count(":") == count

@@ -1,0 +1,239 @@
+"""Python calls per message on the node's STOMP path, counted in process: a figure that the
+machine's load does not change (a timed run on a shared machine does not say much).
+
+One ``StompSession`` on a broker with its SQLite store (the real reactor, the store's
+writer thread), over a sink that serializes every frame as the head's connection does.
+A subscription on ``/queue/bench`` with ``--ack`` (auto, client or client-individual);
+then ``--rounds`` rounds of ``--batch`` persistent 1 KiB SENDs handed over as one read
+would hand them, a receipt on the last, each round waited out until the store is idle: the
+MESSAGEs, and with a client ack mode one ACK per MESSAGE (client-individual) or one
+cumulative ACK for the round (client). The calls of the reactor thread are counted with
+``sys.setprofile`` (Python functions, and C functions apart); the store's writer thread
+is not counted.
+
+    python -m benchmarks stomp-calls [--ack auto] [--batch 50] [--rounds 100] [--top 0]
+
+prints the calls per message (``--top N``: and the N functions called most per message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from cryptography import x509
+from twisted.internet import reactor as _reactor
+from twisted.internet import task
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorCore, IReactorTime
+from zope.interface import implementer
+
+from bridge.config.node import parse_node_config
+from bridge.heads.stomp import StompHead, StompSettings
+from bridge.heads.stomp.frames import Command, Frame, Version, serialize
+from bridge.heads.stomp.interfaces import IStompTransport
+from bridge.heads.stomp.session import StompSession
+from bridge.message import LargeBody
+from bridge.node.broker import Broker
+from bridge.store.sqlite import SQLiteMessageStore
+from security import SecurityStore
+
+reactor: Any = _reactor
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+@implementer(IStompTransport)
+class _Sink:
+    """The session's connection: serializes each frame (as the head's does) and keeps it;
+    a waiter per command hears of the next one."""
+
+    peer = "127.0.0.1:1"
+    is_writable = True
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.waiting: dict[Command, Deferred[Frame]] = {}
+
+    def send(self, frame: Frame) -> None:
+        serialize(frame, Version.V1_2)
+        self.frames.append(frame)
+        waiter = self.waiting.pop(frame.command, None)
+        if waiter is not None:
+            waiter.callback(frame)
+
+    def expect(self, command: Command) -> Deferred[Frame]:
+        waiter: Deferred[Frame] = Deferred()
+        self.waiting[command] = waiter
+        return waiter
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self, reason: str) -> None:
+        pass
+
+    def resume_reading(self, reason: str) -> None:
+        pass
+
+    def set_heart_beats(self, send_every: float | None, silence_limit: float | None) -> None:
+        pass
+
+    def send_large(self, frame: Frame, body: LargeBody) -> None:
+        raise AssertionError("no message here is large")
+
+    def peer_certificates(self) -> list[x509.Certificate]:
+        return []
+
+
+class _Counter:
+    """``sys.setprofile``'s hook: calls of Python functions and of C functions, by name."""
+
+    def __init__(self, by_name: bool) -> None:
+        self.python = 0
+        self.c = 0
+        self.by_name: collections.Counter[str] | None = collections.Counter() if by_name else None
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            self.python += 1
+            if self.by_name is not None:
+                code = frame.f_code
+                self.by_name[f"{Path(code.co_filename).name}:{code.co_name}"] += 1
+        elif event == "c_call":
+            self.c += 1
+
+
+def _nothing() -> None:
+    """Run on the store's writer thread: the batch before it is written."""
+
+
+async def _turn() -> None:
+    turned: Deferred[None] = Deferred()
+    reactor.callLater(0, turned.callback, None)
+    await turned
+
+
+async def count_calls(ack: str, batch: int, rounds: int, top: int) -> dict[str, Any]:
+    """The calls per message of ``rounds`` rounds of ``batch`` messages (after a warm-up)."""
+    with tempfile.TemporaryDirectory(prefix="txbridge-stomp-calls-") as folder:
+        directory = Path(folder)
+        config = parse_node_config(
+            {
+                "node": {"name": "calls", "data-dir": str(directory / "data")},
+                "address": [{"name": "bench", "routing": "anycast"}],
+                "security": {"enabled": False},
+            },
+            directory / "node.toml",
+        )
+        store = SQLiteMessageStore(config.data_dir, reactor)
+        broker = Broker(config, store)
+        await broker.open()
+        head = StompHead(broker, SecurityStore(config.security, time.monotonic), reactor=reactor)
+        sink = _Sink()
+        clock: IReactorTime = reactor
+        session = StompSession(
+            broker,
+            head.security,
+            sink,
+            clock=clock,
+            authenticate=head.authenticate,
+            settings=StompSettings(ttl=None, heart_beat=None),
+        )
+
+        def frame(command: Command, headers: dict[str, str], body: bytes = b"") -> None:
+            session.event_received(Frame(command, tuple(headers.items()), body))
+
+        async def idle() -> None:
+            for _ in range(3):  # the automatic acks' turn, then their write
+                await _turn()
+                await store.between_batches(_nothing)
+
+        connected = sink.expect(Command.CONNECTED)
+        frame(Command.CONNECT, {"accept-version": "1.2"})
+        await connected
+        subscribed = sink.expect(Command.RECEIPT)
+        subscribe = {"id": "s", "destination": "/queue/bench", "ack": ack, "receipt": "s"}
+        frame(Command.SUBSCRIBE, subscribe)
+        await subscribed
+        body = b"x" * 1024
+
+        async def one_round(number: int) -> None:
+            seen = len(sink.frames)
+            received = sink.expect(Command.RECEIPT)
+            send = {"destination": "/queue/bench", "persistent": "true"}
+            for index in range(batch):
+                last = index == batch - 1
+                frame(Command.SEND, {**send, "receipt": f"r{number}"} if last else send, body)
+            await received
+            await idle()
+            acks = [f.header("ack") for f in sink.frames[seen:] if f.command is Command.MESSAGE]
+            if len(acks) != batch:
+                raise RuntimeError(f"round {number}: {len(acks)} MESSAGEs of {batch}")
+            if ack == "client":
+                frame(Command.ACK, {"id": acks[-1] or ""})
+            elif ack == "client-individual":
+                for ack_id in acks:
+                    frame(Command.ACK, {"id": ack_id or ""})
+            await idle()
+
+        for number in range(5):
+            await one_round(number)
+        counter = _Counter(by_name=top > 0)
+        sys.setprofile(counter)
+        try:
+            for number in range(rounds):
+                await one_round(5 + number)
+        finally:
+            sys.setprofile(None)
+        errors = [f for f in sink.frames if f.command is Command.ERROR]
+        depth = broker.queue("bench").depth
+        session.connection_lost()
+        await broker.close()
+    if errors or depth:
+        raise RuntimeError(f"{len(errors)} ERROR frames, {depth} messages left on the queue")
+    messages = batch * rounds
+    figures: dict[str, Any] = {
+        "ack": ack,
+        "batch": batch,
+        "rounds": rounds,
+        "python_calls_per_message": counter.python / messages,
+        "c_calls_per_message": counter.c / messages,
+    }
+    if counter.by_name is not None:
+        figures["top"] = [
+            (name, calls / messages) for name, calls in counter.by_name.most_common(top)
+        ]
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks stomp-calls")
+    parser.add_argument("--ack", choices=ACK_MODES, action="append", help="default: all")
+    parser.add_argument("--batch", type=int, default=50, help="SENDs per read")
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--top", type=int, default=0, help="list the N most called")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.batch < 1 or args.rounds < 1:
+        parser.error("--batch and --rounds must be positive")
+    results: list[dict[str, Any]] = []
+
+    async def run(_: IReactorCore) -> None:
+        for ack in args.ack or ACK_MODES:
+            figures = await count_calls(ack, args.batch, args.rounds, args.top)
+            results.append(figures)
+            print(
+                f"ack:{ack:17} {figures['python_calls_per_message']:7.1f} Python calls and "
+                f"{figures['c_calls_per_message']:6.1f} C calls per message "
+                f"({args.rounds} rounds of {args.batch})",
+                flush=True,
+            )
+            for name, calls in figures.get("top", []):
+                print(f"    {calls:6.2f}  {name}")
+
+    task.react(lambda r: Deferred.fromCoroutine(run(r)))  # (exits with its status)
