@@ -365,12 +365,20 @@ class Queue:
             entry = consumer.in_flight.pop(delivery_id)
             self.memory.release(entry.message.size)
             return [entry]
-        acked = []
-        while consumer.in_flight:
-            first = next(iter(consumer.in_flight))
-            if first > delivery_id:
-                break
-            acked.append(consumer.in_flight.pop(first))
+        in_flight = consumer.in_flight
+        if next(reversed(in_flight)) == delivery_id:
+            # Every delivery in flight (an ``ack:auto`` turn's, most cumulative ACKs): at
+            # once, not one pop per entry.
+            acked = list(in_flight.values())
+            in_flight.clear()
+        else:
+            acked = []
+            pop = in_flight.popitem
+            while True:
+                first, entry = pop(last=False)
+                acked.append(entry)
+                if first == delivery_id:
+                    break
         self.acknowledged_total += len(acked)
         self.memory.release(sum(entry.message.size for entry in acked))
         return acked
