@@ -165,7 +165,8 @@ class FrameError(Exception):
 _LF = 0x0A
 _CR = 0x0D
 _HEAD_END = re.compile(rb"\n\r?\n")
-_DIGITS = re.compile(r"[0-9]{1,19}")
+_MAX_DIGITS = 19
+"""The longest content-length read (ASCII digits only: ``isdigit`` alone takes others)."""
 _ESCAPE = re.compile(r"\\(.?)", re.DOTALL)
 _UNESCAPES_11 = {"n": "\n", "c": ":", "\\": "\\"}
 _UNESCAPES_12 = {**_UNESCAPES_11, "r": "\r"}
@@ -213,7 +214,7 @@ class FrameParser:
         self.limits = limits or Limits()
         self.version = version
         """The negotiated version (None before CONNECT: headers are read unescaped)."""
-        self._commands = {command.value.encode(): command for command in commands}
+        self._commands = {command.value: command for command in commands}
         self._buffer = bytearray()
         self._pos = 0
         self._scan = 0
@@ -284,9 +285,10 @@ class FrameParser:
                 raise self._headers_too_long()
             self._scan = max(pos, len(buffer) - 2)
             return None
-        if end.start() - pos > limit:
+        stop = end.start()
+        if stop - pos > limit:
             raise self._headers_too_long()
-        self._head = self._parse_head(bytes(buffer[pos : end.start()]))
+        self._head = self._parse_head(buffer[pos:stop])
         self._pos = self._scan = end.end()
         command, headers, length = self._head
         if length is not None and self._streamed(command, length):
@@ -342,15 +344,19 @@ class FrameParser:
             f"{self.limits.max_header_bytes} bytes",
         )
 
-    def _parse_head(self, head: bytes) -> tuple[Command, tuple[tuple[str, str], ...], int | None]:
-        name, _, rest = head.partition(b"\n")
-        command = self._commands.get(name.removesuffix(b"\r"))
-        if command is None:
-            raise FrameError("unknown command", f"{_shown(name)} is not a STOMP client command")
+    def _parse_head(
+        self, head: bytearray
+    ) -> tuple[Command, tuple[tuple[str, str], ...], int | None]:
+        """A frame's command and headers: the head decoded at once (one copy of it), then
+        split as text."""
         try:
-            text = rest.decode("utf-8")
+            whole = head.decode("utf-8")
         except UnicodeDecodeError:
-            raise self._not_utf8(rest) from None
+            raise self._bad_head(bytes(head)) from None
+        name, _, text = whole.partition("\n")
+        command = self._commands.get(name.removesuffix("\r"))
+        if command is None:
+            raise self._unknown(name.encode())
         lines = text.split("\n") if text else []
         if len(lines) > self.limits.max_headers:
             raise FrameError(
@@ -373,6 +379,19 @@ class FrameParser:
         return command, tuple(headers), length
 
     @staticmethod
+    def _unknown(name: bytes) -> FrameError:
+        return FrameError("unknown command", f"{_shown(name)} is not a STOMP client command")
+
+    def _bad_head(self, head: bytes) -> FrameError:
+        """A head that is not UTF-8: an unknown command, or which header line is not."""
+        name, _, rest = head.partition(b"\n")
+        try:
+            known = name.removesuffix(b"\r").decode("utf-8") in self._commands
+        except UnicodeDecodeError:
+            known = False
+        return self._not_utf8(rest) if known else self._unknown(name)
+
+    @staticmethod
     def _not_utf8(head: bytes) -> FrameError:
         """Which line of the head is not UTF-8."""
         for line in head.split(b"\n"):
@@ -383,7 +402,7 @@ class FrameParser:
         return FrameError("header not UTF-8", "the headers are not UTF-8")
 
     def _length(self, value: str, command: Command) -> int:
-        if not _DIGITS.fullmatch(value):
+        if not (value.isascii() and value.isdigit() and len(value) <= _MAX_DIGITS):
             raise FrameError(
                 "malformed content-length", f"content-length {_shown(value)} is not a number"
             )
