@@ -439,7 +439,7 @@ def _per_message(costs: Costs, delivered: int) -> dict[str, Any]:
 
 
 def _py_spy(pid: int, output: Path, directory: Path, stack: ExitStack) -> Child:
-    """py-spy recording the node (a developer's tool: ``pip install py-spy`` to use it)."""
+    """py-spy recording the node (a developer's tool: ``pip install -e .[dev]`` installs it)."""
     spy = Child(
         "py-spy",
         [

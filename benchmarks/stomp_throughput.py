@@ -18,6 +18,7 @@ duplicates and redeliveries. The figures:
 
     python -m benchmarks stomp [--count 100000] [--repeat 3] [--mode persistent]
                                [--ack auto]   (the consumer as peers-stomp's: ack:auto)
+                               [--profile DIR]  (py-spy records the node: the [dev] extra)
 
 prints a table and writes benchmarks/results/stomp_throughput.json (``--output`` elsewhere).
 """
@@ -42,6 +43,7 @@ import stomp
 from benchmarks.node_throughput import (
     BenchmarkError,
     Child,
+    _py_spy,
     children,
     median_of,
     proc_cpu,
@@ -255,7 +257,13 @@ def _client(role: str, args: Sequence[str], directory: Path, stack: ExitStack) -
 
 
 def one_run(
-    persistent: bool, count: int, seconds: float, ack_every: int, ack: str = "client"
+    persistent: bool,
+    count: int,
+    seconds: float,
+    ack_every: int,
+    *,
+    ack: str = "client",
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """A fresh node, one consumer, one producer: the figures of that run."""
     mode = "persistent" if persistent else "non-persistent"
@@ -269,6 +277,9 @@ def one_run(
             "consumer", [*common, "--ack-every", str(ack_every), "--ack", ack], directory, stack
         )
         consumer_child.event("ready", deadline)
+        spy = None
+        if profile is not None:
+            spy = _py_spy(node.pid, profile / f"node-{mode}", directory, stack)
         node_cpu = proc_cpu(node.pid)
         producer_child = _client(
             "producer", [*common, *(["--persistent"] if persistent else [])], directory, stack
@@ -277,6 +288,8 @@ def one_run(
         consumer_child.tell(f"sent {done['sent']}")
         received = consumer_child.event("received", deadline)
         node_cpu = proc_cpu(node.pid) - node_cpu
+        if spy is not None:
+            spy.stop(signal.SIGINT)
         peak_rss_node = proc_status(node.pid, "VmHWM")
         node_exit = node.stop(signal.SIGTERM)
     elapsed = received["last"] - done["first_send"]
@@ -325,11 +338,13 @@ def run(
     ack_every: int,
     modes: Sequence[str],
     ack: str = "client",
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     for mode in modes:
         runs = [
-            one_run(mode == "persistent", count, seconds, ack_every, ack) for _ in range(repeat)
+            one_run(mode == "persistent", count, seconds, ack_every, ack=ack, profile=profile)
+            for _ in range(repeat)
         ]
         rate = median_of(runs, "msgs_per_s")
         idle = median_of(runs, "node_idle_rss")
@@ -375,10 +390,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the consumer's ack mode (auto: as peers-stomp subscribes)",
     )
     parser.add_argument("--mode", choices=MODES, action="append", help="default: both")
+    parser.add_argument(
+        "--profile", type=Path, help="record the node with py-spy into this folder ([dev] extra)"
+    )
     parser.add_argument("--output", type=Path, help="write the JSON here, not to results/")
     args = parser.parse_args(argv)
     if args.count < 1 or args.repeat < 1:
         parser.error("--count and --repeat must be positive")
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     try:
         results = run(
             count=args.count,
@@ -387,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             ack_every=args.ack_every,
             modes=args.mode or MODES,
             ack=args.ack,
+            profile=args.profile,
         )
     except BenchmarkError as error:
         print(f"stomp benchmark failed: {error}", file=sys.stderr)
