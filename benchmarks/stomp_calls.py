@@ -4,12 +4,12 @@ machine's load does not change (a timed run on a shared machine does not say muc
 One ``StompSession`` on a broker with its SQLite store (the real reactor, the store's
 writer thread), over a sink that serializes every frame as the head's connection does.
 A subscription on ``/queue/bench`` with ``--ack`` (auto, client or client-individual);
-then ``--rounds`` rounds of ``--batch`` persistent 1 KiB SENDs handed over as one read
-would hand them, a receipt on the last, each round waited out until the store is idle: the
-MESSAGEs, and with a client ack mode one ACK per MESSAGE (client-individual) or one
-cumulative ACK for the round (client). The calls of the reactor thread are counted with
-``sys.setprofile`` (Python functions, and C functions apart); the store's writer thread
-is not counted.
+then ``--rounds`` rounds of ``--batch`` persistent 1 KiB SENDs, their bytes parsed and
+handed over as one read would hand them, a receipt on the last, each round waited out
+until the store is idle: the MESSAGEs, and with a client ack mode one ACK per MESSAGE
+(client-individual) or one cumulative ACK for the round (client). The calls of the
+reactor thread are counted with ``sys.setprofile`` (Python functions, and C functions
+apart); the store's writer thread is not counted.
 
     python -m benchmarks stomp-calls [--ack auto] [--batch 50] [--rounds 100] [--top 0]
 
@@ -36,7 +36,15 @@ from zope.interface import implementer
 
 from bridge.config.node import parse_node_config
 from bridge.heads.stomp import StompHead, StompSettings
-from bridge.heads.stomp.frames import Command, Frame, Version, serialize
+from bridge.heads.stomp.frames import (
+    NEED_DATA,
+    Command,
+    Frame,
+    FrameParser,
+    Version,
+    serialize,
+    serialize_bytes,
+)
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.heads.stomp.session import StompSession
 from bridge.message import LargeBody
@@ -161,15 +169,24 @@ async def count_calls(ack: str, batch: int, rounds: int, top: int) -> dict[str, 
         subscribe = {"id": "s", "destination": "/queue/bench", "ack": ack, "receipt": "s"}
         frame(Command.SUBSCRIBE, subscribe)
         await subscribed
-        body = b"x" * 1024
+        parser = FrameParser(version=Version.V1_2)
+
+        def read(number: int) -> bytes:
+            """A round's SENDs as the client writes them (built before counting)."""
+            send = (("destination", "/queue/bench"), ("persistent", "true"))
+            body = b"%08d" % number + b"x" * 1016
+            frames = [Frame(Command.SEND, send, body)] * (batch - 1)
+            frames.append(Frame(Command.SEND, (*send, ("receipt", f"r{number}")), body))
+            return b"".join(serialize_bytes(f, Version.V1_2) for f in frames)
+
+        reads = [read(number) for number in range(5 + rounds)]
 
         async def one_round(number: int) -> None:
             seen = len(sink.frames)
             received = sink.expect(Command.RECEIPT)
-            send = {"destination": "/queue/bench", "persistent": "true"}
-            for index in range(batch):
-                last = index == batch - 1
-                frame(Command.SEND, {**send, "receipt": f"r{number}"} if last else send, body)
+            parser.feed(reads[number])  # parsed and handled as the connection does
+            while (event := parser.next_event()) is not NEED_DATA:
+                session.event_received(event)  # type: ignore[arg-type]
             await received
             await idle()
             acks = [f.header("ack") for f in sink.frames[seen:] if f.command is Command.MESSAGE]
