@@ -287,9 +287,11 @@ class Publisher:
                 creating = self._addressing.send_to(name, routing)
         except (PermissionDenied, NodeError) as refused:
             raise refusal_error(refused, destination) from None
-        message_headers: dict[str, HeaderValue] = {
-            key: value for key, value in headers.items() if key not in SEND_FRAME_HEADERS
-        }
+        message_headers: dict[str, HeaderValue] = (
+            {}  # (most SENDs carry only the frame's own headers: no loop over them)
+            if headers.keys() <= SEND_FRAME_HEADERS
+            else {key: value for key, value in headers.items() if key not in SEND_FRAME_HEADERS}
+        )
         if self._addressing.states_routing(address):
             # (``/topic/``: multicast, else anycast)
             message_headers[ROUTING_TYPE] = routing.value
