@@ -223,7 +223,9 @@ class Consumer(Generic[T]):
             if prefetch is not None and len(unacked) >= prefetch:
                 self._update_ready()
         elif self._auto_acks is not None:
-            self._auto_acks.delivered(self, delivery_id)
+            if not self.auto_acked:  # the first since the last acknowledgement: one call a turn
+                self._auto_acks.waiting(self)
+            self.auto_acked = delivery_id
         message = delivery.message
         if message.large is None or self._streamer is None:  # (the hot path: one call less)
             self._listener.deliver(self, delivery_id, delivery.delivery_count, message)
@@ -376,8 +378,9 @@ class AutoAcks:
         self._call: IDelayedCall | None = None
         self._consumers: list[Consumer[Any]] = []
 
-    def delivered(self, consumer: Consumer[T], delivery_id: int) -> None:
-        consumer.auto_acked = delivery_id
+    def waiting(self, consumer: Consumer[T]) -> None:
+        """``consumer`` has deliveries to acknowledge (it was sent one since its last
+        acknowledgement; it keeps the id of the latest in ``auto_acked``)."""
         self._consumers.append(consumer)
         if self._call is None:
             self._call = self._clock.callLater(0, self.flush)
@@ -386,7 +389,7 @@ class AutoAcks:
         """Acknowledge what every consumer was sent so far."""
         self._call = None
         consumers, self._consumers = self._consumers, []
-        for consumer in dict.fromkeys(consumers):
+        for consumer in consumers:
             self.flush_one(consumer)
 
     @staticmethod

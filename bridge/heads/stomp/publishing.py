@@ -275,7 +275,8 @@ class Publisher:
                 "header not allowed",
                 f"SEND may not set the {name!r} header: the node sets it on MESSAGE frames",
             )
-        tx = open_transaction(self._transactions, headers.get("transaction"))
+        named = headers.get("transaction")
+        tx = None if named is None else open_transaction(self._transactions, named)
         receipt = headers.get("receipt")
         name, kind = destination.name, destination.kind
         routing = _MULTICAST if kind is _TOPIC else _ANYCAST
