@@ -77,16 +77,27 @@ class OutboundQueue:
         over: the part that crosses the budget goes too, so that a large frame leaves with
         its header in one socket call."""
         parts = self._parts
+        if self._queued <= budget:  # (all of it: most turns, no loop over the parts)
+            out = list(parts)
+            parts.clear()
+            taken = self._queued
+        else:
+            out, taken = self._take_some(budget)
+        self._queued -= taken
+        self._in_transport += taken
+        self._update()
+        return out
+
+    def _take_some(self, budget: int) -> tuple[list[bytes], int]:
+        """Whole parts from the front up to ``budget`` bytes, the one that crosses it too."""
+        parts = self._parts
         out: list[bytes] = []
         taken = 0
         while parts and taken < budget:
             part = parts.popleft()
             out.append(part)
             taken += len(part)
-        self._queued -= taken
-        self._in_transport += taken
-        self._update()
-        return out
+        return out, taken
 
     def take_all(self) -> list[bytes]:
         """Remove everything queued (for a last flush before closing)."""
