@@ -301,8 +301,9 @@ def test_hot_path_codecs_agree_with_the_generic_layout(packet, data):
     mutated += data.draw(st.binary(max_size=2))
     del mutated[len(mutated) - data.draw(st.integers(0, 2)) :]
     candidate = bytes(mutated)
-    assert outcome(lambda p: decode_packet(frame_type, p), candidate) == outcome(
-        layout.decode, candidate
+    # Compared by repr: mutated bytes may decode to a NaN header, which equals nothing.
+    assert repr(outcome(lambda p: decode_packet(frame_type, p), candidate)) == repr(
+        outcome(layout.decode, candidate)
     )
 
 
