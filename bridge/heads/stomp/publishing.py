@@ -32,6 +32,7 @@ from bridge.node.broker import (
     AddressNotFound,
     Broker,
     NodeError,
+    Unsettled,
     refusal,
 )
 from bridge.node.large_sends import LargeSend
@@ -215,8 +216,18 @@ class Publisher:
             self._wire.closing()
 
     def failed(self, entry: _Outstanding, failure: Failure) -> bool:
-        """A frame's effect could not be stored: an ERROR, and no receipt after it."""
+        """A frame's effect could not be stored: an ERROR, and no receipt after it. One the
+        node stopped serving before it was settled (``Unsettled``: its backup may hold it)
+        was not refused: the ERROR says its outcome is unknown, for the client to send it
+        again where it reconnects."""
         if self._life.state is _CLOSED:
+            return False
+        if failure.check(Unsettled):
+            self._wire.fail(
+                "outcome unknown",
+                f"{failure.getErrorMessage()}: the frame may have been stored or not; send "
+                "it again to the node that serves next (no receipt follows)",
+            )
             return False
         if refusal(failure, "storing a STOMP frame") is not None:
             log.warn("a STOMP frame was not stored: {why}", why=failure.getErrorMessage())

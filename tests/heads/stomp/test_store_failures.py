@@ -14,18 +14,19 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.python.failure import Failure
 
-from bridge.store import CommitFailed
+from bridge.store import CommitFailed, Unsettled
 
 
-def failing_add(store: Any, *, at_once: bool) -> Any:
-    """``add_then`` of ``store`` failing every add whose body is b'doomed'."""
+def failing_add(store: Any, *, at_once: bool, error: Exception | None = None) -> Any:
+    """``add_then`` of ``store`` failing every add whose body is b'doomed' (with
+    ``error``, by default a failed commit)."""
     real = store.add_then
 
     def add_then(message: Any, queues: Any, then: Any) -> None:
         if message.body != b"doomed":
             real(message, queues, then)
             return
-        failure = Failure(CommitFailed("disk full (injected)"))
+        failure = Failure(error or CommitFailed("disk full (injected)"))
         if at_once:
             then(failure)
         else:
@@ -57,3 +58,23 @@ async def test_a_persistent_send_that_is_not_stored_ends_its_connection_only(
     await other.receipt("other")
     kept = [entry.message.body for entry in stomp_node.broker.queue("kept").browse()]
     assert kept == [b"fine", b"also fine"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_the_node_stopped_serving_before_it_was_settled_is_of_unknown_outcome(
+    stomp_node, monkeypatch
+):
+    """Its backup may hold it or not: the ERROR says the outcome is unknown, not that the
+    frame was not stored, and no receipt comes for it."""
+    store = stomp_node.broker.store
+    stopped = Unsettled("the node stopped serving before its backup had the batch")
+    monkeypatch.setattr(store, "add_then", failing_add(store, at_once=False, error=stopped))
+    client = await stomp_node.raw()
+    await client.connect()
+    client.send(
+        "SEND", {"destination": "/queue/kept", "persistent": "true", "receipt": "r"}, b"doomed"
+    )
+    error = await client.error()
+    assert error.header("message") == "outcome unknown"
+    assert b"may have been stored or not" in error.body
+    assert client.of("RECEIPT") == []
