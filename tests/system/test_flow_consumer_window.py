@@ -27,7 +27,7 @@ from bridge.protocol import (
 )
 from tests.system.flow import KIB, MIB, RssSampler, poll, queue_of, status
 from tests.system.nodes import node_document
-from transport.frames import HEADER, encode
+from transport.frames import HEADER, ControlType, encode
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
@@ -82,11 +82,15 @@ async def test_a_consumer_that_takes_nothing_stops_after_its_window(nodes):
 
 
 def _exchange(sock: socket.socket, packet: Packet) -> Packet:
-    """Write one packet and read the node's answer (blocking: run in a thread)."""
+    """Write one packet and read the node's answer (blocking: run in a thread), past the
+    transport's PINGs (the node's first frame is one, asking for pings)."""
     sock.sendall(b"".join(encode(*encode_packet(packet))))
-    header = _read(sock, HEADER.size)
-    _, _, frame_type, length = HEADER.unpack(header)
-    return decode_packet(frame_type, _read(sock, length))
+    while True:
+        header = _read(sock, HEADER.size)
+        _, _, frame_type, length = HEADER.unpack(header)
+        payload = _read(sock, length)
+        if frame_type != ControlType.PING:
+            return decode_packet(frame_type, payload)
 
 
 def _read(sock: socket.socket, size: int) -> bytes:

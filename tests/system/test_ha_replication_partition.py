@@ -42,7 +42,15 @@ from tests.system.ha import PING, REAP, SLACK
 from tests.system.netns import Host, hosts, require_netns
 from tests.system.nodes import NodeProcess
 from tests.system.replication import replicated_node
-from tests.system.test_ha_partition import CLIENT, PORT, TTL, _stamp, cut_a_under_traced_load
+from tests.system.test_ha_partition import (
+    A_SEES_B_LIVE,
+    B_LIVE,
+    CLIENT,
+    PORT,
+    TTL,
+    _stamp,
+    cut_a_under_traced_load,
+)
 
 IN_SYNC = r"replication: b/\w+ is in sync .*, named so in the lease"
 
@@ -114,13 +122,13 @@ async def test_a_partitioned_live_node_stops_before_its_backup_serves_what_it_co
 
         async def then() -> None:
             stopped_at = _stamp(a.output, r"node a: stops serving")
-            live_at = _stamp(b.output, r"node b: LIVE, epoch 2")
+            live_at = _stamp(b.output, B_LIVE)
             assert stopped_at < live_at, (stopped_at, live_at)
 
             # healed, a copies b's store as its backup, and never serves
             since = len(a.output)
             pair.host_a.heal()
-            await a.wait_for(r"node a: live is b, epoch 2", SLACK, since=since)
+            await a.wait_for(A_SEES_B_LIVE, SLACK, since=since)
             await b.wait_for(r"replication: a/\w+ is in sync", SLACK * 2, since=0)
             assert "node a: LIVE" not in a.output[since:]
 
@@ -164,7 +172,7 @@ async def test_a_live_node_cut_off_from_its_backup_goes_on_alone_and_copies_agai
         await producer.close()
 
         # b's copy has everything: killed, a leaves it every message it confirmed
-        live = b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+        live = b.wait_for(B_LIVE, REAP + PING + SLACK)
         await a.stop(signal.SIGKILL)
         await live
         await b.wait_started(SLACK)
