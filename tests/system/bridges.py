@@ -43,13 +43,22 @@ RETRY = {"retry-interval": "100ms", "retry-interval-multiplier": 2.0, "max-retry
 """Quick reconnects, so a test's faults cost little time."""
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports this process's tests were given: the kernel may offer a probe's port again at the
+next probe, and two nodes of one test given one port would share it unseen."""
+
+
 def free_port() -> int:
     """A loopback port free now, for a node that must come back on the same port after a
-    restart (or that is not running yet when another node is told where it is)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    restart (or that is not running yet when another node is told where it is); never one
+    handed out before in this process."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def bridge_table(name: str, queue: str, target: str | list[str], **extra: Any) -> dict[str, Any]:
