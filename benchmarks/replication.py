@@ -70,7 +70,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -825,50 +825,50 @@ def main(argv: list[str] | None = None) -> int:
 
 def quorum_only(kills: int, output: Path | None, began: float) -> int:
     """``--only quorum``: the failover by a quorum vote alone."""
-    try:
-        print(
-            "kill -9 of the live node to the first confirmed send on its backup, by a quorum vote:",
-            flush=True,
-        )
-        quorum = quorum_kills_run(kills)
-    except BenchmarkError as error:
-        print(f"replication benchmark failed: {error}", file=sys.stderr)
-        return 1
-    report_quorum(quorum)
-    load = os.getloadavg()
-    path = save(
-        "replication-quorum",
-        {
-            "load_average": list(load),
-            "minutes": (time.monotonic() - began) / 60,
-            "failover_by_quorum": quorum,
-        },
-        output,
+    return _one_part(
+        "kill -9 of the live node to the first confirmed send on its backup, by a quorum vote:",
+        lambda: quorum_kills_run(kills),
+        report_quorum,
+        ("replication-quorum", "failover_by_quorum"),
+        output=output,
+        began=began,
     )
-    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"saved {path}")
-    return 0
 
 
 def failback_only(kills: int, server: str, output: Path | None, began: float) -> int:
     """``--only failback``: the primary's failback alone."""
+    return _one_part(
+        "failback of the restarted primary:",
+        lambda: failback_run(kills, server),
+        report_failback,
+        ("replication-failback", "failback"),
+        output=output,
+        began=began,
+    )
+
+
+def _one_part(
+    title: str,
+    run: Callable[[], dict[str, Any]],
+    show: Callable[[dict[str, Any]], None],
+    names: tuple[str, str],
+    *,
+    output: Path | None,
+    began: float,
+) -> int:
+    """One part of the benchmark alone: run it, print it, save it as ``names`` (the
+    file's name, the figures' key) with the load average."""
     try:
-        print("failback of the restarted primary:", flush=True)
-        failback = failback_run(kills, server)
+        print(title, flush=True)
+        figures = run()
     except BenchmarkError as error:
         print(f"replication benchmark failed: {error}", file=sys.stderr)
         return 1
-    report_failback(failback)
+    show(figures)
     load = os.getloadavg()
-    path = save(
-        "replication-failback",
-        {
-            "load_average": list(load),
-            "minutes": (time.monotonic() - began) / 60,
-            "failback": failback,
-        },
-        output,
-    )
+    saved, key = names
+    document = {"load_average": list(load), "minutes": (time.monotonic() - began) / 60}
+    path = save(saved, {**document, key: figures}, output)
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"saved {path}")
     return 0

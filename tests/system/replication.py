@@ -76,3 +76,14 @@ async def fill_with_bodies(node: Any, large: int) -> list[bytes]:
     await client.send("orders", b"last")
     await client.close()
     return [*bodies, *small, b"last"]
+
+
+async def read_all(node: Any, expected: list[bytes]) -> None:
+    """Consume ``orders`` on ``node``: exactly ``expected``, in order, each acknowledged."""
+    reader = await connect(reactor, node.core_url)
+    consumer = await reader.consumer("orders")
+    for body in expected:
+        message = await consumer.receive()
+        assert message.body == body
+        message.ack()
+    await reader.close()

@@ -26,6 +26,7 @@ from tests.system.replication import (
     fill_with_bodies,
     ha_status,
     management_port,
+    read_all,
     replicated_node,
     stamp,
 )
@@ -161,13 +162,7 @@ async def test_the_live_node_killed_during_the_copy_comes_back_and_copies_again(
     await a.stop(signal.SIGKILL)
     await b.wait_for(r"node b: LIVE, epoch 3", REAP + PING + SLACK)
     await b.wait_started(SLACK)
-    reader = await connect(reactor, b.core_url)
-    consumer = await reader.consumer("orders")
-    for body in expected:
-        message = await consumer.receive()
-        assert message.body == body
-        message.ack()
-    await reader.close()
+    await read_all(b, expected)
 
 
 @pytest_twisted.ensureDeferred

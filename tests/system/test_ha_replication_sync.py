@@ -28,7 +28,13 @@ from bridge.client.api import connect
 from tests.postgresql import schema_url
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK
-from tests.system.replication import PAGING, fill_with_bodies, management_port, replicated_node
+from tests.system.replication import (
+    PAGING,
+    fill_with_bodies,
+    management_port,
+    read_all,
+    replicated_node,
+)
 
 STARTED = 256 * 1024
 """Bytes from a to b after which the copy is under way: the copy holds megabytes of
@@ -145,16 +151,6 @@ def _backup(nodes: Any, lease_url: str, b_port: int, proxy_port: int) -> Any:
     return nodes(document, name="b")
 
 
-async def _read_all(node: Any, expected: list[bytes]) -> None:
-    reader = await connect(reactor, node.core_url)
-    consumer = await reader.consumer("orders")
-    for body in expected:
-        message = await consumer.receive()
-        assert message.body == body
-        message.ack()
-    await reader.close()
-
-
 @pytest_twisted.ensureDeferred
 async def test_a_backup_killed_in_the_copy_copies_again_and_serves_everything(nodes, pg_schema):
     lease_url = schema_url(pg_schema)
@@ -180,7 +176,7 @@ async def test_a_backup_killed_in_the_copy_copies_again_and_serves_everything(no
     await a.stop(signal.SIGKILL)
     await b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
     await b.wait_started(SLACK)
-    await _read_all(b, expected)
+    await read_all(b, expected)
 
 
 @pytest_twisted.ensureDeferred
@@ -219,4 +215,4 @@ async def test_a_backup_stalled_in_the_last_step_times_out_and_starts_over(nodes
         assert "LIVE" not in b.output
     finally:
         await proxy.close()
-    await _read_all(a, [*expected, b"sent while b stalls"])
+    await read_all(a, [*expected, b"sent while b stalls"])
