@@ -272,14 +272,22 @@ class Delivery:
         """The ids of the entries the store holds on this queue."""
         if queue_name not in self._durable:
             return []
+        unstored = self._router.unstored
+        if unstored:  # queued early, their writes failed: not in the store
+            return [
+                entry.message.id
+                for entry in entries
+                if entry.message.durable and entry.message.id not in unstored
+            ]
         return [entry.message.id for entry in entries if entry.message.durable]
 
     def _count_deliveries(self, queue_name: str, entries: list[Entry]) -> Deferred[None]:
         if queue_name not in self._durable:
             return succeed(None)
+        unstored = self._router.unstored
         writes = [
             self._store.update_delivery_count(queue_name, entry.message.id, entry.delivery_count)
             for entry in entries
-            if entry.message.durable
+            if entry.message.durable and entry.message.id not in unstored
         ]
         return join(writes)

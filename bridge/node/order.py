@@ -41,9 +41,11 @@ from bridge.message import Message
 class Place:
     """An effect in line: ``done`` once written, ``held`` while a held send waits for its
     turn to be routed (its ``message``); ``size``, the body bytes it waits to have
-    written (``bridge.node.sends`` counts them)."""
+    written (``bridge.node.sends`` counts them); ``late``, a send that reaches its queues
+    only once written (a later send must not be queued before it)."""
 
     done: bool = attrs.field(default=False, kw_only=True)
+    late: bool = attrs.field(default=False, kw_only=True)
     held: bool = attrs.field(default=False, kw_only=True)
     size: int = attrs.field(default=0, kw_only=True)
     message: Message | None = attrs.field(default=None, kw_only=True)

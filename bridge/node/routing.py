@@ -10,7 +10,9 @@ its queues once it is safe. A send in a transaction is only recorded on it (its 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import attrs
@@ -36,6 +38,7 @@ from bridge.node.paging import Paging
 from bridge.node.queue import TRANSIENT, Entry, Filter, Queue
 from bridge.node.writes import join, log, log_failure, store_detection
 from bridge.selector import compile_selector
+from bridge.store.errors import StoreError, Unsettled
 from bridge.store.interfaces import IMessageStore
 from bridge.store.records import QueueRecord
 
@@ -53,6 +56,14 @@ def compile_filter(text: str | None) -> Filter | None:
     """A queue's or a consumer's filter, compiled (None: everything matches)."""
     return compile_selector(text).matches if text else None
 
+
+class Queued(enum.Enum):
+    """``publish_then``'s answer for a send queued early, its write under way."""
+
+    QUEUED = "queued"
+
+
+QUEUED = Queued.QUEUED
 
 _ANYCAST = Routing.ANYCAST
 """Read on every send: a module constant costs a quarter of reading it off its class."""
@@ -93,6 +104,10 @@ class Router:
         """Stored duplicate ids, by store key, of addresses not created yet since the start."""
         self._to_one: dict[str, Routed] = {}
         """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
+        self.unstored: set[int] = set()
+        """Ids of durable messages queued early whose write failed: not in the store, so
+        their acknowledgements write nothing. (Kept: a failed write is rare, and the node
+        that has one is usually about to stop serving.)"""
         self._creating: dict[str, list[Deferred[None]]] = {}
         """Queues being created (stored first), and the calls waiting for each."""
 
@@ -349,27 +364,32 @@ class Router:
         ``Routed``: the hot path of a non-durable send creates no Deferred. A large
         message's file is the node's from here: deleted if the message goes nowhere."""
         routed = self.route(message, tx, None)
-        assert routed is not None
+        assert routed is not None and routed is not QUEUED  # (only with ``then``)
         return routed
 
-    def publish_then(self, message: Message, then: Then) -> Routed | None:
+    def publish_then(
+        self, message: Message, then: Then, *, early: bool = False
+    ) -> Routed | Queued | None:
         """``publish`` outside a transaction without a Deferred, for the heads' hot path.
 
         What is done at once returns its ``Routed``, and ``then`` is not called. A send
         that waits for its store write returns None, and ``then`` is told once it is safe
         to confirm (None) or why it failed (the failure; at once, should the store refuse
-        it at once)."""
-        routed = self.route(message, None, then)
-        if routed is None or isinstance(routed, Routed):  # (cheaper than of Deferred, an ABC)
+        it at once). With ``early`` (nothing of its connection waits to be queued before
+        it), a durable send that may be delivered before it is written (``early``) is
+        queued at once and returns ``QUEUED``; ``then`` is told as before."""
+        routed = self.route(message, None, then, early)
+        if routed is None or isinstance(routed, Routed | Queued):  # (cheaper than of Deferred)
             return routed
         routed.addCallbacks(lambda _: then(None), then)  # paged, or stored with its id
         return None
 
     def route(
-        self, message: Message, tx: Transaction | None, then: Then | None
-    ) -> Routed | Deferred[Routed] | None:
+        self, message: Message, tx: Transaction | None, then: Then | None, early: bool = False
+    ) -> Routed | Deferred[Routed] | Queued | None:
         """``publish``; with ``then`` (and no transaction), a send that needs nothing but
-        its add returns None and tells ``then``, as ``publish_then`` says."""
+        its add returns None (or ``QUEUED``) and tells ``then``, as ``publish_then``
+        says."""
         # auto_create's work, skipped for an address that exists and needs no queue
         address = self._addresses.get(message.address)
         if address is None or (
@@ -435,6 +455,8 @@ class Router:
                 tx.sends.append((message, bindings, None))
             return routed
         if then is not None:
+            if early and detection is None and message.large is None:
+                return self._add_early(message, bindings, stored, then)
             self._add_then(message, bindings, stored, memory, then, detection=detection)
             return None
         store_tx = tx.store_tx if tx is not None else None
@@ -470,6 +492,42 @@ class Router:
             self._large.discard(message)
             return Routed((), duplicate=True)
         return self.publish(message)
+
+    def _add_early(
+        self, message: Message, bindings: list[Binding], stored: list[str], then: Then
+    ) -> Queued | None:
+        """Queue a durable send at once, its store write under way, as Artemis and
+        RabbitMQ deliver before the disk sync: ``then`` hears of the write. A message
+        every queue acknowledged before its write began is never written: it was
+        consumed, which is what the producer's confirmation then means. Without a
+        duplicate id, a crash before the write loses nothing a resend would not bring
+        again; with one, the send takes ``_add_then``'s path, so that a repeat is always
+        known."""
+        try:
+            self.store.add_early(message, stored, partial(self._early_written, message, then))
+        except StoreError as error:
+            then(Failure(error))
+            return None
+        enqueue(message, bindings)
+        return QUEUED
+
+    def _early_written(self, message: Message, then: Then, failure: Failure | None) -> None:
+        """An early send's write ended. Failed, the message is on its queues (it may have
+        been delivered) but not in the store: its acknowledgement writes nothing, and
+        the producer hears that the outcome is unknown (``Unsettled``), not a refusal
+        that a resend would turn into a second copy."""
+        if failure is None:
+            then(None)
+            return
+        self.unstored.add(message.id)
+        if not failure.check(Unsettled):
+            failure = Failure(
+                Unsettled(
+                    f"message {message.id} is queued but its store write failed: "
+                    f"{failure.getErrorMessage()}"
+                )
+            )
+        then(failure)
 
     def _add_then(
         self,

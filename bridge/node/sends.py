@@ -26,6 +26,7 @@ from twisted.python.failure import Failure
 from bridge.message import Message
 from bridge.node.broker import Broker
 from bridge.node.order import Place, SendOrder
+from bridge.node.routing import QUEUED
 
 P = TypeVar("P", bound=Place)
 P_contra = TypeVar("P_contra", bound=Place, contravariant=True)
@@ -61,6 +62,8 @@ class Sends(Generic[P]):
     order: SendOrder[P] = attrs.field(init=False)
     _unstored: int = attrs.field(init=False, default=0)
     _busy: bool = attrs.field(init=False, default=False)
+    _late: int = attrs.field(init=False, default=0)
+    """Places whose sends reach their queues only once written."""
 
     def __attrs_post_init__(self) -> None:
         self.order = SendOrder(self._listener.released, self._listener.due)
@@ -80,20 +83,36 @@ class Sends(Generic[P]):
         size = place.size
         if size and self._max_unstored is not None:
             self._count(size)
-        routed = self._broker.publish_then(message, partial(self.written, place))
-        if routed is not None:  # routed at once: no write to wait for
-            self.written(place)
+        self._routed(place, message)
 
     def route(self, place: P, message: Message) -> None:
         """``publish`` for a place in line already (a held one whose turn came)."""
-        routed = self._broker.publish_then(message, partial(self.written, place))
-        if routed is not None:
-            self.written(place)
+        self._routed(place, message)
+
+    def _routed(self, place: P, message: Message) -> None:
+        """Route ``message``: queued early only while no send of this connection waits to
+        be queued once written (``late``), so that none overtakes another."""
+        routed = self._broker.publish_then(
+            message, partial(self.written, place), early=not self._late
+        )
+        if routed is QUEUED:
+            return
+        if routed is None:
+            if not place.done:  # (a refusal at once wrote it already)
+                place.late = True
+                self._late += 1
+            return
+        self.written(place)
 
     def hold(self, place: P) -> bool:
         """Hold ``place`` (its ``message`` a non-durable send) behind the places that wait
-        before it: False if none does (publish it now), else True and ``due`` later."""
-        return self.order.hold(place)
+        to be queued before it (``late``): False if none does (publish it now), else True
+        and ``due`` later."""
+        if not self._late or not self.order.hold(place):
+            return False
+        place.late = True
+        self._late += 1
+        return True
 
     def wait(self, place: P, work: Deferred[Any]) -> None:
         """``place`` is done once ``work`` is."""
@@ -111,6 +130,9 @@ class Sends(Generic[P]):
         """``place``'s write ended (or it needed none): release what is done in front.
         With ``failure``, the write failed: the head hears it, and says whether the
         place's turn still comes."""
+        if place.late:
+            place.late = False
+            self._late -= 1
         if failure is not None and not self._listener.failed(place, failure):
             return
         size = place.size

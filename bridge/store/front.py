@@ -73,6 +73,36 @@ class _Transaction:
     waiters: list[Deferred[None]] = attrs.field(factory=list)
 
 
+@attrs.define(eq=False)
+class _EarlyAdd:
+    """An add of a message already on its queues (``add_early``), until its batch is
+    handed to the writer: the queues that have not acknowledged it yet."""
+
+    message: Message
+    queues: list[str]
+
+
+def _encode_add(
+    message: Message, queues: tuple[str, ...], duplicate: StoreDuplicateId | None
+) -> AddMessage:
+    """The add of ``message``, encoded; ``InvalidOperation`` if it cannot be."""
+    try:
+        data = encode_message(message)
+    except MessageFormatError as error:
+        raise InvalidOperation(f"add message {message.id}: {error}") from None
+    large = message.large
+    if large is None:
+        return AddMessage(message.id, queues, data, duplicate=duplicate)
+    return AddMessage(message.id, queues, data, large.size, large.path, duplicate)
+
+
+def _spread(results: Outcomes, places: list[int], outcomes: list[BaseException | None]) -> Outcomes:
+    """The writer's outcomes, each in its item's place of the whole batch."""
+    for place, outcome in zip(places, results, strict=True):
+        outcomes[place] = outcome
+    return outcomes
+
+
 class _DaemonThread(Thread):
     """The writer's thread, as a daemon: a process that ends without closing the store must
     still end. The database's journal keeps it whole; what was not confirmed may be lost,
@@ -107,7 +137,12 @@ class MessageStore:
         self._threads = IReactorFromThreads(reactor)
         self._pool = _WriterPool(1, 1, name=f"txbridge-store-writer {self.name}")
         self._writer = writer
-        self._batches: GroupCommit[Operation] = GroupCommit(reactor, self._run_batch)
+        self._batches: GroupCommit[Operation | _EarlyAdd] = GroupCommit(reactor, self._run_batch)
+        self._early: dict[int, _EarlyAdd] = {}
+        """Early adds not handed to the writer yet, by message id, while an acknowledgement
+        may still take a queue off them."""
+        self._early_items = 0
+        """Early adds in the batch to come (some may be out of ``_early`` already)."""
         self._state = _State.NEW
         self._transactions: dict[TxId, _Transaction] = {}
         self._last_tx = 0
@@ -170,6 +205,15 @@ class MessageStore:
             return
         self._batches.submit_then(operation, then)
 
+    def add_early(self, message: Message, queues: Sequence[str], then: Then) -> None:
+        self._check_add(message, queues)
+        if message.large is not None:
+            raise InvalidOperation(f"add message {message.id}: a large message is never early")
+        early = _EarlyAdd(message, list(queues))
+        self._early[message.id] = early
+        self._early_items += 1
+        self._batches.submit_then(early, then)
+
     def _add_operation(
         self,
         message: Message,
@@ -178,6 +222,17 @@ class MessageStore:
     ) -> AddMessage:
         """The operation that adds ``message`` (with ``duplicate``, as ``add_then`` says);
         ``StoreError`` if it may not be added."""
+        self._check_add(message, queues)
+        stored_id = None
+        if duplicate is not None:
+            address, duplicate_id, keep = duplicate
+            if keep < 1:
+                raise InvalidOperation(f"duplicate ids of {address!r}: keep must be at least 1")
+            stored_id = StoreDuplicateId(address, duplicate_id, keep)
+        return _encode_add(message, tuple(queues), stored_id)
+
+    def _check_add(self, message: Message, queues: Sequence[str]) -> None:
+        """``StoreError`` if ``message`` may not be added to ``queues``."""
         if self._state is not _OPEN:
             raise StoreNotOpen(f"{self.name} is {self._state.value}, not open")
         if not message.durable:
@@ -188,20 +243,6 @@ class MessageStore:
             raise InvalidOperation(
                 f"add message {message.id}: a queue is given twice in {list(queues)}"
             )
-        try:
-            data = encode_message(message)
-        except MessageFormatError as error:
-            raise InvalidOperation(f"add message {message.id}: {error}") from None
-        stored_id = None
-        if duplicate is not None:
-            address, duplicate_id, keep = duplicate
-            if keep < 1:
-                raise InvalidOperation(f"duplicate ids of {address!r}: keep must be at least 1")
-            stored_id = StoreDuplicateId(address, duplicate_id, keep)
-        large = message.large
-        if large is None:
-            return AddMessage(message.id, tuple(queues), data, duplicate=stored_id)
-        return AddMessage(message.id, tuple(queues), data, large.size, large.path, stored_id)
 
     def new_body(self, message_id: int) -> IBodyWriter:
         return BodyFile(self._writer.body_files.path_for(message_id))
@@ -246,6 +287,8 @@ class MessageStore:
         return self._submit(ReleasePages(tuple(message_ids)), None)
 
     def acknowledge(self, queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
+        if self._early and self._taken_early(queue, message_id, tx):
+            return succeed(None)
         return self._submit(Acknowledge(queue, message_id), tx)
 
     def acknowledge_many(
@@ -255,13 +298,34 @@ class MessageStore:
             return self._refuse(f"acknowledge on queue {queue!r}: no message given")
         if len(set(message_ids)) != len(message_ids):
             return self._refuse(f"acknowledge on queue {queue!r}: a message is given twice")
+        if self._early:
+            message_ids = [each for each in message_ids if not self._taken_early(queue, each, tx)]
+            if not message_ids:
+                return succeed(None)
         return self._submit(AcknowledgeMany(queue, tuple(message_ids)), tx)
+
+    def _taken_early(self, queue: str, message_id: int, tx: TxId | None) -> bool:
+        """Whether acknowledging ``message_id`` on ``queue`` took the queue off its early
+        add, not handed to the writer yet (nothing to write). In a transaction, the add
+        is written as it is: the commit's acknowledgement comes after it."""
+        early = self._early.get(message_id)
+        if early is None:
+            return False
+        if tx is not None or queue not in early.queues:
+            del self._early[message_id]  # written as it is, before what refers to it
+            return False
+        early.queues.remove(queue)
+        if not early.queues:
+            del self._early[message_id]
+        return True
 
     def update_delivery_count(
         self, queue: str, message_id: int, count: int, tx: TxId | None = None
     ) -> Deferred[None]:
         if count < 0:
             return self._refuse(f"delivery count of message {message_id}: {count} is negative")
+        if self._early:
+            self._early.pop(message_id, None)  # written as it is, before its new count
         return self._submit(UpdateDeliveryCount(queue, message_id, count), tx)
 
     def create_queue(self, queue: QueueRecord, tx: TxId | None = None) -> Deferred[None]:
@@ -360,7 +424,33 @@ class MessageStore:
         the writer so far (replication's snapshot)."""
         return deferToThreadPool(self._threads, self._pool, call)
 
-    def _run_batch(self, operations: list[Operation]) -> Deferred[Outcomes]:
+    def _run_batch(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:
+        """Hand a batch to the writer: an early add is encoded now, or left out if every
+        queue of it acknowledged it already (its outcome: done)."""
+        self._early.clear()  # (every early add is in this batch: no more taken off)
+        if not self._early_items:
+            return self._run_operations(cast("list[Operation]", items))
+        self._early_items = 0
+        outcomes: list[BaseException | None] = [None] * len(items)
+        operations: list[Operation] = []
+        places: list[int] = []
+        for place, item in enumerate(items):
+            if type(item) is _EarlyAdd:
+                if not item.queues:
+                    continue
+                try:
+                    operations.append(_encode_add(item.message, tuple(item.queues), None))
+                except InvalidOperation as error:
+                    outcomes[place] = error
+                    continue
+            else:
+                operations.append(cast(Operation, item))
+            places.append(place)
+        if not operations:
+            return succeed(outcomes)
+        return self._run_operations(operations).addCallback(_spread, places, outcomes)
+
+    def _run_operations(self, operations: list[Operation]) -> Deferred[Outcomes]:
         batch: Deferred[Outcomes] = deferToThreadPool(
             self._threads, self._pool, self._writer.run, operations
         )

@@ -51,6 +51,15 @@ class IMessageStore(Interface):
         (address, id, keep) is stored with the message, in the same operation, as
         ``store_duplicate_id`` would store it: both or neither."""
 
+    def add_early(
+        message: Message, queues: Sequence[str], then: Callable[[Failure | None], object]
+    ) -> None:
+        """``add_then`` for a message already on its queues (no duplicate id, not large):
+        until its add is handed to the writer, an ``acknowledge`` of it outside a
+        transaction takes its queue off the add instead of being written, and an add no
+        queue holds any more is never written (``then`` still hears None in its turn).
+        ``StoreError`` at once if the add is refused."""
+
     def new_body(message_id: int) -> IBodyWriter:
         """Start a large message's body, written in chunks before ``add``; a body no
         stored message owns is deleted when the store next opens."""

@@ -12,6 +12,7 @@ from twisted.python.failure import Failure
 from bridge.message import Message
 from bridge.node.broker import Routed
 from bridge.node.order import Place
+from bridge.node.routing import QUEUED, Queued
 from bridge.node.sends import Sends
 
 
@@ -21,17 +22,22 @@ class _Send(Place):
 
 
 class _Broker:
-    """Routes a non-durable send at once; a durable one waits for ``write``."""
+    """Routes a non-durable send at once; a durable one waits for ``write``, queued early
+    if asked to and it has no duplicate id (as the router does)."""
 
     def __init__(self) -> None:
         self.writes: list[Any] = []
         self.discarded: list[Message] = []
+        self.early: list[bool] = []
+        """Whether each durable send was queued early."""
 
-    def publish_then(self, message: Message, then: Any) -> Routed | None:
+    def publish_then(self, message: Message, then: Any, *, early: bool) -> Routed | Queued | None:
         if not message.durable:
             return Routed(())
         self.writes.append(then)
-        return None
+        early = early and message.duplicate_id is None
+        self.early.append(early)
+        return QUEUED if early else None
 
     def discard(self, message: Message) -> None:
         self.discarded.append(message)
@@ -61,8 +67,8 @@ class _Head:
         self.heard.append("busy" if busy else "not busy")
 
 
-def _message(durable: bool, size: int = 10) -> Message:
-    return Message(0, "a", durable, {}, b"x" * size)
+def _message(durable: bool, size: int = 10, duplicate_id: bytes | None = None) -> Message:
+    return Message(0, "a", durable, {}, b"x" * size, duplicate_id)
 
 
 def test_places_are_released_in_the_order_sent_whatever_order_the_writes_end_in() -> None:
@@ -78,13 +84,17 @@ def test_places_are_released_in_the_order_sent_whatever_order_the_writes_end_in(
     assert head.heard == [1, 2, 3]
 
 
-def test_a_non_durable_send_is_held_behind_a_write_and_routed_in_its_turn() -> None:
+def test_a_non_durable_send_is_held_behind_a_late_write_and_routed_in_its_turn() -> None:
     head = _Head()
     assert not head.sends.hold(_Send(0, message=_message(False)))  # nothing waits
     head.sends.publish(_Send(1), _message(True))
-    assert head.sends.hold(_Send(2, message=_message(False)))
+    assert not head.sends.hold(_Send(2, message=_message(False)))  # 1 is queued already
+    head.sends.publish(_Send(3), _message(True, duplicate_id=b"d"))  # queued once written
+    assert head.sends.hold(_Send(4, message=_message(False)))
+    head.broker.writes[1](None)
+    assert head.heard == []
     head.broker.writes[0](None)
-    assert head.heard == [1, "due 2", 2]
+    assert head.heard == [1, 3, "due 4", 4]
 
 
 def test_a_failed_write_is_told_and_the_head_says_whether_its_turn_still_comes() -> None:
@@ -120,10 +130,48 @@ def test_body_bytes_waiting_for_the_store_make_the_connection_busy_until_half_ar
 
 def test_a_closed_connections_held_sends_go_and_nothing_more_is_heard() -> None:
     head = _Head()
-    head.sends.publish(_Send(1), _message(True))
+    head.sends.publish(_Send(1), _message(True, duplicate_id=b"d"))
     held = _message(False)
     assert head.sends.hold(_Send(2, message=held))
     head.sends.close()
     assert head.broker.discarded == [held]
     head.broker.writes[0](Failure(OSError("too late")))
     assert head.heard == []
+
+
+def test_a_send_is_queued_early_only_while_none_before_it_waits_to_be_queued() -> None:
+    head = _Head()
+    head.sends.publish(_Send(1), _message(True))
+    head.sends.publish(_Send(2), _message(True, duplicate_id=b"d"))  # queued once written
+    head.sends.publish(_Send(3), _message(True))  # would overtake 2: waits as 2 does
+    head.broker.writes[1](None)
+    head.sends.publish(_Send(4), _message(True))
+    assert head.broker.early == [True, False, False, False]  # 3 is still late
+    head.broker.writes[3](None)
+    head.broker.writes[2](None)
+    head.sends.publish(_Send(5), _message(True))
+    assert head.broker.early == [True, False, False, False, True]
+    head.broker.writes[4](None)
+    assert head.heard == []
+    head.broker.writes[0](None)
+    assert head.heard == [1, 2, 3, 4, 5]
+
+
+def test_a_late_send_refused_at_once_does_not_keep_the_next_from_going_early() -> None:
+    head = _Head()
+    head.broker.publish_then = _refusing(head.broker.publish_then)  # type: ignore[method-assign]
+    head.sends.publish(_Send(1), _message(True, duplicate_id=b"d"))
+    head.broker.publish_then = _Broker.publish_then.__get__(head.broker)  # type: ignore[method-assign]
+    head.sends.publish(_Send(2), _message(True))
+    assert head.broker.early == [True]
+    assert head.heard == ["failed 1", 1]
+
+
+def _refusing(publish_then: Any) -> Any:
+    """A ``publish_then`` whose store refuses the add at once, inside the call (a late
+    send: it returns None)."""
+
+    def refusing(message: Message, then: Any, *, early: bool) -> None:
+        then(Failure(OSError("refused")))
+
+    return refusing

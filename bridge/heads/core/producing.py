@@ -179,10 +179,14 @@ class Producer:
             self._route_in(tx, sequence, message)
             return False
         sends = self._sends
-        if not message.durable and sends.waiting:
-            # Routed now, it would reach its queue before the earlier sends that wait for
-            # their writes (a durable one is queued after its write, behind those).
-            return sends.hold(_Pending(sequence, credit, message=message))
+        if (
+            not message.durable
+            and sends.waiting
+            and sends.hold(_Pending(sequence, credit, message=message))
+        ):
+            # Routed now, it would reach its queue before the earlier sends queued only
+            # once written: held behind them.
+            return True
         pending = _Pending(sequence)
         try:
             sends.publish(pending, message)

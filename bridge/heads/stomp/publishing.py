@@ -172,7 +172,7 @@ class Publisher:
 
     def _hold_in_order(self, message: Message, receipt: str | None) -> bool:
         """Keep a non-persistent SEND behind the frames before it that wait for the store
-        (False if none does), and read nothing more meanwhile (so it is the only one
+        to be queued (False if none does), and read nothing more meanwhile (so it is the only one
         held), as the core head holds such a send and Artemis keeps a session's sends in
         order."""
         if not self._sends.hold(_Outstanding(receipt, message=message)):
