@@ -36,7 +36,7 @@ from bridge.node.large import LargeMessages
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.paging import Paging
 from bridge.node.queue import TRANSIENT, Entry, Filter, Queue
-from bridge.node.writes import join, log, log_failure, store_detection
+from bridge.node.writes import join, log, log_failure, store_detection, warn_not_stored
 from bridge.selector import compile_selector
 from bridge.store.errors import StoreError, Unsettled
 from bridge.store.interfaces import IMessageStore
@@ -64,6 +64,10 @@ class Queued(enum.Enum):
 
 
 QUEUED = Queued.QUEUED
+
+ID_BLOCK = 10_000
+"""Message ids reserved in the store at a time, ahead of sends queued before their writes
+(Artemis's id generator reserves its ids in blocks of this size too)."""
 
 _ANYCAST = Routing.ANYCAST
 """Read on every send: a module constant costs a quarter of reading it off its class."""
@@ -104,6 +108,9 @@ class Router:
         """Stored duplicate ids, by store key, of addresses not created yet since the start."""
         self._to_one: dict[str, Routed] = {}
         """The ``Routed`` of a send to one queue, by the queue's name (immutable: shared)."""
+        self._ids_reserved = 0
+        """Message ids up to this one are reserved in the store (``_id_reserved``)."""
+        self._reserving = False
         self.unstored: set[int] = set()
         """Ids of durable messages queued early whose write failed: not in the store, so
         their acknowledgements write nothing. (Kept: a failed write is rare, and the node
@@ -455,7 +462,12 @@ class Router:
                 tx.sends.append((message, bindings, None))
             return routed
         if then is not None:
-            if early and detection is None and message.large is None:
+            if (
+                early
+                and detection is None
+                and message.large is None
+                and self._id_reserved(message.id)
+            ):
                 return self._add_early(message, bindings, stored, then)
             self._add_then(message, bindings, stored, memory, then, detection=detection)
             return None
@@ -510,6 +522,29 @@ class Router:
             return None
         enqueue(message, bindings)
         return QUEUED
+
+    def _id_reserved(self, message_id: int) -> bool:
+        """Whether ``message_id`` is reserved in the store, so that it may be seen before
+        its message is written: a core bridge names what it forwards by its id, and an id
+        given again after a restart would pass for a repeat. Half a block in, the next
+        block is reserved."""
+        reserved = self._ids_reserved
+        if message_id > reserved - ID_BLOCK // 2 and not self._reserving:
+            self._reserving = True
+            upto = max(self.next_id, reserved) + ID_BLOCK
+            self.store.reserve_ids(upto).addCallbacks(
+                self._reserved, self._not_reserved, callbackArgs=(upto,)
+            )
+        return message_id <= reserved
+
+    def _reserved(self, _: None, upto: int) -> None:
+        self._ids_reserved = upto
+        self._reserving = False
+
+    def _not_reserved(self, failure: Failure) -> None:
+        """Sends go on without early delivery until a reservation is stored."""
+        self._reserving = False
+        warn_not_stored(failure, "message ids reserved ahead")
 
     def _early_written(self, message: Message, then: Then, failure: Failure | None) -> None:
         """An early send's write ended. Failed, the message is on its queues (it may have

@@ -46,6 +46,7 @@ from bridge.store.operations import (
     Operation,
     PageMessage,
     ReleasePages,
+    ReserveIds,
     StoreDuplicateId,
     UpdateDeliveryCount,
 )
@@ -327,6 +328,9 @@ class MessageStore:
         if self._early:
             self._early.pop(message_id, None)  # written as it is, before its new count
         return self._submit(UpdateDeliveryCount(queue, message_id, count), tx)
+
+    def reserve_ids(self, upto: int) -> Deferred[None]:
+        return self._submit(ReserveIds(upto), None)
 
     def create_queue(self, queue: QueueRecord, tx: TxId | None = None) -> Deferred[None]:
         return self._submit(CreateQueue(queue), tx)

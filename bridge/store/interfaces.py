@@ -93,6 +93,10 @@ class IMessageStore(Interface):
     def unpage(message_ids: Sequence[int]) -> Deferred[None]:
         """A queue read each of these paged messages back: one reference each less."""
 
+    def reserve_ids(upto: int) -> Deferred[None]:
+        """Message ids up to ``upto`` are taken: once this fires, the ``highest_message_id``
+        of every later ``open`` is at least ``upto``, whatever was added."""
+
     def acknowledge(queue: str, message_id: int, tx: TxId | None = None) -> Deferred[None]:
         """Remove a message from ``queue``; the message goes once no queue holds it."""
 

@@ -27,6 +27,7 @@ from bridge.store.operations import (
     Operation,
     PageMessage,
     ReleasePages,
+    ReserveIds,
     StoreDuplicateId,
     UpdateDeliveryCount,
 )
@@ -160,6 +161,8 @@ def _as_list(op: Operation) -> list[Value]:
         return ["page", op.message_id, op.refs, op.data]
     if isinstance(op, ReleasePages):
         return ["release-pages", list(op.message_ids)]
+    if isinstance(op, ReserveIds):
+        return ["reserve-ids", op.upto]
     return ["commit", [_as_list(each) for each in op.operations]]
 
 
@@ -259,5 +262,6 @@ _BUILDERS: dict[str, Callable[..., Operation]] = {
         _typed(data, bytes, "data"),
     ),
     "release-pages": lambda ids: ReleasePages(_ints(ids, "message ids")),
+    "reserve-ids": lambda upto: ReserveIds(_typed(upto, int, "upto")),
     "commit": _build_commit,
 }

@@ -158,6 +158,15 @@ class DeleteQueue:
 
 
 @attrs.frozen
+class ReserveIds:
+    """Message ids up to ``upto`` are taken: the store's highest message id rises to it, so
+    that ids the node used before their messages were written (or that never were, being
+    consumed first) are never given again after a restart."""
+
+    upto: int
+
+
+@attrs.frozen
 class CommitTransaction:
     """A transaction's operations, applied all or none: the first that is invalid undoes
     the ones before it, and fails the transaction with its error."""
@@ -175,10 +184,16 @@ Operation = (
     | CreateQueue
     | DeleteQueue
     | StoreDuplicateId
+    | ReserveIds
     | CommitTransaction
 )
 
 Outcome = InvalidOperation | None
+
+
+def reserve_ids(state: WriterState, op: ReserveIds) -> None:
+    """Every backend's ``ReserveIds``: the writer saves the new highest id with its batch."""
+    state.highest_message_id = max(state.highest_message_id, op.upto)
 
 
 def runs(operations: Sequence[Operation]) -> Iterator[tuple[type[Operation], Sequence[Operation]]]:

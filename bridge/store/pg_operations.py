@@ -32,10 +32,12 @@ from bridge.store.operations import (
     Outcome,
     PageMessage,
     ReleasePages,
+    ReserveIds,
     StoreDuplicateId,
     UpdateDeliveryCount,
     WriterState,
     first_occurrences,
+    reserve_ids,
     runs,
 )
 from bridge.store.pg_bodies import check_body
@@ -266,6 +268,7 @@ _APPLY: dict[type[Any], Callable[[PgCursor, WriterState, Any], None]] = {
     CreateQueue: _create_queue,
     DeleteQueue: _delete_queue,
     StoreDuplicateId: _store_duplicate_id,
+    ReserveIds: lambda cursor, state, op: reserve_ids(state, op),
     CommitTransaction: _commit_transaction,
 }
 """Kinds written one at a time: they write it, or raise ``InvalidOperation`` having

@@ -50,8 +50,8 @@ class Recovered:
 
     ``messages`` has an entry for every queue that holds messages, each in message id
     order. ``duplicate_ids`` holds each address's duplicate-detection ids, oldest first.
-    ``highest_message_id`` is the highest id ever added (0 for a new store), so a node
-    continues above it even when every message was acknowledged. ``after_crash``: the
+    ``highest_message_id`` is the highest id ever added or reserved (0 for a new store), so
+    a node continues above it even when every message was acknowledged. ``after_crash``: the
     last run did not close the store (killed or crashed), so every message's delivery
     count was raised by one (it may have been delivered unacknowledged).
     """

@@ -30,9 +30,11 @@ from bridge.store.operations import (
     Outcome,
     PageMessage,
     ReleasePages,
+    ReserveIds,
     StoreDuplicateId,
     UpdateDeliveryCount,
     WriterState,
+    reserve_ids,
     runs,
 )
 
@@ -191,6 +193,7 @@ _APPLY: dict[type[Any], Callable[[sqlite3.Cursor, WriterState, Any], None]] = {
     CreateQueue: _create_queue,
     DeleteQueue: _delete_queue,
     StoreDuplicateId: _store_duplicate_id,
+    ReserveIds: lambda cursor, state, op: reserve_ids(state, op),
     CommitTransaction: _commit_transaction,
 }
 """Each kind of operation's statements: they write it, or raise ``InvalidOperation``

@@ -125,3 +125,19 @@ async def test_an_early_add_is_refused_at_once_when_it_cannot_be_added(stores):
     with pytest.raises(StoreNotOpen):
         store.add_early(message(1), ["a"], heard.append)
     assert heard == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_reserved_ids_are_never_given_again_whatever_was_added(stores):
+    """The highest message id a reopened store gives is at least the last reservation,
+    though no message above it was written (each was consumed before its write)."""
+    store, recovered = await stores.open()
+    assert recovered.highest_message_id == 0
+    await store.create_queue(anycast("a"))
+    await gatherResults([store.reserve_ids(10_000), added_early(store, message(7), ["a"])])
+    await store.reserve_ids(5)  # never lower
+    store, recovered = await stores.reopen(store)
+    assert recovered.highest_message_id == 10_000
+    await added_early(store, message(10_001), ["a"])
+    store, recovered = await stores.reopen(store)
+    assert recovered.highest_message_id == 10_001

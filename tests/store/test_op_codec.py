@@ -25,6 +25,7 @@ from bridge.store.operations import (
     DeleteQueue,
     PageMessage,
     ReleasePages,
+    ReserveIds,
     StoreDuplicateId,
     UpdateDeliveryCount,
 )
@@ -54,6 +55,7 @@ plain = st.one_of(
     st.builds(DeleteQueue, names),
     st.builds(PageMessage, ids, ids, st.binary(max_size=50)),
     st.builds(ReleasePages, st.lists(ids, max_size=5).map(tuple)),
+    st.builds(ReserveIds, ids),
 )
 operations = st.one_of(plain, st.builds(CommitTransaction, st.lists(plain, max_size=4).map(tuple)))
 
