@@ -113,19 +113,21 @@ async def test_a_send_queued_before_its_write_failed_is_of_unknown_outcome_and_d
     monkeypatch.setattr(store, "add_early", failing_early_add(store))
     client = await stomp_node.raw()
     await client.connect()
-    client.send(
-        "SEND", {"destination": "/queue/kept", "persistent": "true", "receipt": "r"}, b"doomed"
-    )
+    persistent = {"destination": "/queue/kept", "persistent": "true"}
+    client.send("SEND", {**persistent, "receipt": "first"}, b"fine")  # reserves ids
+    await client.receipt("first")
+    client.send("SEND", {**persistent, "receipt": "r"}, b"doomed")
     error = await client.error()
     assert error.header("message") == "outcome unknown"
     assert b"disk full (injected)" in error.body
-    assert client.of("RECEIPT") == []
+    assert [f.header("receipt-id") for f in client.of("RECEIPT")] == ["first"]
 
     consumer = await stomp_node.client()
     await consumer.call("subscribe", "/queue/kept", id="s", ack="client-individual")
-    [delivered] = await consumer.messages(1)
-    assert delivered.body == b"doomed"
-    receipt = f"ack-{id(delivered)}"
-    await consumer.ack(delivered, receipt=receipt)
-    await consumer.receipt(receipt)
+    fine, doomed = await consumer.messages(2)
+    assert (fine.body, doomed.body) == (b"fine", b"doomed")
+    for delivered in (fine, doomed):
+        receipt = f"ack-{id(delivered)}"
+        await consumer.ack(delivered, receipt=receipt)
+        await consumer.receipt(receipt)
     assert list(stomp_node.broker.queue("kept").browse()) == []
