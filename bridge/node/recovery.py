@@ -62,6 +62,7 @@ class Recovery:
         router = self._router
         recovered = await self._store.open(self._config.global_max_size)
         router.next_id = recovered.highest_message_id + 1
+        await router.reserve_ids()
         router.recovered_ids = dict(recovered.duplicate_ids)
         await coiterate(self._recover(recovered))
         if recovered.after_crash:

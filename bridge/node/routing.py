@@ -530,19 +530,25 @@ class Router:
         block is reserved."""
         reserved = self._ids_reserved
         if message_id > reserved - ID_BLOCK // 2 and not self._reserving:
-            self._reserving = True
-            upto = max(self.next_id, reserved) + ID_BLOCK
-            self.store.reserve_ids(upto).addCallbacks(
-                self._reserved, self._not_reserved, callbackArgs=(upto,)
-            )
+            self.reserve_ids()
         return message_id <= reserved
+
+    def reserve_ids(self) -> Deferred[None]:
+        """Reserve the next block of ids; fires once it is stored (failed: logged, and
+        sends go on without early delivery until a reservation is stored). Recovery
+        reserves the first block before the node serves: a send that is not early keeps
+        its connection's later sends from being early while it waits, so under a steady
+        load one late send would make them all late."""
+        self._reserving = True
+        upto = max(self.next_id, self._ids_reserved) + ID_BLOCK
+        done = self.store.reserve_ids(upto)
+        return done.addCallbacks(self._reserved, self._not_reserved, callbackArgs=(upto,))
 
     def _reserved(self, _: None, upto: int) -> None:
         self._ids_reserved = upto
         self._reserving = False
 
     def _not_reserved(self, failure: Failure) -> None:
-        """Sends go on without early delivery until a reservation is stored."""
         self._reserving = False
         warn_not_stored(failure, "message ids reserved ahead")
 
