@@ -25,9 +25,10 @@ class Fenced(CommitFailed):
 
 
 class Unsettled(StoreError):
-    """The node stopped serving before a batch's outcome was settled (its backup may hold
-    it or not): a client's write in it is neither confirmed nor refused, but sent again
-    where the client goes next (its duplicate id tells whether it arrived)."""
+    """A client's write is neither confirmed nor refused: the node stopped serving before
+    its batch's outcome was settled (its backup may hold it or not), or a send queued
+    before its write (early delivery) is queued though its write failed. It is sent again
+    where the client goes next (a duplicate id tells whether it arrived)."""
 
 
 class InvalidOperation(StoreError):
