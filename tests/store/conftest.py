@@ -6,12 +6,14 @@ and once in a fresh schema of the machine's PostgreSQL server (dropped afterward
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from bridge.message import Message
 from bridge.store import (
@@ -36,6 +38,21 @@ def message(message_id: int, address: str = "orders", **changes: object) -> Mess
     }
     fields.update(changes)
     return Message(**fields)  # type: ignore[arg-type]
+
+
+def settled(add: Callable[..., None], *args: object, **options: object) -> Deferred[None]:
+    """A store method that tells a ``then`` callable (``add_then``, ``add_early``),
+    called with ``args`` and ``options``, as a Deferred for the test to wait on."""
+    done: Deferred[None] = Deferred()
+
+    def then(failure: Failure | None) -> None:
+        if failure is None:
+            done.callback(None)
+        else:
+            done.errback(failure)
+
+    add(*args, then, **options)
+    return done
 
 
 def anycast(name: str) -> QueueRecord:

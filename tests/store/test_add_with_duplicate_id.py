@@ -7,21 +7,11 @@ import pytest_twisted
 from twisted.internet.defer import Deferred, gatherResults
 
 from bridge.store import InvalidOperation
-from tests.store.conftest import anycast, message
+from tests.store.conftest import anycast, message, settled
 
 
 def added(store, *args, **options) -> Deferred[None]:
-    """``add_then`` as a Deferred, for the test to wait on."""
-    done: Deferred[None] = Deferred()
-
-    def then(failure) -> None:
-        if failure is None:
-            done.callback(None)
-        else:
-            done.errback(failure)
-
-    store.add_then(*args, then, **options)
-    return done
+    return settled(store.add_then, *args, **options)
 
 
 @pytest_twisted.ensureDeferred

@@ -9,21 +9,11 @@ import pytest_twisted
 from twisted.internet.defer import Deferred, gatherResults
 
 from bridge.store import InvalidOperation, StoreNotOpen
-from tests.store.conftest import anycast, message
+from tests.store.conftest import anycast, message, settled
 
 
 def added_early(store, *args) -> Deferred[None]:
-    """``add_early`` as a Deferred, for the test to wait on."""
-    done: Deferred[None] = Deferred()
-
-    def then(failure) -> None:
-        if failure is None:
-            done.callback(None)
-        else:
-            done.errback(failure)
-
-    store.add_early(*args, then)
-    return done
+    return settled(store.add_early, *args)
 
 
 def watch(store) -> list[list[object]]:
