@@ -38,6 +38,14 @@ BRIDGE_DUPLICATE_ID = "_TXB_BRIDGE_DUP_ID"
 duplicate-detection id, checked against the target address's bridge cache rather than its
 producers' (Artemis's ``_AMQ_BRIDGE_DUP``)."""
 
+BRIDGE_PATH = "_TXB_BRIDGE_PATH"
+"""The header (a str) naming the nodes whose core bridges forwarded a message, in order,
+so that no bridge forwards it to a node it has been through (a cycle ends)."""
+
+BRIDGE_HEADERS = frozenset({BRIDGE_DUPLICATE_ID, BRIDGE_PATH})
+"""The bridges' bookkeeping: the nodes use it, the applications have no use for it (a
+STOMP MESSAGE leaves it out)."""
+
 DELIVERY_COUNT = "_TXB_DELIVERY_COUNT"
 """The header (an int) a drain's bridge puts on a durable message that was delivered on
 the node it leaves: how many times. The node it moves to counts its deliveries on from

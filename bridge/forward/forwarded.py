@@ -21,13 +21,17 @@ The bridge adds two headers:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
 import attrs
 
-from bridge.message import BRIDGE_DUPLICATE_ID, DELIVERY_COUNT, HeaderValue, Message
-
-BRIDGE_PATH: Final = "_TXB_BRIDGE_PATH"
+from bridge.message import (
+    BRIDGE_DUPLICATE_ID,
+    BRIDGE_PATH,
+    DELIVERY_COUNT,
+    HeaderValue,
+    Message,
+)
 
 
 @attrs.frozen

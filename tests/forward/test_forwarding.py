@@ -9,9 +9,8 @@ import attrs
 import pytest
 import pytest_twisted
 
-from bridge.forward.forwarded import BRIDGE_PATH
 from bridge.forward.status import BridgeState
-from bridge.message import BRIDGE_DUPLICATE_ID, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, BRIDGE_PATH, Message
 from tests.forward.conftest import Nodes, bridge_config, eventually, receive_all
 
 ANYCAST = {"address": [{"name": "orders", "routing": "anycast"}]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest_twisted
 
-from bridge.forward.forwarded import BRIDGE_PATH
+from bridge.message import BRIDGE_PATH
 from bridge.protocol import Routing
 from tests.forward.conftest import Nodes, bridge_config, eventually, receive_all
 

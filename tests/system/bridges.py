@@ -32,7 +32,7 @@ from twisted.python.failure import Failure
 
 from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError, Refused
-from bridge.forward.forwarded import BRIDGE_PATH
+from bridge.message import BRIDGE_PATH
 from tests.processes import ROOT
 from tests.system.flow import KIB, MIB, POLL_INTERVAL, status
 from tests.system.nodes import BIN, NodeProcess

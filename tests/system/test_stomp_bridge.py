@@ -1,7 +1,7 @@
 """STOMP across a core bridge, on real node processes: stomp.py sends persistent messages
 with custom headers to node A, A's ``[[bridge]]`` forwards its queue to node B over the
 core protocol, and stomp.py consumes them on B: every message once, in order, with its
-headers and persistence as sent."""
+headers and persistence as sent, and none of the bridge's own."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import pytest_twisted
 from twisted.internet.threads import deferToThread
 
+from bridge.message import BRIDGE_HEADERS
 from tests.system.bridges import bridge_table, wait_bridge, wait_queue_empty
 from tests.system.flow import poll, queue_of
 from tests.system.nodes import node_document
@@ -56,6 +57,7 @@ async def test_a_stomp_producer_reaches_a_stomp_consumer_on_another_node_by_brid
         assert {key: message[key] for key in CUSTOM} == CUSTOM
         assert message["persistent"] == "true" and message["redelivered"] == "false"
         assert message["destination"] == "/queue/orders"
+        assert not BRIDGE_HEADERS & message.keys()  # the bridge's bookkeeping: the nodes'
     assert len({m["message-id"] for m in received}) == COUNT
     on_b = queue_of(await poll(b, lambda d: True, "status"), "orders")
     assert (on_b["messages_added"], on_b["depth"]) == (COUNT, 0)  # each once, none left

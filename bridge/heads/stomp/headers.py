@@ -12,7 +12,7 @@ from enum import Enum
 
 from bridge.heads.stomp.destinations import Destination, DestinationError, parse_destination
 from bridge.heads.stomp.frames import Version, encodable
-from bridge.message import HeaderValue
+from bridge.message import BRIDGE_HEADERS, DELIVERY_COUNT, HeaderValue
 
 SERVER = "txbridge/0.1.0"
 VERSIONS = (Version.V1_2, Version.V1_1, Version.V1_0)
@@ -27,7 +27,13 @@ SEND_FRAME_HEADERS = frozenset(
 )
 """Headers of the SEND frame itself, not of the message (``persistent`` is its
 durability)."""
-MESSAGE_FRAME_HEADERS = SET_BY_NODE | {"destination", "content-length", "persistent"}
+MESSAGE_FRAME_HEADERS = (
+    SET_BY_NODE | {"destination", "content-length", "persistent", DELIVERY_COUNT} | BRIDGE_HEADERS
+)
+"""Left out of a message's own headers on a MESSAGE frame: the frame's own, and the nodes'
+bookkeeping (a bridge's duplicate id and path, and the deliveries elsewhere, which
+``delivery-count`` includes), which only lengthens every bridged frame for each client
+to parse."""
 
 
 class StompError(Exception):
