@@ -41,9 +41,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 
-from benchmarks.failover import free_port, start
+from benchmarks.failover import start
 from benchmarks.node_throughput import BenchmarkError, Child, children
-from benchmarks.runner import ROOT, save
+from benchmarks.runner import ROOT, free_port, save
 from bridge import events
 from bridge.client.api import Client, ReceivedMessage, connect
 from bridge.client.errors import ClientError

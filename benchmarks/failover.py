@@ -42,7 +42,7 @@ from typing import Any
 
 from benchmarks.node_throughput import BIN, BenchmarkError, Child, Clients, children, one_run
 from benchmarks.pg_store import DEFAULT_SERVER, bench_store
-from benchmarks.runner import save
+from benchmarks.runner import free_port, save
 from bridge.client import blocking
 from bridge.client.errors import ClientError
 
@@ -51,13 +51,6 @@ RETRY = 0.01
 """The wait between probes of the port: the figure includes up to this much."""
 START = 60.0
 """Bound on a node's start (process, imports, the lease's first query)."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def node_config(name: str, port: int, store: str, reap: float) -> str:

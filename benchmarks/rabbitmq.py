@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.node_throughput import BenchmarkError, Child
+from benchmarks.runner import free_port
 
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 PLUGINS = ("rabbitmq_stomp", "rabbitmq_shovel")
@@ -48,14 +49,6 @@ def missing() -> str | None:
         if not any(plugins.glob(f"*/plugins/{plugin}-*")):
             return f"RabbitMQ's {plugin} plugin is not installed"
     return None
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _wait_listening(port: int, what: str, process: Child, deadline: float) -> None:

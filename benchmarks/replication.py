@@ -79,7 +79,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.failover import RETRY, START, first_confirmed_send, free_port, percentiles, start
+from benchmarks.failover import RETRY, START, first_confirmed_send, percentiles, start
 from benchmarks.node_throughput import (
     KIB,
     MIB,
@@ -97,7 +97,7 @@ from benchmarks.node_throughput import (
     ready_consumer,
 )
 from benchmarks.pg_store import DEFAULT_SERVER, bench_schema
-from benchmarks.runner import save
+from benchmarks.runner import free_port, save
 from bridge.client import blocking
 from bridge.config.ha import DEFAULT_PING, DEFAULT_QUERY_TIMEOUT, DEFAULT_REAP
 from bridge.ctl.logs import TIME_FORMAT

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -106,6 +107,15 @@ def peers() -> Iterator[Callable[[Sequence[str]], Peer]]:
         finally:
             if in_main:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (for a process that must be told
+    its port before it starts, or come back on it after a restart)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def machine() -> dict[str, Any]:
