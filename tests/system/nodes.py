@@ -66,6 +66,11 @@ class NodeProcess(ProcessProtocol):
         self.output = ""
         self.ports: dict[str, int] = {}
         self.started: Deferred[None] = Deferred()
+        """Fires once the node says it started; fails if it ends first and someone waits
+        (``wait_started``), else stays unfired: a backup stopped while it waited for the
+        lease never started, and its failure would only be logged as unhandled."""
+        self._start_failure: RuntimeError | None = None
+        self._start_awaited = False
         self.ended: Deferred[int | None] = Deferred()
         self.exit_code: int | None = None
         self.signal: int | None = None
@@ -150,7 +155,9 @@ class NodeProcess(ProcessProtocol):
         # Ended first: whoever awaits the start may go on to stop the node at once.
         self.ended.callback(self.exit_code)
         if not self.started.called:
-            self.started.errback(RuntimeError(f"the node ended before starting:\n{self.output}"))
+            self._start_failure = RuntimeError(f"the node ended before starting:\n{self.output}")
+            if self._start_awaited:
+                self.started.errback(self._start_failure)
 
     @property
     def core_url(self) -> str:
@@ -170,6 +177,9 @@ class NodeProcess(ProcessProtocol):
             raise AssertionError(f"the node did not say {text!r}:\n{self.output}") from None
 
     async def wait_started(self, timeout: float = 60.0) -> NodeProcess:
+        if self._start_failure is not None and not self.started.called:
+            raise self._start_failure
+        self._start_awaited = True
         self.started.addTimeout(timeout, reactor)
         await self.started
         return self

@@ -121,7 +121,8 @@ def names_durable(headers: Mapping[str, str]) -> bool:
 def message_headers(headers: Mapping[str, HeaderValue], version: Version) -> list[tuple[str, str]]:
     """A message's own headers as STOMP headers: strings as they are, booleans as
     true/false, numbers in decimal, bytes as UTF-8 text. Those the node sets on MESSAGE
-    frames, and those the version cannot carry, are left out."""
+    frames, the nodes' bookkeeping (``MESSAGE_FRAME_HEADERS``), and those the version
+    cannot carry, are left out."""
     out = []
     for key, value in headers.items():
         if key in MESSAGE_FRAME_HEADERS:
