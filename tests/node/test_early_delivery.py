@@ -8,26 +8,19 @@ from typing import Any
 
 import pytest_twisted
 from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
 
 from bridge.message import Message
 from bridge.node.broker import Broker
 from bridge.node.routing import ID_BLOCK, QUEUED
 from tests.node.test_broker import Brokers, brokers, take
+from tests.told import told
 
 __all__ = ["brokers"]
 
 
 def publish(broker: Broker, body: bytes, duplicate_id: bytes | None = None) -> tuple[Any, Deferred]:
     """``publish_then`` asked to queue early: what it returned, and its write's outcome."""
-    written: Deferred[None] = Deferred()
-
-    def then(failure: Failure | None) -> None:
-        if failure is None:
-            written.callback(None)
-        else:
-            written.errback(failure)
-
+    then, written = told()
     message = Message(0, "orders", True, {}, body, duplicate_id)
     return broker.publish_then(message, then, early=True), written
 

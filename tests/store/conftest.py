@@ -13,7 +13,6 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
 
 from bridge.message import Message
 from bridge.store import (
@@ -24,6 +23,7 @@ from bridge.store import (
     SQLiteMessageStore,
 )
 from tests.postgresql import execute, schema_url
+from tests.told import told
 
 
 def message(message_id: int, address: str = "orders", **changes: object) -> Message:
@@ -43,14 +43,7 @@ def message(message_id: int, address: str = "orders", **changes: object) -> Mess
 def settled(add: Callable[..., None], *args: object, **options: object) -> Deferred[None]:
     """A store method that tells a ``then`` callable (``add_then``, ``add_early``),
     called with ``args`` and ``options``, as a Deferred for the test to wait on."""
-    done: Deferred[None] = Deferred()
-
-    def then(failure: Failure | None) -> None:
-        if failure is None:
-            done.callback(None)
-        else:
-            done.errback(failure)
-
+    then, done = told()
     add(*args, then, **options)
     return done
 
