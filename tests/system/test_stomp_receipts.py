@@ -76,6 +76,7 @@ def send_in_a_transaction(port: int) -> list[tuple[str, str]]:
     conn.commit(tx, receipt="committed")
     listener.wait(lambda: "committed" in listener.receipts, "the COMMIT's receipt")
     conn.disconnect(receipt="bye")
+    listener.wait(lambda: "bye" in listener.receipts, "the DISCONNECT's receipt")
     return [("early", receipt) for receipt in early] + [
         event for event in listener.events if event[0] == "RECEIPT"
     ]
@@ -102,6 +103,7 @@ def nack_then_ack(port: int, version: str) -> tuple[list[str], list[str]]:
         conn.ack(again, "s1", receipt="acked")
     listener.wait(lambda: "acked" in listener.receipts, "the ACK's receipt")
     conn.disconnect(receipt="bye")
+    listener.wait(lambda: "bye" in listener.receipts, "the DISCONNECT's receipt")
     return [m.headers["delivery-count"] for m in listener.messages], listener.receipts
 
 
