@@ -31,8 +31,7 @@ from bridge.ctl.status import HaStatus, ReplicationView
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
-from bridge.ha.lease import LeaseTable, ReplicaGate
-from bridge.ha.lock import Holder, ILiveLock, LeaseRow, LeaseToken
+from bridge.ha.lock import Holder, ILiveLock, LeaseRow, LeaseToken, ReplicaGate
 from bridge.ha.renewer import Heartbeat, Renewer
 from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
@@ -43,6 +42,17 @@ from bridge.store.sqlite import FILENAME
 log = Logger()
 
 Step = Callable[[], Coroutine[Any, Any, None]]
+
+
+def _live_lock(settings: HaSettings, holder: Holder, gate: ReplicaGate | None) -> ILiveLock:
+    """The lease in PostgreSQL where ``url`` names one, else the lock file in the shared
+    store."""
+    if settings.url is None:
+        return FileLock(settings.store_dir, settings.query_timeout)
+    # imported here: psycopg is some 11 MiB of a node's memory, for the nodes that use it
+    from bridge.ha.lease import LeaseTable  # noqa: PLC0415
+
+    return LeaseTable(settings.url, settings.query_timeout, holder=holder, gate=gate)
 
 
 @implementer(IActivationActions)
@@ -91,11 +101,7 @@ class HaNode:
             )
             self.client: LeaseClient = self.quorum
         else:
-            lock: ILiveLock = (
-                LeaseTable(settings.url, settings.query_timeout, holder=self.holder, gate=gate)
-                if settings.url is not None
-                else FileLock(settings.store_dir, settings.query_timeout)
-            )
+            lock = _live_lock(settings, self.holder, gate)
             self.client = LeaseClient(lock, reactor, monotonic=monotonic)
         gap = margin(settings.reap, settings.ping, settings.query_timeout)
         self.machine = Activation(self, Fence(settings.reap, gap, monotonic), self._entered)

@@ -54,7 +54,7 @@ from bridge.heads.stomp.frames import Limits
 from bridge.logins import Logins
 from bridge.node.broker import Broker
 from bridge.replication.vote import Login, Voter
-from bridge.store import Fenced, MessageStore, PostgreSQLMessageStore, SQLiteMessageStore
+from bridge.store import Fenced, MessageStore, SQLiteMessageStore
 from bridge.store.sqlite import FILENAME as SQLITE_FILENAME
 from security import SecurityStore
 from security.errors import ConfigError
@@ -549,6 +549,9 @@ def _store(config: NodeConfig, reactor: Any, ha: HaNode | None) -> MessageStore:
     if config.store.type is StoreType.POSTGRESQL:
         assert config.store.url is not None
         token = ha.token if ha is not None else None
+        # imported here: psycopg is some 11 MiB of a node's memory, for the nodes that use it
+        from bridge.store.postgresql import PostgreSQLMessageStore  # noqa: PLC0415
+
         return PostgreSQLMessageStore(
             config.store.url, config.data_dir, reactor, token=token, fenced=fenced
         )

@@ -26,8 +26,7 @@ from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.ha.lease import LeaseTable
-from bridge.ha.lock import Holder, ILiveLock, LeaseRow
+from bridge.ha.lock import Holder, ILiveLock, IReplicaLock, LeaseRow
 
 if TYPE_CHECKING:
     from bridge.ha.renewer import Renewer
@@ -161,9 +160,9 @@ class LeaseClient:
         self.thread.renew_with(renewer)
 
     def mark_replica(self, me: Holder, epoch: int, replica: str) -> Deferred[Observed]:
-        """With replication: name the backup in sync ("" for none); see ``LeaseTable``."""
+        """With replication: name the backup in sync ("" for none); see ``IReplicaLock``."""
         lock = self.lock
-        assert isinstance(lock, LeaseTable), "replication keeps its lease in PostgreSQL"
+        assert IReplicaLock.providedBy(lock), "replication keeps its lease in PostgreSQL"
         return self._observed(lambda: lock.mark_replica(me, epoch, replica))
 
     def waiting(self, me: Holder | None, window: float) -> Deferred[tuple[str, ...]]:

@@ -27,12 +27,11 @@ import math
 from contextlib import suppress
 from typing import Any
 
-import attrs
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from zope.interface import implementer
 
-from bridge.ha.lock import LEASE, Holder, ILiveLock, LeaseRow
+from bridge.ha.lock import LEASE, Holder, IReplicaLock, LeaseRow, ReplicaGate
 
 TABLE = "txbridge_lease"
 
@@ -138,19 +137,10 @@ _LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
 _READ_REPLICA = f"SELECT store_node, replica FROM {TABLE} WHERE name = %(lease)s"
 
 
-@attrs.frozen
-class ReplicaGate:
-    """Acquisition with replication: by the node whose store is the latest, by the backup
-    in sync with it, or (``primary``) by this node when no node was ever live."""
-
-    node: str
-    primary: bool
-
-
 _READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"
 
 
-@implementer(ILiveLock)
+@implementer(IReplicaLock)
 class LeaseTable:
     """The lease row's statements over one connection, each bounded by ``query_timeout``
     on the server (``statement_timeout``, ``lock_timeout``) and when connecting.

@@ -93,3 +93,20 @@ class ILiveLock(Interface):
 
     def close() -> None:
         """Close what the calls opened; a lock held is given up with it."""
+
+
+class IReplicaLock(ILiveLock):
+    """A live lock that also says, with replication, which backup's store is in sync."""
+
+    def mark_replica(me: Holder, epoch: int, replica: str) -> LeaseRow | None:
+        """The live node ``me`` at ``epoch`` names the backup whose copy of its store is in
+        sync (``node/run``; "" for none): None if the lock is no longer ``me``'s."""
+
+
+@attrs.frozen
+class ReplicaGate:
+    """Acquisition with replication: by the node whose store is the latest, by the backup
+    in sync with it, or (``primary``) by this node when no node was ever live."""
+
+    node: str
+    primary: bool

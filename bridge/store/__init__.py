@@ -2,7 +2,8 @@
 
 ``IMessageStore`` is the seam the node uses. ``MessageStore`` implements it once, with
 group commit, over a backend's ``IStoreWriter``: ``SQLiteMessageStore`` is the embedded
-default, ``PostgreSQLMessageStore`` keeps the data on a PostgreSQL server.
+default; ``bridge.store.postgresql.PostgreSQLMessageStore`` keeps the data on a PostgreSQL
+server (a module of its own, so that psycopg is loaded only by a node that uses it).
 """
 
 from bridge.store.errors import (
@@ -18,7 +19,6 @@ from bridge.store.errors import (
 )
 from bridge.store.front import MessageStore
 from bridge.store.interfaces import IMessageStore, IStoreWriter
-from bridge.store.postgresql import PostgreSQLMessageStore
 from bridge.store.records import QueueRecord, Recovered, RecoveredMessage, TxId
 from bridge.store.sqlite import SQLiteMessageStore
 
@@ -29,7 +29,6 @@ __all__ = [
     "IStoreWriter",
     "InvalidOperation",
     "MessageStore",
-    "PostgreSQLMessageStore",
     "QueueRecord",
     "Recovered",
     "RecoveredMessage",

@@ -13,7 +13,8 @@ from twisted.internet import reactor
 
 from bridge.ha.lease import LeaseTable
 from bridge.ha.lock import Holder, LeaseToken
-from bridge.store import Fenced, PostgreSQLMessageStore
+from bridge.store import Fenced
+from bridge.store.postgresql import PostgreSQLMessageStore
 from tests.postgresql import execute
 from tests.store.conftest import anycast, message
 

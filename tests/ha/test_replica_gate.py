@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.ha.lease import LeaseTable, ReplicaGate
-from bridge.ha.lock import Holder
+from bridge.ha.lease import LeaseTable
+from bridge.ha.lock import Holder, ReplicaGate
 from tests.ha.conftest import QUERY_TIMEOUT
 
 REAP = 30.0

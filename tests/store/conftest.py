@@ -15,13 +15,8 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 
 from bridge.message import Message
-from bridge.store import (
-    MessageStore,
-    PostgreSQLMessageStore,
-    QueueRecord,
-    Recovered,
-    SQLiteMessageStore,
-)
+from bridge.store import MessageStore, QueueRecord, Recovered, SQLiteMessageStore
+from bridge.store.postgresql import PostgreSQLMessageStore
 from tests.postgresql import execute, schema_url
 from tests.told import told
 

@@ -22,7 +22,8 @@ from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import react
 
 from bridge.message import Message
-from bridge.store import MessageStore, PostgreSQLMessageStore, QueueRecord, SQLiteMessageStore
+from bridge.store import MessageStore, QueueRecord, SQLiteMessageStore
+from bridge.store.postgresql import PostgreSQLMessageStore
 
 WINDOW = 64
 

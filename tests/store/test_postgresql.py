@@ -9,7 +9,8 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
 
-from bridge.store import CommitFailed, InvalidOperation, PostgreSQLMessageStore, StoreError
+from bridge.store import CommitFailed, InvalidOperation, StoreError
+from bridge.store.postgresql import PostgreSQLMessageStore
 from tests.postgresql import execute, schema_url
 from tests.store.conftest import Stores, anycast, message
 
