@@ -449,6 +449,7 @@ def _py_spy(pid: int, output: Path, directory: Path, stack: ExitStack) -> Child:
             str(pid),
             "--rate",
             "250",
+            "--nonblocking",  # sampling without stopping the node, which would slow it
             "--format",
             "raw",
             "--output",

@@ -52,6 +52,7 @@ from benchmarks import activemq, rabbitmq
 from benchmarks.bridge_throughput import BridgeSettings, bridge_table
 from benchmarks.node_throughput import (
     BenchmarkError,
+    _py_spy,
     children,
     proc_cpu,
     proc_status,
@@ -113,6 +114,8 @@ class Options:
     large_size: int
     seconds: float
     txbridge_max_frame_size: str | None
+    profile: Path | None = None
+    """Record txbridge's processes with py-spy into this folder (a profile, not a figure)."""
 
 
 # -- the brokers ----------------------------------------------------------------------------
@@ -270,6 +273,11 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
             stack,
         )
         consumer.event("ready", deadline)
+        spies = []
+        if options.profile is not None and broker == "txbridge":
+            for name, pid in pids.items():
+                output = options.profile / f"{case.name}-{name.replace(' ', '-')}"
+                spies.append(_py_spy(pid, output, directory, stack))
         cpu = {name: proc_cpu(pid) for name, pid in pids.items()}
         producer = role_process(
             "benchmarks.stomp_throughput",
@@ -287,6 +295,8 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
         consumer.tell(f"sent {done['sent']}")
         received = consumer.event("received", deadline)
         cpu = {name: proc_cpu(pid) - cpu[name] for name, pid in pids.items()}
+        for spy in spies:
+            spy.stop(signal.SIGINT)
         peaks = {name: proc_status(pid, "VmHWM") for name, pid in pids.items()}
         for stop in deployment.stops:
             stop()
@@ -476,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
         "--txbridge-max-frame-size", help="the STOMP acceptors' max-frame-size (default: theirs)"
     )
     parser.add_argument("--output", type=Path, help="write the JSON here, not to results/")
+    parser.add_argument(
+        "--profile", type=Path, help="record txbridge's nodes with py-spy here ([dev] extra)"
+    )
     args = parser.parse_args(argv)
     cases = [CASES[name] for name in args.cases.split(",") if name]
     wanted = [name for name in args.brokers.split(",") if name]
@@ -492,7 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         large_size=parse_size(args.large_size),
         seconds=args.seconds,
         txbridge_max_frame_size=args.txbridge_max_frame_size,
+        profile=args.profile,
     )
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     skipped = {name: reason for name in wanted if (reason := MISSING[name]())}
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", flush=True)
