@@ -49,6 +49,16 @@ def execute(
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     """A new empty schema's name; it is dropped, with all it holds, after the test."""
+    yield from _fresh_schema()
+
+
+@pytest.fixture
+def pg_other_schema() -> Iterator[str]:
+    """A second schema, as ``pg_schema``, for a test that needs two."""
+    yield from _fresh_schema()
+
+
+def _fresh_schema() -> Iterator[str]:
     name = f"txbridge_test_{uuid.uuid4().hex[:12]}"
     with _admin() as admin:
         admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))

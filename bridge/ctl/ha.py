@@ -31,7 +31,15 @@ from bridge.ctl.status import HaStatus, ReplicationView
 from bridge.ha.activation import Activation, HaState, IActivationActions
 from bridge.ha.client import LeaseClient, Observed
 from bridge.ha.fence import Fence, margin
-from bridge.ha.lock import Holder, ILiveLock, LeaseRow, LeaseToken, ReplicaGate
+from bridge.ha.lock import (
+    Holder,
+    ILiveLock,
+    IReleaseNotices,
+    LeaseRow,
+    LeaseToken,
+    ReplicaGate,
+)
+from bridge.ha.released import ReleaseWatch
 from bridge.ha.renewer import Heartbeat, Renewer
 from bridge.ha.watchdog import Watchdog
 from bridge.store import Fenced
@@ -119,6 +127,10 @@ class HaNode:
         self._heartbeat = Heartbeat(monotonic)
         self._handing_over = False
         self._tried = False
+        self._woken = False
+        """Woken while a try was under way: the next one comes at once."""
+        self._watch: ReleaseWatch | None = None
+        self._listening = False
         self._watchdog = Watchdog(self.machine.fence, reactor, self._deadline_check)
         self._activating: Deferred[None] | None = None
         self._deactivating: Deferred[None] | None = None
@@ -214,10 +226,14 @@ class HaNode:
         self.stale(f"{backup.rpartition('/')[0]}'s store carries the newer sequence {sequence}")
 
     def try_now(self) -> None:
-        """A backup's link to its live node dropped while in sync: try to take over now,
-        not at the next ``lease-ping-time``."""
+        """The live node released the lease, or (with replication) a backup's link to it
+        dropped while in sync: try to take over now, not at the next ``lease-ping-time``."""
+        if self.machine.state is not HaState.BACKUP:
+            return
         call = self._acquire_call
-        if self.machine.state is HaState.BACKUP and call is not None and call.active():
+        if call is None:
+            self._woken = True  # a try is under way, and may have come before the release
+        elif call.active():
             call.reset(0)
 
     # -- IActivationActions ------------------------------------------------------------
@@ -236,8 +252,10 @@ class HaNode:
             self._handing_over = False
             Deferred.fromCoroutine(self._hand_over())
             return
-        delay = self.settings.ping if self._tried else 0.0  # the first try at once
+        # the first try at once, and one woken while the last was under way
+        delay = self.settings.ping if self._tried and not self._woken else 0.0
         self._tried = True
+        self._woken = False
         self._acquire_call = self._reactor.callLater(delay, self._try_acquire)
 
     async def _hand_over(self) -> None:
@@ -255,6 +273,7 @@ class HaNode:
 
     def _try_acquire(self) -> None:
         self._acquire_call = None
+        self._listen()
         started = self._monotonic()
         asked = self.client.acquire(self.holder, self.settings.reap)
         asked.addCallbacks(self._acquire_answered, self._acquire_failed, (started,))
@@ -283,6 +302,33 @@ class HaNode:
             "node {name}: acquiring the lease failed: {why}", why=failure.value, **self._names()
         )
         self.machine.inputs.not_acquired()
+
+    def _listen(self) -> None:
+        """Watch for the lease's release, where the lock tells of it and no watch is open:
+        asked before a try, on the lock's thread, so that a release after the try is seen."""
+        if not self.client.notifies or self._watch is not None or self._listening:
+            return
+        self._listening = True
+        self.client.listen().addCallbacks(self._watch_opened, self._watch_failed)
+
+    def _watch_opened(self, notices: IReleaseNotices) -> None:
+        self._listening = False
+        if self.machine.state in (HaState.STOPPING, HaState.STOPPED):
+            return  # the lock's close ends the connection
+        self._watch = ReleaseWatch(self._reactor, notices, self.try_now, self._watch_lost)
+
+    def _watch_failed(self, failure: Failure) -> None:
+        self._listening = False
+        self._watch_lost(str(failure.value))
+
+    def _watch_lost(self, why: str) -> None:
+        self._watch = None
+        log.warn(
+            "node {name}: not listening for the lease's release ({why}): trying every "
+            "lease-ping-time until the next try listens again",
+            why=why,
+            **self._names(),
+        )
 
     def _read_live(self) -> None:
         """Who is live, for the log and status, when this node did not acquire; and say
@@ -349,6 +395,9 @@ class HaNode:
             else:
                 if observed.row is not None:
                     log.info("node {name}: released the lease", **self._names())
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()  # before the lock closes its connection
         await self.client.close()
         self._watchdog.stop()
         self.machine.inputs.stopped()

@@ -26,7 +26,14 @@ from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from bridge.ha.lock import Holder, ILiveLock, IReplicaLock, LeaseRow
+from bridge.ha.lock import (
+    Holder,
+    ILiveLock,
+    IReleaseNotices,
+    IReleaseNotifier,
+    IReplicaLock,
+    LeaseRow,
+)
 
 if TYPE_CHECKING:
     from bridge.ha.renewer import Renewer
@@ -164,6 +171,17 @@ class LeaseClient:
         lock = self.lock
         assert IReplicaLock.providedBy(lock), "replication keeps its lease in PostgreSQL"
         return self._observed(lambda: lock.mark_replica(me, epoch, replica))
+
+    @property
+    def notifies(self) -> bool:
+        """Whether the lock tells its backups of a release (``listen``)."""
+        return IReleaseNotifier.providedBy(self.lock)
+
+    def listen(self) -> Deferred[IReleaseNotices]:
+        """Start listening for the lock's releases; see ``IReleaseNotifier``."""
+        lock = self.lock
+        assert IReleaseNotifier.providedBy(lock), "this lock sends no release notices"
+        return self._run(lock.listen)
 
     def waiting(self, me: Holder | None, window: float) -> Deferred[tuple[str, ...]]:
         return self._run(lambda: self.lock.waiting(me, window))

@@ -10,7 +10,9 @@ clock, as integers.
   again after a loss of the database); the epoch goes up by one either way.
 - renew: push the expiry on, only while the holder and the epoch are still this node's and
   the lease has not expired.
-- release: give the lease up (expiry 0), keeping the epoch, so the next holder's is higher.
+- release: give the lease up (expiry 0), keeping the epoch, so the next holder's is higher,
+  and tell the backups at once: a ``NOTIFY`` on :data:`RELEASED` in the same transaction,
+  which each backup listens for (``listen``) and tries the lease as it arrives.
 
 With replication (each node its own store, copied from the live node to a backup) the row
 also says whose store is the latest (``store_node``: the last live node's name) and which
@@ -31,7 +33,15 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from zope.interface import implementer
 
-from bridge.ha.lock import LEASE, Holder, IReplicaLock, LeaseRow, ReplicaGate
+from bridge.ha.lock import (
+    LEASE,
+    Holder,
+    IReleaseNotices,
+    IReleaseNotifier,
+    IReplicaLock,
+    LeaseRow,
+    ReplicaGate,
+)
 
 TABLE = "txbridge_lease"
 
@@ -101,12 +111,24 @@ WHERE l.name = %(lease)s AND l.holder = %(me)s AND l.epoch = %(epoch)s
     AND l.expires >= t.now
 RETURNING l.holder, l.epoch, l.expires, t.now"""
 
+RELEASED = "txbridge_lease_released"
+"""The channel a release is notified on. The payload names the lease (its schema and name:
+channels are per database, and two schemas may each hold a lease), then, on a line of its
+own, the holder that released it."""
 _RELEASE = f"""
-UPDATE {TABLE} AS l
-SET holder = '', expires = 0
-FROM (SELECT {_NOW_MS} AS now) AS t
-WHERE l.name = %(lease)s AND l.holder = %(me)s AND l.epoch = %(epoch)s
-RETURNING %(me)s, l.epoch, l.expires, t.now"""
+WITH released AS (
+    UPDATE {TABLE} AS l
+    SET holder = '', expires = 0
+    FROM (SELECT {_NOW_MS} AS now) AS t
+    WHERE l.name = %(lease)s AND l.holder = %(me)s AND l.epoch = %(epoch)s
+    RETURNING l.name, l.epoch, l.expires, t.now
+)
+SELECT %(me)s, r.epoch, r.expires, r.now
+FROM released AS r
+CROSS JOIN LATERAL (
+    SELECT pg_notify('{RELEASED}', current_schema() || '.' || r.name || E'\\n' || %(me)s)
+) AS n"""
+_LISTEN = f"LISTEN {RELEASED}"
 
 CHECK_TOKEN = (
     f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s AND holder = %(holder)s"
@@ -140,14 +162,15 @@ _READ_REPLICA = f"SELECT store_node, replica FROM {TABLE} WHERE name = %(lease)s
 _READ = f"SELECT holder, epoch, expires, {_NOW_MS} FROM {TABLE} WHERE name = %(lease)s"
 
 
-@implementer(IReplicaLock)
+@implementer(IReplicaLock, IReleaseNotifier)
 class LeaseTable:
     """The lease row's statements over one connection, each bounded by ``query_timeout``
     on the server (``statement_timeout``, ``lock_timeout``) and when connecting.
 
     Blocking: call from one thread only. A failed statement closes the connection; the next
-    call opens a new one. The table is created, if missing, in the schema the URL's
-    connection uses first (its search path)."""
+    call opens a new one. Release notices come on a connection of their own (``listen``),
+    closed by ``close`` or the next ``listen`` only. The table is created, if missing, in
+    the schema the URL's connection uses first (its search path)."""
 
     def __init__(
         self,
@@ -165,16 +188,16 @@ class LeaseTable:
         self.lease = lease
         self.holder = holder
         self._connection: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._notices: ReleaseNotices | None = None
 
-    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        if self._connection is not None and not self._connection.closed:
-            return self._connection
+    def _open(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """A new connection, named after the holder, its statements bounded."""
         ms = max(1, round(self.query_timeout * 1000))
         given = conninfo_to_dict(self.url).get("options") or ""
         named: dict[str, Any] = (  # else the URL's own, if any
             {"application_name": session_name(str(self.holder))} if self.holder else {}
         )
-        connection = psycopg.connect(
+        return psycopg.connect(
             self.url,
             autocommit=True,
             # libpq takes whole seconds and treats 1 as 2: the client-side timeout of
@@ -184,6 +207,11 @@ class LeaseTable:
             options=f"{given} -c statement_timeout={ms} -c lock_timeout={ms}",
             **named,
         )
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        connection = self._open()
         for create in (_CREATE, _ADD_COLUMNS, _CREATE_WAITING):
             with suppress(psycopg.errors.UniqueViolation):  # another node made it at once
                 connection.execute(create)
@@ -205,7 +233,7 @@ class LeaseTable:
                     connection.execute(_LOCK, values)
                 row = connection.execute(statement, values).fetchone()
         except BaseException:
-            self.close()
+            self._drop()
             raise
         if row is None:
             return None
@@ -235,7 +263,7 @@ class LeaseTable:
         try:
             row = self._connect().execute(_READ_REPLICA, {"lease": self.lease}).fetchone()
         except BaseException:
-            self.close()
+            self._drop()
             raise
         return ("", "") if row is None else (str(row[0]), str(row[1]))
 
@@ -246,7 +274,7 @@ class LeaseTable:
             with suppress(psycopg.errors.InsufficientPrivilege):
                 connection.execute(_END_STALE, values)
         except BaseException:
-            self.close()
+            self._drop()
             raise
 
     def renew(self, me: Holder, epoch: int, reap: float) -> LeaseRow | None:
@@ -272,7 +300,7 @@ class LeaseTable:
                 connection.execute(_FORGET, values)
                 rows = connection.execute(_WAITING, values).fetchall()
         except BaseException:
-            self.close()
+            self._drop()
             raise
         return tuple(str(holder) for (holder,) in rows)
 
@@ -283,10 +311,71 @@ class LeaseTable:
             raise LookupError(f"the lease row {self.lease!r} is missing from {TABLE}")
         return row
 
+    def listen(self) -> ReleaseNotices:
+        """A connection of its own listening for this lease's releases (replacing the
+        previous one, if any)."""
+        self._close_notices()
+        connection = self._open()
+        try:
+            connection.execute(_LISTEN)
+            row = connection.execute("SELECT current_schema()").fetchone()
+        except BaseException:
+            connection.close()
+            raise
+        schema = "" if row is None or row[0] is None else str(row[0])
+        mine = "" if self.holder is None else str(self.holder)
+        self._notices = ReleaseNotices(connection, f"{schema}.{self.lease}", mine)
+        return self._notices
+
     def close(self) -> None:
+        self._drop()
+        self._close_notices()
+
+    def _drop(self) -> None:
+        """Close the statements' connection (one failed; the next call opens another). Not
+        the notices': the reactor may be watching its descriptor."""
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
+
+    def _close_notices(self) -> None:
+        notices, self._notices = self._notices, None
+        if notices is not None:
+            notices.close()
+
+
+@implementer(IReleaseNotices)
+class ReleaseNotices:
+    """The notices on a connection listening on :data:`RELEASED`. Counted: the releases
+    of ``lease`` (schema and name) by another holder than ``me`` (a node's own release, at a
+    soft failover, is not a reason for it to try)."""
+
+    def __init__(
+        self, connection: psycopg.Connection[tuple[Any, ...]], lease: str, me: str
+    ) -> None:
+        self._connection = connection
+        self._lease = lease.encode()
+        self._mine = (lease + "\n" + me).encode()
+
+    def fileno(self) -> int:
+        return self._connection.fileno()
+
+    def received(self) -> int:
+        """Read what libpq has (``consume_input`` does not block) and count this lease's
+        notices; ``ConnectionError`` once the connection is lost or closed."""
+        pgconn = self._connection.pgconn
+        try:
+            pgconn.consume_input()
+        except psycopg.OperationalError as error:
+            raise ConnectionError(f"listening for the lease's releases: {error}") from None
+        count = 0
+        while (notice := pgconn.notifies()) is not None:
+            lease, _, _ = notice.extra.partition(b"\n")
+            count += lease == self._lease and notice.extra != self._mine
+        return count
+
+    def close(self) -> None:
+        self._connection.close()
 
 
 def session_name(holder: str) -> str:

@@ -103,6 +103,27 @@ class IReplicaLock(ILiveLock):
         sync (``node/run``; "" for none): None if the lock is no longer ``me``'s."""
 
 
+class IReleaseNotices(Interface):
+    """The notices of a lock's release, on a connection of their own: the reactor watches
+    ``fileno`` and reads them with ``received`` (non-blocking), so that a backup learns of a
+    release the moment it commits instead of at its next try."""
+
+    def fileno() -> int:
+        """The connection's descriptor, readable when a notice (or its loss) arrives."""
+
+    def received() -> int:
+        """The releases of this lock among what arrived, read without blocking; raises
+        when the connection is lost."""
+
+
+class IReleaseNotifier(ILiveLock):
+    """A live lock that tells its backups when its holder releases it."""
+
+    def listen() -> IReleaseNotices:
+        """Start listening for releases (blocking, on the lock's thread): the notices, on a
+        connection the lock closes with ``close`` or the next ``listen``."""
+
+
 @attrs.frozen
 class ReplicaGate:
     """Acquisition with replication: by the node whose store is the latest, by the backup

@@ -1,0 +1,99 @@
+"""A backup takes the lease the moment the live node releases it (the release's notice),
+not at its next try: with a `lease-ping-time` of two minutes, a backup that waited for its
+next try would miss every deadline here. A soft failover's own notice does not wake the
+node that handed over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest_twisted
+
+from bridge.config.node import parse_node_config
+from bridge.ctl.service import NodeService
+from bridge.ha.activation import HaState
+from tests.ha.test_node_ha import TIMEOUT, _until, _within
+from tests.postgresql import schema_url
+
+SLOW = {"ping": "120s", "reap": "300s", "query": "2s", "critical": "240s"}
+"""A backup's next try is two minutes away: only the release's notice brings it sooner
+(every wait below is at most TIMEOUT, a minute)."""
+
+
+def _service(tmp_path: Path, name: str, url: str, policy: str) -> NodeService:
+    document = {
+        "node": {"name": name, "data-dir": f"data-{name}"},
+        "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
+        "management": {"url": "http://127.0.0.1:0"},
+        "store": {"type": "postgresql", "url": url},
+        "ha": {
+            "policy": policy,
+            "lease-ping-time": SLOW["ping"],
+            "lease-reap-time": SLOW["reap"],
+            "lease-query-timeout": SLOW["query"],
+            "critical-analyzer-timeout": SLOW["critical"],
+        },
+    }
+    config = parse_node_config(document, tmp_path / f"{name}.toml")
+    return NodeService(config, reactor_(), exit_on_failure=False)
+
+
+def reactor_() -> object:
+    from twisted.internet import reactor
+
+    return reactor
+
+
+async def _live_and_backup(tmp_path: Path, pg_schema: str) -> tuple[NodeService, NodeService]:
+    """a LIVE, b a backup that has tried once and seen a live."""
+    url = schema_url(pg_schema)
+    a = _service(tmp_path, "a", url, "shared-store-primary")
+    b = _service(tmp_path, "b", url, "shared-store-backup")
+    a.startService()
+    await a.started
+    assert a.ha is not None
+    if a.ha.state is not HaState.LIVE:
+        await _within(a.ha.reached(HaState.LIVE))
+    b.startService()
+    await b.started
+    await _until(lambda: b.ha is not None and b.ha.status().live == "a")
+    return a, b
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_backup_takes_over_when_the_live_node_stops(tmp_path: Path, pg_schema: str):
+    a, b = await _live_and_backup(tmp_path, pg_schema)
+    try:
+        assert b.ha is not None and b.ha.state is HaState.BACKUP
+        b_live = _within(b.ha.reached(HaState.LIVE))
+        await a.stopService()  # releases the lease
+        await b_live
+        assert b.ha.epoch == 2
+    finally:
+        await b.stopService()
+        await a.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_soft_failover_wakes_the_backup_not_the_node_handing_over(
+    tmp_path: Path, pg_schema: str
+):
+    a, b = await _live_and_backup(tmp_path, pg_schema)
+    try:
+        assert a.ha is not None and b.ha is not None
+        b_live = _within(b.ha.reached(HaState.LIVE))
+        assert a.ha.failover()
+        await b_live
+        assert (b.ha.epoch, a.ha.state) == (2, HaState.BACKUP)
+        # b is live: a, holding off for a reap, does not try; b then stops and releases,
+        # and a (now woken) takes the lease back well inside its hold-off
+        a_live = _within(a.ha.reached(HaState.LIVE))
+        await b.stopService()
+        await a_live
+        assert a.ha.epoch == 3
+    finally:
+        await b.stopService()
+        await a.stopService()
+
+
+assert TIMEOUT * 2 <= 120  # the deadlines above are all under the next try
