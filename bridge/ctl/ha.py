@@ -255,7 +255,6 @@ class HaNode:
         # the first try at once, and one woken while the last was under way
         delay = self.settings.ping if self._tried and not self._woken else 0.0
         self._tried = True
-        self._woken = False
         self._acquire_call = self._reactor.callLater(delay, self._try_acquire)
 
     async def _hand_over(self) -> None:
@@ -273,6 +272,7 @@ class HaNode:
 
     def _try_acquire(self) -> None:
         self._acquire_call = None
+        self._woken = False  # this try comes after any wake-up so far
         self._listen()
         started = self._monotonic()
         asked = self.client.acquire(self.holder, self.settings.reap)
