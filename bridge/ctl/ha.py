@@ -3,7 +3,8 @@ the live lock (the lease in PostgreSQL, the file lock of a shared SQLite store, 
 replication pair without a lease the activation sequence in its store, taken by a quorum
 vote: bridge.ctl.quorum) and the node service's activate / deactivate steps.
 
-A backup tries to acquire every ``lease-ping-time``; once it holds the lease, the lease's
+A backup tries to acquire every ``lease-ping-time``, and at once when the live node releases
+a PostgreSQL lease (its notice, bridge.ha.released); once it holds the lease, the lease's
 thread renews it every ``lease-ping-time`` (counted from each renewal's start) and moves
 the fence's deadline on as each renewal lands, whatever the reactor is doing
 (bridge.ha.renewer); the reactor hears of each answer as the machine's input. A watchdog
@@ -57,7 +58,7 @@ def _live_lock(settings: HaSettings, holder: Holder, gate: ReplicaGate | None) -
     store."""
     if settings.url is None:
         return FileLock(settings.store_dir, settings.query_timeout)
-    # imported here: psycopg is some 11 MiB of a node's memory, for the nodes that use it
+    # imported here: psycopg is about 10 MiB of a node's memory, for the nodes that use it
     from bridge.ha.lease import LeaseTable  # noqa: PLC0415
 
     return LeaseTable(settings.url, settings.query_timeout, holder=holder, gate=gate)

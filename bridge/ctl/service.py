@@ -549,7 +549,7 @@ def _store(config: NodeConfig, reactor: Any, ha: HaNode | None) -> MessageStore:
     if config.store.type is StoreType.POSTGRESQL:
         assert config.store.url is not None
         token = ha.token if ha is not None else None
-        # imported here: psycopg is some 11 MiB of a node's memory, for the nodes that use it
+        # imported here: psycopg is about 10 MiB of a node's memory, for the nodes that use it
         from bridge.store.postgresql import PostgreSQLMessageStore  # noqa: PLC0415
 
         return PostgreSQLMessageStore(

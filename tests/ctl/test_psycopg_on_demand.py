@@ -1,5 +1,5 @@
 """A node that keeps neither its store nor its lease in PostgreSQL never loads psycopg
-(some 11 MiB of its memory): the modules that need it are imported where they are used."""
+(about 10 MiB of its memory): the modules that need it are imported where they are used."""
 
 from __future__ import annotations
 
