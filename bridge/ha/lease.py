@@ -76,6 +76,8 @@ WHERE w.seen >= {_NOW_MS} - %(window)s
     AND w.holder <> (SELECT holder FROM {TABLE} WHERE name = %(lease)s)
 ORDER BY w.holder"""
 
+_CREATING = "SELECT pg_advisory_xact_lock(%(key)s)"
+_CREATING_KEY = 0x7478_6C65  # "txle": held while a connection makes the lease's tables
 _SEED = f"INSERT INTO {TABLE} (name) VALUES (%(lease)s) ON CONFLICT (name) DO NOTHING"
 
 _ACQUIRE = f"""
@@ -212,10 +214,16 @@ class LeaseTable:
         if self._connection is not None and not self._connection.closed:
             return self._connection
         connection = self._open()
-        for create in (_CREATE, _ADD_COLUMNS, _CREATE_WAITING):
-            with suppress(psycopg.errors.UniqueViolation):  # another node made it at once
-                connection.execute(create)
-        connection.execute(_SEED, {"lease": self.lease})
+        try:
+            with connection.transaction():
+                # one connection at a time: two making a table at once fail either one
+                connection.execute(_CREATING, {"key": _CREATING_KEY})
+                for create in (_CREATE, _ADD_COLUMNS, _CREATE_WAITING):
+                    connection.execute(create)
+            connection.execute(_SEED, {"lease": self.lease})
+        except BaseException:
+            connection.close()
+            raise
         self._connection = connection
         return connection
 

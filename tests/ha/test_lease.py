@@ -192,6 +192,31 @@ def test_the_table_is_made_in_the_urls_schema(tables: Tables, pg_schema: str) ->
     assert pg_schema in schemas and "public" not in schemas
 
 
+def test_nodes_starting_at_once_on_a_new_schema_all_make_or_find_the_table(
+    tables: Tables,
+) -> None:
+    """Eight first connections at the same moment, where no lease table exists yet: each
+    reads the lease (two making a table at once could fail one with "already exists")."""
+    made = [tables() for _ in range(8)]
+    start = threading.Barrier(len(made))
+    errors: list[BaseException] = []
+
+    def first_read(table: LeaseTable) -> None:
+        start.wait(timeout=30)
+        try:
+            table.read()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=first_read, args=(table,)) for table in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+
+
 def test_the_backups_waiting_are_listed_without_the_holder_until_they_fall_silent(
     tables: Tables,
 ) -> None:
