@@ -4,6 +4,7 @@ the test ends."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,12 +21,13 @@ def lease_url(pg_schema: str) -> str:
 
 
 @pytest.fixture
-def tables(lease_url: str) -> Iterator[Callable[[], LeaseTable]]:
+def tables(lease_url: str) -> Iterator[Callable[..., LeaseTable]]:
     """Makes lease tables (one connection each, as one node has) on the test's schema."""
     made: list[LeaseTable] = []
 
-    def make() -> LeaseTable:
-        table = LeaseTable(lease_url, QUERY_TIMEOUT)
+    def make(url: str | None = None, **options: Any) -> LeaseTable:
+        """A table on ``url`` (default: the test's schema), with ``LeaseTable``'s options."""
+        table = LeaseTable(url or lease_url, QUERY_TIMEOUT, **options)
         made.append(table)
         return table
 

@@ -15,7 +15,7 @@ from bridge.ha.lease import TABLE, LeaseTable
 from bridge.ha.lock import Holder
 from tests.postgresql import execute
 
-Tables = Callable[[], LeaseTable]
+Tables = Callable[..., LeaseTable]
 REAP = 30.0
 """Long enough that no lease in these tests expires unless the test means it to."""
 

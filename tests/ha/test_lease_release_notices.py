@@ -10,7 +10,6 @@ import pytest
 
 from bridge.ha.lease import LeaseTable
 from bridge.ha.lock import Holder, IReleaseNotices
-from tests.ha.conftest import QUERY_TIMEOUT
 from tests.ha.test_lease import REAP, Tables
 from tests.postgresql import schema_url
 
@@ -55,43 +54,31 @@ def test_a_release_that_changes_nothing_says_nothing(tables: Tables) -> None:
     assert _notices_within(notices, 0.2) == 0
 
 
-def test_a_holders_own_release_does_not_count_for_it(lease_url: str) -> None:
+def _taken_and_released(table: LeaseTable, holder: Holder) -> None:
+    row = table.acquire(holder, REAP)
+    assert row is not None and table.release(holder, row.epoch) is not None
+
+
+def test_a_holders_own_release_does_not_count_for_it(tables: Tables) -> None:
     me, other = Holder("a"), Holder("b")
-    mine = LeaseTable(lease_url, QUERY_TIMEOUT, holder=me)
-    theirs = LeaseTable(lease_url, QUERY_TIMEOUT, holder=other)
-    try:
-        notices = mine.listen()
-        for holder, table in ((me, mine), (other, theirs)):
-            row = table.acquire(holder, REAP)
-            assert row is not None and table.release(holder, row.epoch) is not None
-        # its own release's notice came first, and did not count
-        assert _notices_within(notices, WAIT) == 1
-    finally:
-        mine.close()
-        theirs.close()
+    mine = tables(holder=me)
+    notices = mine.listen()
+    _taken_and_released(mine, me)
+    _taken_and_released(tables(holder=other), other)
+    # its own release's notice came first, and did not count
+    assert _notices_within(notices, WAIT) == 1
 
 
 def test_another_schemas_or_leases_release_is_not_this_ones(
-    tables: Tables, lease_url: str, pg_other_schema: str
+    tables: Tables, pg_other_schema: str
 ) -> None:
-    elsewhere = LeaseTable(schema_url(pg_other_schema), QUERY_TIMEOUT)
-    other_lease = LeaseTable(lease_url, QUERY_TIMEOUT, lease="other")
-    backup, live = tables(), tables()
-    try:
-        notices = backup.listen()
-        for table in (elsewhere, other_lease):
-            me = Holder("x")
-            row = table.acquire(me, REAP)
-            assert row is not None and table.release(me, row.epoch) is not None
-        me = Holder("a")
-        row = live.acquire(me, REAP)
-        assert row is not None and live.release(me, row.epoch) is not None
-        # the two others' notices came first (one connection each, committed in order),
-        # so once this lease's has arrived they have too, and none counted
-        assert _notices_within(notices, WAIT) == 1
-    finally:
-        elsewhere.close()
-        other_lease.close()
+    notices = tables().listen()
+    _taken_and_released(tables(schema_url(pg_other_schema)), Holder("x"))
+    _taken_and_released(tables(lease="other"), Holder("x"))
+    _taken_and_released(tables(), Holder("a"))
+    # the two others' notices came first (one connection each, committed in order), so
+    # once this lease's has arrived they have too, and none counted
+    assert _notices_within(notices, WAIT) == 1
 
 
 def test_listening_again_replaces_the_connection_and_close_ends_it(tables: Tables) -> None:

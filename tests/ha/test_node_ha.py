@@ -6,7 +6,7 @@ database is back."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -118,8 +118,15 @@ async def test_a_node_that_loses_the_database_stops_serving_and_comes_back(
 
 
 def _ha_service(
-    tmp_path: Path, name: str, url: str, policy: str, reap: str = TIMINGS["reap"]
+    tmp_path: Path,
+    name: str,
+    url: str,
+    policy: str,
+    reap: str = TIMINGS["reap"],
+    *,
+    ha: Mapping[str, str] | None = None,
 ) -> NodeService:
+    """A node on PostgreSQL with [ha] ``policy`` at TIMINGS, ``ha``'s keys over them."""
     document = {
         "node": {"name": name, "data-dir": f"data-{name}"},
         "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
@@ -130,6 +137,7 @@ def _ha_service(
             "lease-ping-time": TIMINGS["ping"],
             "lease-reap-time": reap,
             "lease-query-timeout": TIMINGS["query"],
+            **(ha or {}),
         },
     }
     config = parse_node_config(document, tmp_path / f"{name}.toml")

@@ -9,43 +9,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest_twisted
-from twisted.internet import reactor
 
-from bridge.config.node import parse_node_config
 from bridge.ctl.service import NodeService
 from bridge.ha.activation import HaState
-from tests.ha.test_node_ha import TIMEOUT, _until, _within
+from tests.ha.test_node_ha import TIMEOUT, _ha_service, _until, _within
 from tests.postgresql import schema_url
 
-SLOW = {"ping": "120s", "reap": "300s", "query": "2s", "critical": "240s"}
+SLOW = {
+    "lease-ping-time": "120s",
+    "lease-reap-time": "300s",
+    "lease-query-timeout": "2s",
+    "critical-analyzer-timeout": "240s",
+}
 """A backup's next try is two minutes away: only the release's notice brings it sooner
 (every wait below is at most TIMEOUT, a minute)."""
 assert TIMEOUT < 120
 
 
-def _service(tmp_path: Path, name: str, url: str, policy: str) -> NodeService:
-    document = {
-        "node": {"name": name, "data-dir": f"data-{name}"},
-        "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
-        "management": {"url": "http://127.0.0.1:0"},
-        "store": {"type": "postgresql", "url": url},
-        "ha": {
-            "policy": policy,
-            "lease-ping-time": SLOW["ping"],
-            "lease-reap-time": SLOW["reap"],
-            "lease-query-timeout": SLOW["query"],
-            "critical-analyzer-timeout": SLOW["critical"],
-        },
-    }
-    config = parse_node_config(document, tmp_path / f"{name}.toml")
-    return NodeService(config, reactor, exit_on_failure=False)
-
-
 async def _live_and_backup(tmp_path: Path, pg_schema: str) -> tuple[NodeService, NodeService]:
     """a LIVE, b a backup that has tried once and seen a live."""
     url = schema_url(pg_schema)
-    a = _service(tmp_path, "a", url, "shared-store-primary")
-    b = _service(tmp_path, "b", url, "shared-store-backup")
+    a = _ha_service(tmp_path, "a", url, "shared-store-primary", ha=SLOW)
+    b = _ha_service(tmp_path, "b", url, "shared-store-backup", ha=SLOW)
     a.startService()
     await a.started
     assert a.ha is not None
