@@ -160,6 +160,25 @@ class Message:
             _set_size(message, _AROUND_FIELDS + len(fields) + len(self.body))
         return message
 
+    def forwarded(self, address: str, added: Mapping[str, HeaderValue]) -> Message:
+        """This message as a bridge sends it on: to ``address``, with ``added`` headers
+        (none of which it has) after its own, id and timestamp 0 as a client sends.
+
+        Where its fields are encoded already (a stored message's are), the forward's are
+        made from them, the address and the header count changed and the added headers
+        appended, so that the send does not encode all its headers again."""
+        headers = {**self.headers, **added}
+        message = Message(
+            0, address, self.durable, headers, self.body, self.duplicate_id, 0, self.large
+        )
+        fields = self._encoded_fields
+        if fields is not None and len(headers) == len(self.headers) + len(added):
+            spliced = _spliced(fields, self.duplicate_id, address, added, len(headers))
+            if spliced is not None:
+                _set_fields(message, spliced)
+                _set_size(message, _AROUND_FIELDS + len(spliced) + len(self.body))
+        return message
+
     def stub(self) -> Message:
         """This message without headers or body: what a queue keeps of a paged message
         (its id and flags), the rest staying in the store."""
@@ -193,7 +212,8 @@ def encoded_size(message: Message) -> int:
 
 _START = struct.Struct(">BBq")  # version, flags, id: before the kept _encoded_fields
 _AROUND_FIELDS = _START.size + _U32.size  # and the body length, after them
-_pack_fields_start = struct.Struct(">qH").pack  # timestamp, address length
+_FIELDS_START = struct.Struct(">qH")  # timestamp, address length
+_pack_fields_start = _FIELDS_START.pack
 _pack_start = _START.pack
 _pack_fixed = _FIXED.pack
 _pack_u32 = _U32.pack
@@ -274,6 +294,34 @@ def _fields_or_none(message: Message) -> bytes | None:
         headers = message.headers
         parts.append(_pack_u16(len(headers)))
         for key, value in headers.items():
+            _encode_header(parts, key, value)
+    except (struct.error, UnicodeEncodeError, MessageFormatError):
+        return None
+    return b"".join(parts)
+
+
+def _spliced(
+    fields: bytes,
+    duplicate_id: bytes | None,
+    address: str,
+    added: Mapping[str, HeaderValue],
+    count: int,
+) -> bytes | None:
+    """``fields`` (see ``_fields_or_none``) with timestamp 0, ``address``, ``count``
+    headers and ``added`` appended; None where one does not fit, for the checking encoder
+    to name."""
+    try:
+        encoded_address = address.encode()
+        start = _FIELDS_START.size + _unpack_u16(fields, 8)[0]  # after the old address
+        end = start if duplicate_id is None else start + _U16.size + len(duplicate_id)
+        parts = [
+            _pack_fields_start(0, len(encoded_address)),
+            encoded_address,
+            fields[start:end],
+            _pack_u16(count),
+            fields[end + _U16.size :],
+        ]
+        for key, value in added.items():
             _encode_header(parts, key, value)
     except (struct.error, UnicodeEncodeError, MessageFormatError):
         return None

@@ -154,6 +154,45 @@ def test_a_fresh_durable_message_is_encoded_once_when_numbered(message, new_id):
     assert afresh(attrs.evolve(message, durable=False)).with_id(new_id)._encoded_fields is None
 
 
+@given(
+    messages,
+    st.text(max_size=50),
+    st.dictionaries(st.text(max_size=20), header_values, max_size=3),
+    st.booleans(),
+)
+def test_a_forward_spliced_from_kept_fields_encodes_as_a_fresh_one(message, address, added, kept):
+    """``forwarded`` of a message whose fields are encoded (decoded, or numbered by a
+    node) splices the forward's from them: the same bytes and size as the forward built
+    afresh (id and timestamp 0, the added headers after the message's own)."""
+    added = {key: value for key, value in added.items() if key not in message.headers}
+    source = decode_message(encode_message(message)) if kept else afresh(message)
+    forward = source.forwarded(address, added)
+    fresh = Message(
+        0,
+        address,
+        message.durable,
+        {**message.headers, **added},
+        message.body,
+        message.duplicate_id,
+    )
+    assert (forward._encoded_fields is not None) == kept
+    assert forward.size == fresh.size
+    assert encode_message(forward) == encode_message(fresh)
+    assert decode_message(encode_message(forward)) == fresh
+    assert forward.size == len(encode_message(fresh))
+
+
+def test_a_forward_that_cannot_be_encoded_is_refused_by_name_when_encoded():
+    source = decode_message(encode_message(sample()))
+    assert source.forwarded("\udcff", {})._encoded_fields is None
+    with pytest.raises(MessageFormatError, match="address cannot be encoded as UTF-8"):
+        encode_message(source.forwarded("\udcff", {}))
+    forward = source.forwarded("orders", {"n": 1 << 64})
+    assert forward._encoded_fields is None
+    with pytest.raises(MessageFormatError, match="does not fit in 64 bits"):
+        encode_message(forward)
+
+
 def test_a_durable_message_that_cannot_be_encoded_is_numbered_and_refused_when_encoded():
     numbered = sample(durable=True, headers={"n": 1 << 64}).with_id(7)
     assert numbered._encoded_fields is None

@@ -557,6 +557,30 @@ class Client:
             raise
         self._flush_sends()
 
+    def send_message_nowait(
+        self,
+        message: Message,
+        *,
+        body_file: IO[bytes] | None = None,
+        on_settled: Callable[[ClientError | None], object] | None = None,
+    ) -> None:
+        """``send_nowait`` of a message made already (its id is ignored), with its body or
+        from ``body_file``: a bridge's forward, whose encoding it keeps where it has one
+        (``Message.forwarded``)."""
+        if self._trace is not None:
+            body = message.body if body_file is None else body_file
+            self.send_nowait(
+                message.address,
+                body,
+                message.headers,
+                durable=message.durable,
+                duplicate_id=message.duplicate_id,
+                on_settled=on_settled,
+            )
+            return
+        self._session.send(message, callback=on_settled, body_file=body_file)
+        self._flush_sends()
+
     # -- queues -----------------------------------------------------------------------
 
     def create_queue(

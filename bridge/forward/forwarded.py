@@ -21,7 +21,6 @@ The bridge adds two headers:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import attrs
 
@@ -43,22 +42,15 @@ class Origin:
     """Different at every start of the node (non-durable message ids may repeat)."""
 
 
-class Forward(NamedTuple):
-    """One message to send: where, with which headers, and the message (its body,
-    durability and size). A tuple: one is made for every forwarded message."""
-
-    address: str
-    headers: dict[str, HeaderValue]
-    message: Message
-
-
 @attrs.define
 class Forwarder:
     """What a lane sends to one target node for each message it takes.
 
     What is the same for every message (the node's entry in the path, the duplicate id's
     prefix, the target address) is worked out once, when the lane connects, so that a
-    message costs one copy of its headers and two entries more."""
+    message costs its headers and two entries more, spliced onto the encoding the node
+    made of it for its store where the message has none of the bridge's headers yet
+    (``Message.forwarded``)."""
 
     origin: Origin
     target_node_id: str
@@ -76,9 +68,9 @@ class Forwarder:
         self._durable_prefix = f"{self.origin.node_id}:".encode()
         self._transient_prefix = f"{self.origin.node_id}:{self.origin.incarnation}:".encode()
 
-    def forward(self, message: Message, delivered_before: int = 0) -> Forward | None:
-        """The send for ``message``, or None when it must not go: it has been through
-        the target node already, or the transformer dropped it (returned None).
+    def forward(self, message: Message, delivered_before: int = 0) -> Message | None:
+        """The message to send for ``message``, or None when it must not go: it has been
+        through the target node already, or the transformer dropped it (returned None).
         ``delivered_before``: the times a drain's message was delivered here."""
         path = message.headers.get(BRIDGE_PATH)
         if isinstance(path, str) and path:
@@ -94,12 +86,19 @@ class Forwarder:
             if transformed is None:
                 return None
             message = transformed
-        headers = dict(message.headers)
-        headers[BRIDGE_PATH] = path
+        address = self.forwarding_address or message.address
+        added: dict[str, HeaderValue] = {BRIDGE_PATH: path}
         if delivered_before:
-            headers[DELIVERY_COUNT] = delivered_before
+            added[DELIVERY_COUNT] = delivered_before
         if self.duplicate_detection and not (self.moving and message.duplicate_id):
-            headers[BRIDGE_DUPLICATE_ID] = duplicate_id
-        elif BRIDGE_DUPLICATE_ID in headers:
-            del headers[BRIDGE_DUPLICATE_ID]
-        return Forward(self.forwarding_address or message.address, headers, message)
+            added[BRIDGE_DUPLICATE_ID] = duplicate_id
+        headers = message.headers
+        if BRIDGE_DUPLICATE_ID in headers or not headers.keys().isdisjoint(added):
+            # Forwarded before (a chain): the bridge's headers are this hop's.
+            kept = {
+                key: value
+                for key, value in headers.items()
+                if key not in added and key != BRIDGE_DUPLICATE_ID
+            }
+            message = attrs.evolve(message, headers=kept)
+        return message.forwarded(address, added)

@@ -220,15 +220,14 @@ class Lane:
         before = 0
         if bridge.moving and delivery.delivery_count > 1:
             before = delivery.delivery_count - 1
-        sending = None if before and not message.durable else forwarder.forward(message, before)
-        if sending is None:
+        sent = None if before and not message.durable else forwarder.forward(message, before)
+        if sent is None:
             # A drain moves a non-durable message delivered here before nowhere: it was
             # delivered once, and is never delivered again.
             bridge.skipped()
             done = bridge.broker.acknowledge(bridge.config.queue, consumer, delivery.delivery_id)
             done.addCallbacks(bridge.acknowledged, self._ack_failed)
             return
-        sent = sending.message
         file: IO[bytes] | None = None
         size = sent.size
         if sent.large is not None:
@@ -240,12 +239,9 @@ class Lane:
             size += sent.large.size
         self._pending[delivery.delivery_id] = size
         try:
-            client.send_nowait(
-                sending.address,
-                sent.body if file is None else file,
-                sending.headers,
-                durable=sent.durable,
-                duplicate_id=sent.duplicate_id,
+            client.send_message_nowait(
+                sent,
+                body_file=file,
                 on_settled=partial(self._settled, consumer, delivery.delivery_id, file),
             )
         except Exception as error:
@@ -253,8 +249,8 @@ class Lane:
                 file.close()
             bridge.lane_fatal(f"message {message.id} cannot be forwarded: {error}")
             return
-        if not client.address_writable(sending.address):
-            self._wait(client, sending.address)
+        if not client.address_writable(sent.address):
+            self._wait(client, sent.address)
 
     # -- flow ---------------------------------------------------------------------------
 
