@@ -34,7 +34,6 @@ from twisted.python.failure import Failure
 from benchmarks.runner import save
 from bridge.message import Message, encode_message
 from bridge.store import QueueRecord, SQLiteMessageStore
-from bridge.store.schema import PAGE_SIZE
 
 KIB = 1024
 QUEUE = "bench"
@@ -128,7 +127,6 @@ def raw_ceiling(directory: Path, count: int, batch: int) -> dict[str, Any]:
     rows = [(n, 1, encode_message(make_message(n))) for n in range(1, count + 1)]
     directory.mkdir(parents=True)
     connection = sqlite3.connect(directory / "raw.sqlite", isolation_level=None)
-    connection.execute(f"PRAGMA page_size={PAGE_SIZE}")
     connection.execute("PRAGMA temp_store=MEMORY")
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")

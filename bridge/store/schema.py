@@ -76,12 +76,6 @@ CHECK_TOKEN = "SELECT 1 FROM live_lock WHERE name = :lease AND holder = :holder 
 only while the live lock still carries this holder and epoch."""
 
 
-PAGE_SIZE = 16384
-"""The page size of a new store file (SQLite's default is 4096). A batch's rows then
-take a quarter of the pages, and SQLite writes each page of a commit to the log with
-two system calls: on a node under load, a quarter of the writes for the same bytes."""
-
-
 def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
     """Open ``path`` (creating it and its directory if needed) in WAL mode with full sync,
     with the schema created or checked. Transactions are explicit (autocommit off in
@@ -95,8 +89,6 @@ def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
         path, timeout=busy_timeout, isolation_level=None, check_same_thread=True
     )
     try:
-        # Before WAL mode: a new file takes its page size then, and keeps it for life.
-        connection.execute(f"PRAGMA page_size={PAGE_SIZE}")
         connection.execute("PRAGMA temp_store=MEMORY")
         mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if mode != "wal":

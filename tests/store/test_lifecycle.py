@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import sqlite3
 import threading
 
@@ -11,7 +10,7 @@ import pytest
 import pytest_twisted
 from twisted.internet.defer import gatherResults
 
-from bridge.store import SchemaTooNew, StoreError, StoreNotOpen, TransactionRolledBack, schema
+from bridge.store import SchemaTooNew, StoreError, StoreNotOpen, TransactionRolledBack
 from tests.store.conftest import anycast, message
 
 
@@ -127,32 +126,3 @@ async def test_delivery_counts_rise_by_one_only_after_a_stop_that_was_not_clean(
     store, recovered = await stores.reopen(store)
     assert not recovered.after_crash
     assert [e.delivery_count for e in recovered.messages["orders"]] == [1, 4]
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_new_sqlite_store_has_large_pages_and_an_older_one_keeps_its_own(
-    sqlite_stores, monkeypatch
-):
-    """A new file takes ``PAGE_SIZE``; a store made with SQLite's default 4096 (before
-    ``PAGE_SIZE``) keeps it, with its messages, and takes adds and acks as before."""
-    stores = sqlite_stores
-    monkeypatch.setattr(schema, "PAGE_SIZE", 4096)
-    store, _ = await stores.open()
-    await store.create_queue(anycast("orders"))
-    await store.add(message(1), ["orders"])
-    await store.close()
-    monkeypatch.undo()
-
-    store, recovered = await stores.open()
-    assert [e.message.id for e in recovered.messages["orders"]] == [1]
-    await store.add(message(2), ["orders"])
-    await store.acknowledge("orders", 1)
-    store, recovered = await stores.reopen(store)
-    assert [e.message.id for e in recovered.messages["orders"]] == [2]
-    await store.close()
-    assert stores.execute("PRAGMA page_size") == [(4096,)]
-
-    shutil.rmtree(stores.data_dir)
-    store, _ = await stores.open()
-    await store.close()
-    assert stores.execute("PRAGMA page_size") == [(schema.PAGE_SIZE,)]
