@@ -271,8 +271,7 @@ def _encode_parts(message: Message) -> list[bytes]:
             ]
         headers = message.headers
         parts.append(_pack_u16(len(headers)))
-        for key, value in headers.items():
-            _encode_header(parts, key, value)
+        _encode_headers(parts, headers)
         body = message.body
         parts += (_pack_u32(len(body)), body)
     except (struct.error, UnicodeEncodeError):
@@ -293,8 +292,7 @@ def _fields_or_none(message: Message) -> bytes | None:
             parts += (_pack_u16(len(duplicate_id)), duplicate_id)
         headers = message.headers
         parts.append(_pack_u16(len(headers)))
-        for key, value in headers.items():
-            _encode_header(parts, key, value)
+        _encode_headers(parts, headers)
     except (struct.error, UnicodeEncodeError, MessageFormatError):
         return None
     return b"".join(parts)
@@ -321,8 +319,7 @@ def _spliced(
             _pack_u16(count),
             fields[end + _U16.size :],
         ]
-        for key, value in added.items():
-            _encode_header(parts, key, value)
+        _encode_headers(parts, added)
     except (struct.error, UnicodeEncodeError, MessageFormatError):
         return None
     return b"".join(parts)
@@ -376,6 +373,24 @@ _pack_u16 = _U16.pack
 _pack_tag_u32 = struct.Struct(">BI").pack
 _pack_tag_i64 = struct.Struct(">Bq").pack
 _pack_tag_f64 = struct.Struct(">Bd").pack
+
+
+def _encode_headers(parts: list[bytes], headers: Mapping[str, HeaderValue]) -> None:
+    """Append the encoding of ``headers`` to ``parts``: a text header (nearly every one a
+    STOMP client sends) inline, at under half the cost, any other by ``_encode_header``.
+    A key or value too long makes ``struct`` fail, for the checking encoder to name."""
+    for key, value in headers.items():
+        if type(value) is str and type(key) is str:
+            encoded_key = key.encode()
+            encoded = value.encode()
+            parts += (
+                _pack_u16(len(encoded_key)),
+                encoded_key,
+                _pack_tag_u32(_STR, len(encoded)),
+                encoded,
+            )
+        else:
+            _encode_header(parts, key, value)
 
 
 def _encode_header(parts: list[bytes], key: object, value: object) -> None:

@@ -269,11 +269,23 @@ def test_invalid_utf8_is_refused():
         ({"address": "\ud800"}, "address cannot be encoded as UTF-8"),
         ({"address": "a" * 70_000}, "address is 70000 bytes, at most 65535 fit"),
         ({"id": -(1 << 64)}, "message id .* does not fit in 64 bits"),
+        ({"headers": {"k" * 70_000: "x"}}, "header key 'k+' is 70000 bytes, at most 65535"),
+        ({"headers": {"\ud800": "x"}}, "header key .* cannot be encoded as UTF-8"),
+        ({"headers": {"k": "\ud800"}}, "header 'k' cannot be encoded as UTF-8"),
     ],
 )
 def test_what_cannot_be_encoded_is_named(changes, error):
     with pytest.raises(MessageFormatError, match=error):
         encode_message(sample(**changes))
+
+
+def test_a_text_header_too_long_for_its_length_field_is_named_after_numbering():
+    """A node numbers a durable message (``with_id``) before its store encodes it: the
+    fields that do not fit are left unencoded there, and named when it is encoded."""
+    numbered = sample(headers={"k" * 70_000: "x", "v": "x"}).with_id(8)
+    assert numbered._encoded_fields is None
+    with pytest.raises(MessageFormatError, match=r"header key 'k+' is 70000 bytes"):
+        encode_message(numbered)
 
 
 def test_messages_with_header_dicts_are_hashable_and_compare_by_value():
