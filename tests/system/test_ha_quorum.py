@@ -194,7 +194,7 @@ async def test_the_activation_sequence_only_increases_and_an_old_live_node_never
     await client.close()
 
     await a.stop(signal.SIGKILL)
-    await b.wait_for(r"node b: LIVE, epoch 2", SLACK)
+    await b.wait_for(r"node b: LIVE, epoch 2", SLACK, since=0)
     await b.wait_started(SLACK)
     seen["a"].append(_sequence(a, "a"))
     seen["b"].append(_sequence(b, "b"))
@@ -214,7 +214,7 @@ async def test_the_activation_sequence_only_increases_and_an_old_live_node_never
     seen["a"].append(_sequence(a, "a"))
 
     await b.stop(signal.SIGKILL)
-    await a.wait_for(r"node a: LIVE, epoch 3", SLACK)
+    await a.wait_for(r"node a: LIVE, epoch 3", SLACK, since=0)
     await a.wait_started(SLACK)
     seen["a"].append(_sequence(a, "a"))
     assert seen == {"a": [1, 1, 2, 3], "b": [1, 2]}, seen

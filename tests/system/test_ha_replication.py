@@ -160,7 +160,7 @@ async def test_the_live_node_killed_during_the_copy_comes_back_and_copies_again(
     assert "LIVE" not in b.output
 
     await a.stop(signal.SIGKILL)
-    await b.wait_for(r"node b: LIVE, epoch 3", REAP + PING + SLACK)
+    await b.wait_for(r"node b: LIVE, epoch 3", REAP + PING + SLACK, since=0)
     await b.wait_started(SLACK)
     await read_all(b, expected)
 
@@ -186,7 +186,7 @@ async def test_the_primary_comes_back_copies_and_fails_back_in_order(nodes, pg_s
     await client.close()
 
     await a.stop(signal.SIGKILL)
-    await b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+    await b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK, since=0)
     await b.wait_started(SLACK)
     client = await connect(reactor, b.core_url)
     await client.send("orders", b"confirmed by b")
@@ -242,7 +242,8 @@ async def test_a_clean_stop_fails_over_only_with_failover_on_shutdown(
     await a.stop(signal.SIGTERM)
     assert "node a: released the lease" in a.output
     if on_shutdown:
-        await b.wait_for(r"node b: LIVE, epoch 2", PING + SLACK)
+        # From b's start: woken by the release, it may be LIVE before a's stop returns.
+        await b.wait_for(r"node b: LIVE, epoch 2", PING + SLACK, since=0)
         return
     # b tries the lease at each ping; once it has seen it released, it was refused
     deadline = reactor.seconds() + SLACK

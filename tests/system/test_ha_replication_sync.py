@@ -174,7 +174,7 @@ async def test_a_backup_killed_in_the_copy_copies_again_and_serves_everything(no
         await proxy.close()
 
     await a.stop(signal.SIGKILL)
-    await b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK)
+    await b.wait_for(r"node b: LIVE, epoch 2", REAP + PING + SLACK, since=0)
     await b.wait_started(SLACK)
     await read_all(b, expected)
 
