@@ -193,20 +193,27 @@ _set_fields = Message._encoded_fields.__set__  # type: ignore[union-attr]
 
 
 def encoded_size(message: Message) -> int:
-    """The length ``encode_message(message)`` returns, computed without encoding the body."""
-    size = _FIXED_SIZE + len(message.address.encode()) + len(message.body)
-    if message.duplicate_id is not None:
-        size += _U16.size + len(message.duplicate_id)
-    for key, value in message.headers.items():
-        size += _U16.size + len(key.encode()) + 1  # key length, key, type tag
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, str):
-            size += _U32.size + len(value.encode())
-        elif isinstance(value, bytes):
-            size += _U32.size + len(value)
-        else:
-            size += 8
+    """The length ``encode_message(message)`` returns, computed without encoding the body;
+    ``MessageFormatError`` names a field that cannot be encoded (the checking encoder's)."""
+    try:
+        size = _FIXED_SIZE + len(message.address.encode()) + len(message.body)
+        if message.duplicate_id is not None:
+            size += _U16.size + len(message.duplicate_id)
+        headers: Mapping[str, object] = message.headers  # as built, maybe not as typed
+        for key, value in headers.items():
+            size += _U16.size + len(key.encode()) + 1  # key length, key, type tag
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, str):
+                size += _U32.size + len(value.encode())
+            elif isinstance(value, bytes):
+                size += _U32.size + len(value)
+            elif isinstance(value, int | float):
+                size += 8
+            else:
+                return len(_encode_checked(message))
+    except (UnicodeEncodeError, AttributeError):
+        return len(_encode_checked(message))
     return size
 
 

@@ -200,6 +200,25 @@ def test_a_durable_message_that_cannot_be_encoded_is_numbered_and_refused_when_e
         encode_message(numbered)
 
 
+@pytest.mark.parametrize("durable", [True, False])
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"address": "q\udcff"}, "address cannot be encoded as UTF-8"),
+        ({"headers": {"k": "\udcff"}}, "header 'k' cannot be encoded as UTF-8"),
+        ({"headers": {1: "v"}}, "header key 1 is not a string"),
+        ({"headers": {"k": None}}, "header 'k': NoneType is not one of"),
+    ],
+)
+def test_a_message_that_cannot_be_encoded_is_named_when_numbered_or_sized(durable, fields, error):
+    """Counting a message's size (which numbering it does) names what cannot be encoded,
+    as encoding it would, not a codec's or attribute's error."""
+    with pytest.raises(MessageFormatError, match=error):
+        sample(durable=durable, **fields).with_id(7)
+    with pytest.raises(MessageFormatError, match=error):
+        _ = sample(durable=durable, **fields).size
+
+
 def test_an_id_or_timestamp_out_of_range_is_named_with_kept_fields():
     with pytest.raises(MessageFormatError, match=r"message id .* does not fit in 64 bits"):
         encode_message(decode_message(encode_message(sample())).with_id(1 << 64))
