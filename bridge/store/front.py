@@ -135,6 +135,7 @@ class MessageStore:
     ) -> None:
         self.name: str = writer.name
         self._fenced = fenced
+        self._clock = reactor
         self._threads = IReactorFromThreads(reactor)
         self._pool = _WriterPool(1, 1, name=f"txbridge-store-writer {self.name}")
         self._writer = writer
@@ -429,17 +430,27 @@ class MessageStore:
         return deferToThreadPool(self._threads, self._pool, call)
 
     def _run_batch(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:
-        """Hand a batch to the writer: an early add is encoded now, or left out if every
-        queue of it acknowledged it already (its outcome: done)."""
-        self._early.clear()  # (every early add is in this batch: no more taken off)
+        """Hand a batch to the writer. One with early adds waits for the next reactor
+        turn first: the acknowledgements its turn gathered (``ack:auto`` deliveries are
+        acknowledged at the turn's end, after this call) take their queues off them
+        meanwhile, and an add that every queue acknowledged is never written."""
         if not self._early_items:
             return self._run_operations(cast("list[Operation]", items))
         self._early_items = 0
+        turned: Deferred[None] = Deferred()
+        self._clock.callLater(0, turned.callback, None)
+        return turned.addCallback(lambda _: self._hand_over(items))
+
+    def _hand_over(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:
+        """The batch's early adds encoded, or left out where every queue acknowledged
+        them already (their outcome: done), and the batch handed to the writer."""
+        early = self._early
         outcomes: list[BaseException | None] = [None] * len(items)
         operations: list[Operation] = []
         places: list[int] = []
         for place, item in enumerate(items):
             if type(item) is _EarlyAdd:
+                early.pop(item.message.id, None)  # (handed over: no more taken off)
                 if not item.queues:
                     continue
                 try:

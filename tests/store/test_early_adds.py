@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
+from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
 
 from bridge.store import InvalidOperation, StoreNotOpen
@@ -71,6 +72,21 @@ async def test_a_batch_every_add_of_which_was_acknowledged_reaches_no_writer(sto
 
     store, recovered = await stores.reopen(store)
     assert recovered.messages.get("a", []) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_acknowledgement_at_the_end_of_the_adds_turn_takes_it_off(stores):
+    """``ack:auto`` deliveries are acknowledged at the end of the turn that queued them,
+    after the turn's batch was due: the batch waits one more turn for them, so a message
+    consumed in the turn it was sent in is never written."""
+    store, _ = await stores.open()
+    await store.create_queue(anycast("a"))
+    written = watch(store)
+    added = added_early(store, message(1), ["a"])
+    acknowledged: Deferred[None] = Deferred()
+    reactor.callLater(0, lambda: store.acknowledge("a", 1).chainDeferred(acknowledged))
+    await gatherResults([added, acknowledged])
+    assert written == []
 
 
 @pytest_twisted.ensureDeferred
