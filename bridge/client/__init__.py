@@ -1,5 +1,5 @@
 """The Python client of the core protocol: a Twisted API and a blocking facade."""
 
-from bridge.client.session import AddressInfo
+from bridge.client.events import AddressInfo
 
 __all__ = ["AddressInfo"]

@@ -31,13 +31,9 @@ from bridge.client.errors import (
     NodeProtocolError,
     Refused,
 )
-from bridge.client.session import (
-    DEFAULT_CONFIRMATION_WINDOW_SIZE,
-    DEFAULT_CONSUMER_WINDOW_SIZE,
-    DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+from bridge.client.events import (
     AddressInfo,
     Answered,
-    ClientSession,
     ConsumerLost,
     Delivery,
     Event,
@@ -48,6 +44,12 @@ from bridge.client.session import (
     Settle,
     Settled,
     TopologyChanged,
+)
+from bridge.client.session import (
+    DEFAULT_CONFIRMATION_WINDOW_SIZE,
+    DEFAULT_CONSUMER_WINDOW_SIZE,
+    DEFAULT_MIN_LARGE_MESSAGE_SIZE,
+    ClientSession,
 )
 from bridge.message import HeaderValue, Message
 from bridge.protocol import PACKET_TYPES, Routing, Topology

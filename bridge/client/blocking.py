@@ -19,7 +19,8 @@ from twisted.internet.defer import CancelledError, Deferred
 
 from bridge.client import api
 from bridge.client.errors import ClientError
-from bridge.client.session import DEFAULT_CONSUMER_WINDOW_SIZE, AddressInfo
+from bridge.client.events import AddressInfo
+from bridge.client.session import DEFAULT_CONSUMER_WINDOW_SIZE
 from bridge.message import HeaderValue
 from bridge.protocol import Routing
 

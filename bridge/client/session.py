@@ -17,6 +17,10 @@ Flow control lives here: the confirmation window (bytes of unconfirmed sends), p
 credits per address (rule 4) and consumer credits (rule 5), granted back as the application
 takes messages. A send that the windows do not allow yet waits in order; ``is_writable``
 tells the application to stop producing until they open.
+
+What it keeps is in modules of their own: the events it returns (``bridge.client.events``),
+each send (``bridge.client.sends``), each request (``bridge.client.requests``), each
+consumer (``bridge.client.consumers``) and the transactions (``bridge.client.transactions``).
 """
 
 from __future__ import annotations
@@ -30,21 +34,37 @@ from typing import IO, Protocol
 import attrs
 from automat import NoTransition, TypeMachineBuilder
 
+from bridge.client.consumers import ConsumerState, Incoming, Waiting
 from bridge.client.errors import (
     ClientClosed,
     ClientError,
     ConnectionLost,
     NodeProtocolError,
     NotAcknowledgeable,
-    Refused,
     StaleDelivery,
     refused,
 )
+from bridge.client.events import (
+    AddressInfo,
+    Answer,
+    Answered,
+    ConsumerLost,
+    Delivery,
+    Event,
+    LoginRefused,
+    Ready,
+    Redirected,
+    SendsConfirmed,
+    Settle,
+    Settled,
+    TopologyChanged,
+)
+from bridge.client.requests import ANSWERS, Frame, Request, RequestKind
+from bridge.client.sends import Barrier, PendingSend
 from bridge.client.transactions import Transactions
 from bridge.message import Message, MessageFormatError, encode_message
 from bridge.protocol import (
     BATCH_BYTES,
-    CLAIM_LIMIT,
     FRAME_SIZE_UNSTATED,
     PROTOCOL_VERSION,
     REATTACH_VERSION,
@@ -99,10 +119,6 @@ DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_SPOOL_MEMORY = 1024 * 1024
 """Bytes of a received large body kept in memory before its spool file goes to disk."""
 
-Settle = Callable[[ClientError | None], object]
-"""Called once when a send or request is settled: with None on success, else the error."""
-Frame = tuple[int, bytes]
-
 
 _ROUTING_WORDS = {
     None: "",
@@ -116,280 +132,6 @@ _ROUTING_WORDS = {
 def default_spool() -> IO[bytes]:
     """Where a large delivery's body goes: memory up to 1 MiB, then a temporary file."""
     return tempfile.SpooledTemporaryFile(max_size=DEFAULT_SPOOL_MEMORY)
-
-
-@attrs.frozen
-class AddressInfo:
-    """How an address is set up on the node (its answer to ``address_info``).
-
-    For an address that does not exist (``exists`` false), the settings it would be
-    created with on first use, which it is when ``auto_create``. ``routing`` is
-    "anycast", "multicast" or "anycast,multicast" (both routing types), or "" when the
-    address neither exists nor would be created;
-    ``max_size_bytes`` is -1 for no limit; ``address_full_policy`` is "PAGE", "BLOCK",
-    "FAIL" or "DROP"; ``id_cache_size`` is how many duplicate ids it keeps.
-    """
-
-    name: str
-    exists: bool
-    routing: str
-    max_size_bytes: int
-    address_full_policy: str
-    id_cache_size: int
-    auto_create: bool
-
-
-Answer = Callable[[AddressInfo], object]
-"""Called once with a query's answer (its errors go to the query's ``Settle``)."""
-
-
-# -- events ----------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Ready:
-    """The node accepted the login (CONNECTED); ``reconnected`` after an earlier drop."""
-
-    node_name: str
-    node_id: str
-    producer_window_size: int
-    reconnected: bool
-
-
-@attrs.frozen
-class LoginRefused:
-    """The node refused the CONNECT; the session is closed with ``error``."""
-
-    error: Refused
-
-
-@attrs.frozen
-class SendsConfirmed:
-    """The node confirmed sends: each callback is to be called with None. Hot path: one
-    event for every send a SEND_CONFIRMED covers."""
-
-    callbacks: list[Settle]
-
-
-@attrs.frozen
-class Settled:
-    """A send or request is done: call ``callback(error)`` (None: it succeeded)."""
-
-    callback: Settle
-    error: ClientError | None
-
-
-@attrs.frozen
-class ConsumerLost:
-    """Re-creating consumer ``consumer_id`` after a reconnection failed; it is gone."""
-
-    consumer_id: int
-    error: ClientError
-
-
-@attrs.frozen
-class Delivery:
-    """A message for consumer ``consumer_id``, to be taken by the application.
-
-    A large message's ``message`` has an empty body, and ``body_file`` holds the body
-    (spooled, positioned at its start). ``cost`` is what the consumer's credit gets back
-    when the application takes it; ``epoch`` numbers the connection it came on.
-    """
-
-    consumer_id: int
-    delivery_id: int
-    delivery_count: int
-    message: Message
-    body_file: IO[bytes] | None
-    cost: int
-    epoch: int
-
-
-@attrs.frozen
-class Answered:
-    """A query is answered: call ``callback(info)``."""
-
-    callback: Answer
-    info: AddressInfo
-
-
-@attrs.frozen
-class TopologyChanged:
-    """The node sent its cluster's TOPOLOGY (after CONNECTED, and at every change)."""
-
-    topology: Topology
-
-
-@attrs.frozen
-class Redirected:
-    """The node does not serve the store asked for: it is served at ``urls`` (none: by no
-    member now). The glue closes the connection and goes there."""
-
-    store: str
-    urls: tuple[str, ...]
-
-
-Event = (
-    Ready
-    | LoginRefused
-    | SendsConfirmed
-    | Settled
-    | ConsumerLost
-    | Delivery
-    | Answered
-    | TopologyChanged
-    | Redirected
-)
-
-
-# -- bookkeeping -----------------------------------------------------------------------
-
-
-class _Send:
-    """A send waiting, streaming or unconfirmed. ``cost`` counts against the window."""
-
-    __slots__ = (
-        "callback",
-        "cost",
-        "file",
-        "message",
-        "refused",
-        "remaining",
-        "sequence",
-        "start",
-        "total",
-        "tx_id",
-    )
-
-    def __init__(
-        self,
-        message: Message,
-        tx_id: int | None,
-        callback: Settle | None,
-        *,
-        file: IO[bytes] | None = None,
-        start: int = 0,
-        total: int = 0,
-    ) -> None:
-        self.message = message
-        self.tx_id = tx_id
-        self.callback = callback
-        self.cost = 0  # set when encoded (``_put_send``), which measures the message
-        self.file = file
-        self.start = start
-        self.total = total
-        self.remaining = total
-        self.sequence = 0
-        self.refused = False
-
-
-class _Kind:
-    QUEUE = "queue"
-    CREATE_CONSUMER = "create-consumer"
-    REATTACH = "reattach-consumer"
-    CLOSE_CONSUMER = "close-consumer"
-    TX_BEGIN = "tx-begin"
-    COMMIT = "commit"
-    ROLLBACK = "rollback"
-    ACK = "ack"
-    ADDRESS = "address"
-
-
-@attrs.define
-class _Request:
-    kind: str
-    what: str
-    callback: Settle | None
-    frame: Frame
-    subject: int = 0
-    sent: bool = False
-    answer: Callable[[AddressInfoPacket], object] | None = None
-    """For a query: what to do with its answer."""
-
-
-@attrs.define
-class _Barrier:
-    """A commit or rollback, queued behind its transaction's waiting sends."""
-
-    request_id: int
-
-
-@attrs.define
-class _Incoming:
-    """A large delivery whose chunks are arriving."""
-
-    begin: DeliverLargeBegin
-    file: IO[bytes]
-    remaining: int
-
-
-_Held = tuple[int, int, tuple[int, int]]
-"""A delivery the application took and has not settled: its message id, its cost, and
-the (epoch, delivery id) of the ``Delivery`` the application holds."""
-
-
-@attrs.define
-class _Waiting:
-    """An ack or nack of a held message made while its claim is unanswered: ``settle``
-    runs it again with the delivery the claim gives it."""
-
-    delivery: Delivery
-    settle: Callable[[Delivery], None]
-    callback: Settle | None
-
-
-@attrs.define
-class _Consumer:
-    consumer_id: int
-    queue: str
-    filter: str | None
-    window: int
-    browse_only: bool
-    create_callback: Settle | None
-    close_callback: Settle | None = None
-    open: bool = False
-    closing: bool = False
-    balance: int = 0
-    to_grant: int = 0
-    last_delivery: int = 0
-    unsettled: dict[int, None] = attrs.Factory(dict)
-    large: _Incoming | None = None
-    held: dict[int, _Held] = attrs.Factory(dict)
-    """Unsettled deliveries the application took, by delivery id."""
-    origins: dict[tuple[int, int], int] = attrs.Factory(dict)
-    """Claimed deliveries' ids, by the (epoch, delivery id) the application knows them as."""
-    claiming: dict[int, _Held] = attrs.Factory(dict)
-    """What the application held at the last drop, by message id, to claim."""
-    waiting: list[_Waiting] = attrs.Factory(list)
-    """Acks and nacks of messages being claimed."""
-
-    def hold_over(self) -> None:
-        """The connection dropped: what the application holds is to be claimed on the next
-        (the oldest ``CLAIM_LIMIT``, with what an unanswered claim named)."""
-        claiming = self.claiming
-        for held in self.held.values():
-            if len(claiming) >= CLAIM_LIMIT:
-                break
-            claiming.setdefault(held[0], held)
-
-    def settled(self, delivery_id: int, epoch: int) -> None:
-        """Delivery ``delivery_id`` is acknowledged or refused: held no more."""
-        del self.unsettled[delivery_id]
-        held = self.held.pop(delivery_id, None)
-        if held is not None and held[2][0] != epoch:
-            del self.origins[held[2]]
-
-    def reset(self) -> None:
-        """A fresh connection: the node knows nothing of this consumer yet."""
-        self.balance = self.window
-        self.to_grant = 0
-        self.last_delivery = 0
-        self.unsettled.clear()
-        self.held.clear()
-        self.origins.clear()
-        if self.large is not None:
-            self.large.file.close()
-            self.large = None
 
 
 # -- the connection life cycle (automat) ----------------------------------------------
@@ -462,14 +204,14 @@ class ClientSession:
         for any: the glue sets it from the TOPOLOGY."""
         # requests
         self._next_request = 1  # 0 answers the CONNECT
-        self._requests: dict[int, _Request] = {}
+        self._requests: dict[int, Request] = {}
         # producing
         self._sequence = 0
         self._confirmed = 0
-        self._waiting: deque[_Send | _Barrier] = deque()
-        self._unconfirmed: deque[_Send] = deque()
+        self._waiting: deque[PendingSend | Barrier] = deque()
+        self._unconfirmed: deque[PendingSend] = deque()
         self._unconfirmed_bytes = 0
-        self._streaming: _Send | None = None
+        self._streaming: PendingSend | None = None
         self._producer_window = UNLIMITED
         self._producer_window_cap = producer_window_size
         """The most credit per address used (Artemis's client producer-window-size); it
@@ -477,7 +219,7 @@ class ClientSession:
         self._credits: dict[str, int] = {}
         # consuming and transactions
         self._next_consumer = 1
-        self._consumers: dict[int, _Consumer] = {}
+        self._consumers: dict[int, ConsumerState] = {}
         self._next_tx = 1
         self._transactions = Transactions()
         self._lifecycle = _Machine(self)
@@ -568,7 +310,7 @@ class ClientSession:
     @property
     def unconfirmed(self) -> int:
         """Sends not yet confirmed or refused, waiting ones included."""
-        return len(self._unconfirmed) + sum(isinstance(s, _Send) for s in self._waiting)
+        return len(self._unconfirmed) + sum(isinstance(s, PendingSend) for s in self._waiting)
 
     # -- connection events ------------------------------------------------------------
 
@@ -644,9 +386,11 @@ class ClientSession:
         for consumer in self._consumers.values():
             self._create_consumer(consumer)
         for tx_id in self._transactions.begin_again():
-            self._request(_Kind.TX_BEGIN, f"begin transaction {tx_id} again", None, _begin(tx_id))
+            self._request(
+                RequestKind.TX_BEGIN, f"begin transaction {tx_id} again", None, _begin(tx_id)
+            )
         for request_id, request in sorted(self._requests.items()):
-            if not request.sent and request.kind not in (_Kind.COMMIT, _Kind.ROLLBACK):
+            if not request.sent and request.kind not in (RequestKind.COMMIT, RequestKind.ROLLBACK):
                 self._put_request(request_id, request)
         self._drain()
         self._events.append(
@@ -664,24 +408,24 @@ class ClientSession:
         self._out.clear()
         self._run = []
         self._transactions.lost(  # the node rolls back what was open
-            {r.subject for r in self._requests.values() if r.kind == _Kind.TX_BEGIN}
+            {r.subject for r in self._requests.values() if r.kind == RequestKind.TX_BEGIN}
         )
         for request_id, request in list(self._requests.items()):
             kind = request.kind
-            if kind == _Kind.QUEUE and not request.sent:
+            if kind == RequestKind.QUEUE and not request.sent:
                 continue  # it goes on the next connection
-            if kind == _Kind.ADDRESS:
+            if kind == RequestKind.ADDRESS:
                 request.sent = False  # asking changes nothing: ask again on the next one
                 continue
             del self._requests[request_id]
-            if kind in (_Kind.CREATE_CONSUMER, _Kind.REATTACH):
+            if kind in (RequestKind.CREATE_CONSUMER, RequestKind.REATTACH):
                 continue  # the consumer is created again on the next connection
-            if kind == _Kind.CLOSE_CONSUMER:
+            if kind == RequestKind.CLOSE_CONSUMER:
                 self._consumers.pop(request.subject, None)  # the node closed it
                 self._settle(request.callback, None)
-            elif kind == _Kind.ROLLBACK:
+            elif kind == RequestKind.ROLLBACK:
                 self._settle(request.callback, None)  # the node rolled it back
-            elif kind == _Kind.COMMIT and not request.sent:
+            elif kind == RequestKind.COMMIT and not request.sent:
                 self._settle(request.callback, Transactions.rolled_back(request.subject))
             elif request.sent:
                 self._settle(
@@ -706,9 +450,9 @@ class ClientSession:
         self._unconfirmed.clear()
         self._unconfirmed_bytes = 0
         self._streaming = None
-        kept: deque[_Send | _Barrier] = deque()
+        kept: deque[PendingSend | Barrier] = deque()
         for item in (*resend, *self._waiting):
-            if isinstance(item, _Barrier):
+            if isinstance(item, Barrier):
                 if item.request_id in self._requests:
                     kept.append(item)
             elif item.tx_id is not None:
@@ -719,7 +463,7 @@ class ClientSession:
                 kept.append(item)
         self._waiting = kept
 
-    def _rewind(self, send: _Send) -> bool:
+    def _rewind(self, send: PendingSend) -> bool:
         """Seek a large send's file back to its start for the resend; fail it if it can't."""
         file = send.file
         assert file is not None
@@ -746,7 +490,7 @@ class ClientSession:
         for request in requests.values():
             self._settle(request.callback, error)
         for send in (*self._unconfirmed, *self._waiting):
-            if isinstance(send, _Send) and not send.refused:
+            if isinstance(send, PendingSend) and not send.refused:
                 self._settle(send.callback, error)
         self._unconfirmed.clear()
         self._waiting.clear()
@@ -781,7 +525,7 @@ class ClientSession:
     ) -> int:
         self._check_open()
         request_id = self._next_request
-        request = _Request(
+        request = Request(
             kind, what, callback, encode_packet(build(request_id)), subject, answer=answer
         )
         self._next_request = request_id + 1
@@ -790,11 +534,11 @@ class ClientSession:
             self._put_request(request_id, request)
         return request_id
 
-    def _put_request(self, request_id: int, request: _Request) -> None:
+    def _put_request(self, request_id: int, request: Request) -> None:
         request.sent = True
         self._put(request.frame)
 
-    def _take_request(self, packet: Ok | Failed | AddressInfoPacket | Reattached) -> _Request:
+    def _take_request(self, packet: Ok | Failed | AddressInfoPacket | Reattached) -> Request:
         """The request ``packet`` answers, no longer pending; NodeProtocolError if there is
         none, or if it is the wrong kind of answer (only a query gets ADDRESS_INFO, only a
         REATTACH_CONSUMER gets REATTACHED, and neither gets OK)."""
@@ -804,7 +548,7 @@ class ClientSession:
             raise NodeProtocolError(
                 f"the node answered request {request_id}, which it was not sent"
             )
-        expected = _ANSWERS.get(request.kind, Ok)
+        expected = ANSWERS.get(request.kind, Ok)
         if type(packet) is not Failed and type(packet) is not expected:
             raise NodeProtocolError(
                 f"the node answered request {request_id} ({request.what}) with {packet.TYPE.name}"
@@ -818,7 +562,7 @@ class ClientSession:
             refused(request.what, packet.code, packet.message) if type(packet) is Failed else None
         )
         kind = request.kind
-        if kind in (_Kind.CREATE_CONSUMER, _Kind.REATTACH):
+        if kind in (RequestKind.CREATE_CONSUMER, RequestKind.REATTACH):
             consumer = self._consumers.get(request.subject)
             if consumer is not None:
                 if error is None:
@@ -828,11 +572,11 @@ class ClientSession:
                     self._stale_claims(consumer, None)
                     if request.callback is None:
                         self._events.append(ConsumerLost(consumer.consumer_id, error))
-        elif kind == _Kind.CLOSE_CONSUMER:
+        elif kind == RequestKind.CLOSE_CONSUMER:
             consumer = self._consumers.pop(request.subject, None)
             if consumer is not None and consumer.large is not None:
                 consumer.large.file.close()
-        elif kind == _Kind.TX_BEGIN and error is not None:
+        elif kind == RequestKind.TX_BEGIN and error is not None:
             self._transactions.refused(request.subject)
         self._settle(request.callback, error)
 
@@ -848,7 +592,7 @@ class ClientSession:
     ) -> None:
         """Ask for queue ``name`` bound to ``address``."""
         self._request(
-            _Kind.QUEUE,
+            RequestKind.QUEUE,
             f"create queue {name!r} on address {address!r}",
             callback,
             lambda rid: CreateQueue(rid, name, address, routing, durable, filter),
@@ -857,7 +601,10 @@ class ClientSession:
     def delete_queue(self, name: str, callback: Settle | None) -> None:
         """Ask for queue ``name`` and its messages to be deleted."""
         self._request(
-            _Kind.QUEUE, f"delete queue {name!r}", callback, lambda rid: DeleteQueue(rid, name)
+            RequestKind.QUEUE,
+            f"delete queue {name!r}",
+            callback,
+            lambda rid: DeleteQueue(rid, name),
         )
 
     def address_info(self, address: str, *, answer: Answer, callback: Settle) -> None:
@@ -878,7 +625,7 @@ class ClientSession:
             self._events.append(Answered(answer, info))
 
         self._request(
-            _Kind.ADDRESS,
+            RequestKind.ADDRESS,
             f"query of address {address!r}",
             callback,
             lambda rid: QueryAddress(rid, address),
@@ -901,27 +648,29 @@ class ClientSession:
         self._check_open()
         tx_id = self._next_tx
         self._next_tx += 1
-        self._request(_Kind.TX_BEGIN, f"begin transaction {tx_id}", callback, _begin(tx_id), tx_id)
+        self._request(
+            RequestKind.TX_BEGIN, f"begin transaction {tx_id}", callback, _begin(tx_id), tx_id
+        )
         self._transactions.begun(tx_id)
         return tx_id
 
     def commit(self, tx_id: int, callback: Settle | None) -> None:
         """Commit: after the transaction's sends that are still waiting."""
-        self._end_transaction(tx_id, _Kind.COMMIT, callback)
+        self._end_transaction(tx_id, RequestKind.COMMIT, callback)
 
     def rollback(self, tx_id: int, callback: Settle | None) -> None:
         """Roll back: after the transaction's sends that are still waiting."""
-        self._end_transaction(tx_id, _Kind.ROLLBACK, callback)
+        self._end_transaction(tx_id, RequestKind.ROLLBACK, callback)
 
     def _end_transaction(self, tx_id: int, kind: str, callback: Settle | None) -> None:
         self._check_open()
         if tx_id not in self._transactions:
             # rolled back with a lost connection, or done already: nothing goes to the node
-            commit = kind == _Kind.COMMIT
+            commit = kind == RequestKind.COMMIT
             self._settle(callback, self._transactions.outcome(tx_id, commit=commit))
             return
         self._transactions.ended(tx_id)
-        packet = TxCommit if kind == _Kind.COMMIT else TxRollback
+        packet = TxCommit if kind == RequestKind.COMMIT else TxRollback
         request_id = self._request(
             kind,
             f"{kind} of transaction {tx_id}",
@@ -930,7 +679,7 @@ class ClientSession:
             tx_id,
             now=False,
         )
-        self._waiting.append(_Barrier(request_id))
+        self._waiting.append(Barrier(request_id))
         self._drain()
 
     def _check_tx(self, tx_id: int | None) -> None:
@@ -965,10 +714,10 @@ class ClientSession:
             start = body_file.tell()
             total = body_file.seek(0, io.SEEK_END) - start
             body_file.seek(start)
-            send = _Send(message, tx_id, callback, file=body_file, start=start, total=total)
+            send = PendingSend(message, tx_id, callback, file=body_file, start=start, total=total)
             encode_packet(SendLargeBegin(0, tx_id, message, total))  # refuse it now if bad
         else:
-            send = _Send(message, tx_id, callback)
+            send = PendingSend(message, tx_id, callback)
         if self._is_ready and not self._waiting and self._streaming is None and self._may(send):
             self._put_send(send)
         else:
@@ -986,13 +735,13 @@ class ClientSession:
         if self._producer_window != UNLIMITED:
             self._credits[address] = self._credits.get(address, self._producer_window) - cost
 
-    def _may(self, send: _Send) -> bool:
+    def _may(self, send: PendingSend) -> bool:
         return (
             self._unconfirmed_bytes < self.confirmation_window_size
             and self._credit(send.message.address) != 0
         )
 
-    def _put_send(self, send: _Send) -> None:
+    def _put_send(self, send: PendingSend) -> None:
         sequence = self._sequence + 1
         if send.file is None:
             try:
@@ -1028,7 +777,7 @@ class ClientSession:
         waiting = self._waiting
         while waiting and self._is_ready and self._streaming is None:
             head = waiting[0]
-            if isinstance(head, _Barrier):
+            if isinstance(head, Barrier):
                 waiting.popleft()
                 self._put_request(head.request_id, self._requests[head.request_id])
             elif self._may(head):
@@ -1037,7 +786,7 @@ class ClientSession:
             else:
                 return
 
-    def _next_chunk(self, send: _Send) -> None:
+    def _next_chunk(self, send: PendingSend) -> None:
         address = send.message.address
         if self._credit(address) == 0:
             return
@@ -1128,19 +877,19 @@ class ClientSession:
             )
         consumer_id = self._next_consumer
         self._next_consumer += 1
-        consumer = _Consumer(consumer_id, queue, filter, window_size, browse_only, callback)
+        consumer = ConsumerState(consumer_id, queue, filter, window_size, browse_only, callback)
         consumer.reset()
         self._consumers[consumer_id] = consumer
         if self._is_ready:
             self._create_consumer(consumer)
         return consumer_id
 
-    def _create_consumer(self, consumer: _Consumer) -> None:
+    def _create_consumer(self, consumer: ConsumerState) -> None:
         callback = None if consumer.open else consumer.create_callback
         if consumer.claiming and self._version >= REATTACH_VERSION:
             claim = tuple(consumer.claiming)
             self._request(
-                _Kind.REATTACH,
+                RequestKind.REATTACH,
                 f"consumer on queue {consumer.queue!r}",
                 callback,
                 lambda rid: ReattachConsumer(
@@ -1157,7 +906,7 @@ class ClientSession:
             return
         self._stale_claims(consumer, None)
         self._request(
-            _Kind.CREATE_CONSUMER,
+            RequestKind.CREATE_CONSUMER,
             f"consumer on queue {consumer.queue!r}",
             callback,
             lambda rid: CreateConsumer(
@@ -1190,7 +939,7 @@ class ClientSession:
             self._settle(callback, None)
             return
         self._request(
-            _Kind.CLOSE_CONSUMER,
+            RequestKind.CLOSE_CONSUMER,
             f"close of the consumer on queue {consumer.queue!r}",
             callback,
             lambda rid: CloseConsumer(rid, consumer_id),
@@ -1223,13 +972,13 @@ class ClientSession:
         if consumer is not None and consumer.window == 0 and consumer.balance <= 0:
             self._grant(consumer, 1 - consumer.balance)
 
-    def _grant(self, consumer: _Consumer, credits: int) -> None:
+    def _grant(self, consumer: ConsumerState, credits: int) -> None:
         consumer.to_grant = 0
         if self._is_ready and not consumer.closing:
             consumer.balance += credits
             self._put(encode_packet(ConsumerCredits(consumer.consumer_id, credits)))
 
-    def _consumer_for(self, consumer_id: int, delivery_id: int) -> _Consumer:
+    def _consumer_for(self, consumer_id: int, delivery_id: int) -> ConsumerState:
         consumer = self._consumers.get(consumer_id)
         if consumer is None:
             raise NodeProtocolError(f"a delivery for consumer {consumer_id}, which is not open")
@@ -1274,7 +1023,7 @@ class ClientSession:
         consumer = self._consumer_for(packet.consumer_id, packet.delivery_id)
         if packet.message.body:
             raise NodeProtocolError("DELIVER_LARGE_BEGIN with a body: chunks carry it")
-        consumer.large = _Incoming(packet, self._spool(), packet.total_size)
+        consumer.large = Incoming(packet, self._spool(), packet.total_size)
         consumer.balance -= packet.message.size
         self._keep_large_coming(consumer)
 
@@ -1323,7 +1072,7 @@ class ClientSession:
             )
         )
 
-    def _keep_large_coming(self, consumer: _Consumer) -> None:
+    def _keep_large_coming(self, consumer: ConsumerState) -> None:
         """A consumer with window 0 grants what the rest of a large body needs to flow."""
         if consumer.window == 0 and consumer.balance <= 0:
             self._grant(consumer, 1 - consumer.balance)
@@ -1362,7 +1111,7 @@ class ClientSession:
             self._put(encode_packet(packet))
         else:
             self._request(
-                _Kind.ACK,
+                RequestKind.ACK,
                 f"ack of message {delivery.message.id} from queue {consumer.queue!r}",
                 callback,
                 lambda rid: attrs.evolve(packet, request_id=rid),
@@ -1397,7 +1146,7 @@ class ClientSession:
             return attrs.evolve(delivery, delivery_id=delivery_id, epoch=self._epoch)
         held = consumer.claiming.get(delivery.message.id)
         if held is not None and held[2] == origin:
-            consumer.waiting.append(_Waiting(delivery, again, callback))
+            consumer.waiting.append(Waiting(delivery, again, callback))
             return None
         return delivery
 
@@ -1435,7 +1184,7 @@ class ClientSession:
             self._settle_again(settle)
         self._settle(request.callback, None)
 
-    def _settle_again(self, waiting: _Waiting) -> None:
+    def _settle_again(self, waiting: Waiting) -> None:
         """An ack or nack that waited for its message's claim: made now, or (the message
         was not claimed) failed as stale."""
         try:
@@ -1443,7 +1192,7 @@ class ClientSession:
         except ClientError as error:
             self._settle(waiting.callback, error)
 
-    def _stale_claims(self, consumer: _Consumer, error: ClientError | None) -> None:
+    def _stale_claims(self, consumer: ConsumerState, error: ClientError | None) -> None:
         """Nothing of ``consumer``'s claim is claimed: what waited on it fails (with
         ``error``, or as stale)."""
         consumer.claiming.clear()
@@ -1454,7 +1203,7 @@ class ClientSession:
             else:
                 self._settle(settle.callback, error)
 
-    def _settleable(self, delivery: Delivery) -> _Consumer:
+    def _settleable(self, delivery: Delivery) -> ConsumerState:
         self._check_open()
         consumer = self._consumers.get(delivery.consumer_id)
         if consumer is None or consumer.closing or delivery.epoch != self._epoch:
@@ -1473,13 +1222,6 @@ class ClientSession:
                 "acknowledged or refused"
             )
         return consumer
-
-
-_ANSWERS: dict[str, type[Packet]] = {
-    _Kind.ADDRESS: AddressInfoPacket,
-    _Kind.REATTACH: Reattached,
-}
-"""The answer each kind of request gets when it succeeds, if not OK."""
 
 
 _builder = TypeMachineBuilder(_Lifecycle, ClientSession)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.client.errors import ClientError
-from bridge.client.session import ClientSession, Event, Settled
+from bridge.client.events import Event, Settled
+from bridge.client.session import ClientSession
 from bridge.message import Message
 from bridge.protocol import Connected, Packet, Send, SendMany, decode_packet, encode_packet
 

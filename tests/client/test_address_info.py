@@ -8,7 +8,8 @@ import pytest_twisted
 
 from bridge.client import AddressInfo
 from bridge.client.errors import ClientClosed, NodeProtocolError, PermissionDenied
-from bridge.client.session import Answered, ClientSession
+from bridge.client.events import Answered
+from bridge.client.session import ClientSession
 from bridge.protocol import (
     AddressFullPolicy,
     Connected,

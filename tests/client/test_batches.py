@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.client.session import ClientSession, Delivery
+from bridge.client.events import Delivery
+from bridge.client.session import ClientSession
 from bridge.protocol import (
     Ack,
     ClusterConnect,

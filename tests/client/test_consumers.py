@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.client.errors import NodeProtocolError, NotAcknowledgeable, NotFound, StaleDelivery
-from bridge.client.session import Delivery
+from bridge.client.events import Delivery
 from bridge.protocol import (
     Ack,
     CloseConsumer,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bridge.client.errors import AuthenticationFailed, ClientClosed, NodeProtocolError
-from bridge.client.session import ClientSession, LoginRefused, Ready
+from bridge.client.events import LoginRefused, Ready
+from bridge.client.session import ClientSession
 from bridge.protocol import (
     FRAME_SIZE_UNSTATED,
     PROTOCOL_VERSION,

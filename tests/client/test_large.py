@@ -8,7 +8,7 @@ import io
 import pytest
 
 from bridge.client.errors import NodeProtocolError
-from bridge.client.session import Delivery
+from bridge.client.events import Delivery
 from bridge.protocol import (
     ConsumerCredits,
     DeliverLargeBegin,

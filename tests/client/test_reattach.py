@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.client.errors import StaleDelivery, TransactionRolledBack
-from bridge.client.session import ConsumerLost, Delivery
+from bridge.client.events import ConsumerLost, Delivery
 from bridge.protocol import (
     CLAIM_LIMIT,
     Ack,

@@ -8,7 +8,7 @@ import io
 import pytest
 
 from bridge.client.errors import ConnectionLost, StaleDelivery
-from bridge.client.session import ConsumerLost, Ready
+from bridge.client.events import ConsumerLost, Ready
 from bridge.protocol import (
     ClusterConnect,
     Connected,

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.client.errors import AddressFull, NodeProtocolError, PermissionDenied
-from bridge.client.session import SendsConfirmed
+from bridge.client.events import SendsConfirmed
 from bridge.message import MessageFormatError
 from bridge.protocol import (
     ErrorCode,
