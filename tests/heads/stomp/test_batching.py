@@ -76,6 +76,51 @@ async def test_the_automatic_acks_of_a_turn_go_to_the_store_as_one_operation(
     await session.connection_lost()
 
 
+@pytest_twisted.ensureDeferred
+async def test_persistent_sends_consumed_by_ack_auto_in_their_turn_are_never_written(
+    stomp_node, monkeypatch
+):
+    """The automatic acknowledgements come at the end of the turn, after the turn's store
+    batch was due: the batch waits a turn for them, and a message consumed so is never
+    written (its receipt says it was consumed)."""
+    broker = stomp_node.broker
+    store = broker.store
+    written: list[str] = []
+    run = store._writer.run
+
+    def recording(operations: Any) -> Any:
+        written.extend(type(op).__name__ for op in operations)
+        return run(operations)
+
+    monkeypatch.setattr(store._writer, "run", recording)
+    wire = FrameSink()
+    session = StompSession(
+        broker,
+        stomp_node.head.security,
+        wire,
+        clock=reactor,
+        authenticate=stomp_node.head.authenticate,
+        settings=SETTINGS,
+    )
+
+    def frame(command: str, **headers: str) -> None:
+        session.event_received(Frame(Command(command), tuple(headers.items()), b"body"))
+
+    def received(command: str) -> list[Frame]:
+        return [f for f in wire.frames if f.command == command]
+
+    frame("CONNECT", **{"accept-version": "1.2"})
+    frame("SUBSCRIBE", id="s", destination="/queue/orders", ack="auto", receipt="s")
+    await eventually(lambda: received("RECEIPT"))
+    for n in range(10):  # one read's worth, consumed in the same turn
+        frame("SEND", destination="/queue/orders", persistent="true", receipt=f"r{n}")
+    await eventually(lambda: len(received("RECEIPT")) == 11)
+    await store.between_batches(lambda: None)
+    assert len(received("MESSAGE")) == 10 and not received("ERROR")
+    assert "AddMessage" not in written and broker.queue("orders").depth == 0
+    await session.connection_lost()
+
+
 class _CountingTransport(StringTransport):
     """An in-memory transport that counts the writes it is handed."""
 
