@@ -323,7 +323,19 @@ class HaNode:
         self._watch_lost(str(failure.value))
 
     def _watch_lost(self, why: str) -> None:
+        """The release notices' connection is gone. A backup tries every lease-ping-time
+        until its next try listens again; a live node, whose own lease it is, has no use
+        for them until it is a backup again (and then listens before it tries)."""
         self._watch = None
+        if self._serving_states():
+            log.info(
+                "node {name}: the connection listening for the lease's release was lost "
+                "({why}); live, the node does not need it: it listens again before it next "
+                "tries the lease",
+                why=why,
+                **self._names(),
+            )
+            return
         log.warn(
             "node {name}: not listening for the lease's release ({why}): trying every "
             "lease-ping-time until the next try listens again",

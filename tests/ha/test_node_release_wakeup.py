@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest_twisted
+from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 
 from bridge.ctl.service import NodeService
 from bridge.ha.activation import HaState
 from tests.ha.test_node_ha import TIMEOUT, _ha_service, _until, _within
-from tests.postgresql import schema_url
+from tests.postgresql import execute, schema_url
 
 SLOW = {
     "lease-ping-time": "120s",
@@ -76,3 +77,37 @@ async def test_a_soft_failover_wakes_the_backup_not_the_node_handing_over(
     finally:
         await b.stopService()
         await a.stopService()
+
+
+def _end_listening_session(node: NodeService, schema: str) -> None:
+    """End the database session on which ``node`` listens for the lease's releases."""
+    assert node.ha is not None and node.ha._watch is not None
+    pid = node.ha._watch._notices._connection.info.backend_pid  # type: ignore[attr-defined]
+    [(ended,)] = execute(schema, "SELECT pg_terminate_backend(%s)", (pid,))
+    assert ended
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_live_node_that_loses_its_release_notices_says_it_does_not_need_them(
+    tmp_path: Path, pg_schema: str
+):
+    """Live, a node keeps the connection that heard of releases while it was a backup;
+    lost, it is no reason for a backup's warning (trying every lease-ping-time): the node
+    says that, live, it has no use for it, and goes on serving."""
+    a, b = await _live_and_backup(tmp_path, pg_schema)
+    events: list[LogEvent] = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        assert a.ha is not None and a.ha.state is HaState.LIVE
+        _end_listening_session(a, pg_schema)
+        await _until(lambda: any("live, the node does not need it" in _text(e) for e in events))
+        assert not [e for e in events if "not listening for the lease's release" in _text(e)]
+        assert a.ha.state is HaState.LIVE
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+        await b.stopService()
+        await a.stopService()
+
+
+def _text(event: LogEvent) -> str:
+    return formatEvent(event) or ""
