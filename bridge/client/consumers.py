@@ -41,6 +41,9 @@ class Waiting:
 
 @attrs.define
 class ConsumerState:
+    """One consumer of the session, across connections: what it was opened with, its
+    credit (``balance``, and ``to_grant`` not yet granted back), and what is unsettled."""
+
     consumer_id: int
     queue: str
     filter: str | None
