@@ -31,6 +31,38 @@ from tests.heads.stomp.test_ack_machine import FrameSink
 SETTINGS = StompSettings(ttl=None, heart_beat=None)
 
 
+class _Subscribed:
+    """A STOMP session on ``stomp_node``'s broker over a frame sink, subscribed to
+    ``/queue/orders`` with ``ack:auto``."""
+
+    def __init__(self, stomp_node: Any) -> None:
+        self.wire = FrameSink()
+        self.session = StompSession(
+            stomp_node.broker,
+            stomp_node.head.security,
+            self.wire,
+            clock=reactor,
+            authenticate=stomp_node.head.authenticate,
+            settings=SETTINGS,
+        )
+
+    def frame(self, command: str, **headers: str) -> None:
+        self.session.event_received(Frame(Command(command), tuple(headers.items()), b"body"))
+
+    def received(self, command: str) -> list[Frame]:
+        return [f for f in self.wire.frames if f.command == command]
+
+    async def subscribe(self) -> None:
+        self.frame("CONNECT", **{"accept-version": "1.2"})
+        self.frame("SUBSCRIBE", id="s", destination="/queue/orders", ack="auto", receipt="s")
+        await eventually(lambda: self.received("RECEIPT"))
+
+    def send_persistent(self, count: int) -> None:
+        """``count`` persistent SENDs with receipts, in this turn (one read's worth)."""
+        for n in range(count):
+            self.frame("SEND", destination="/queue/orders", persistent="true", receipt=f"r{n}")
+
+
 @pytest_twisted.ensureDeferred
 async def test_the_automatic_acks_of_a_turn_go_to_the_store_as_one_operation(
     stomp_node, monkeypatch
@@ -45,35 +77,17 @@ async def test_the_automatic_acks_of_a_turn_go_to_the_store_as_one_operation(
         return acknowledge_many(queue, message_ids, tx)
 
     monkeypatch.setattr(store, "acknowledge_many", counted)
-    wire = FrameSink()
-    session = StompSession(
-        broker,
-        stomp_node.head.security,
-        wire,
-        clock=reactor,
-        authenticate=stomp_node.head.authenticate,
-        settings=SETTINGS,
-    )
-
-    def frame(command: str, **headers: str) -> None:
-        session.event_received(Frame(Command(command), tuple(headers.items()), b"body"))
-
-    def received(command: str) -> list[Frame]:
-        return [f for f in wire.frames if f.command == command]
-
-    frame("CONNECT", **{"accept-version": "1.2"})
-    frame("SUBSCRIBE", id="s", destination="/queue/orders", ack="auto", receipt="s")
-    await eventually(lambda: received("RECEIPT"))
-    for n in range(10):  # one read's worth: stored in one batch, delivered in one turn
-        frame("SEND", destination="/queue/orders", persistent="true", receipt=f"r{n}")
-    await eventually(lambda: len(received("MESSAGE")) == 10 and acknowledged)
+    client = _Subscribed(stomp_node)
+    await client.subscribe()
+    client.send_persistent(10)  # stored in one batch, delivered in one turn
+    await eventually(lambda: len(client.received("MESSAGE")) == 10 and acknowledged)
     queue = broker.queue("orders")
     assert queue.in_flight == 0
-    ids = [int(f.header("message-id") or "") for f in received("MESSAGE")]
+    ids = [int(f.header("message-id") or "") for f in client.received("MESSAGE")]
     assert acknowledged == [("orders", ids)]
     await store.between_batches(lambda: None)  # (their write is done)
-    assert queue.depth == 0 and not received("ERROR")
-    await session.connection_lost()
+    assert queue.depth == 0 and not client.received("ERROR")
+    await client.session.connection_lost()
 
 
 @pytest_twisted.ensureDeferred
@@ -93,32 +107,14 @@ async def test_persistent_sends_consumed_by_ack_auto_in_their_turn_are_never_wri
         return run(operations)
 
     monkeypatch.setattr(store._writer, "run", recording)
-    wire = FrameSink()
-    session = StompSession(
-        broker,
-        stomp_node.head.security,
-        wire,
-        clock=reactor,
-        authenticate=stomp_node.head.authenticate,
-        settings=SETTINGS,
-    )
-
-    def frame(command: str, **headers: str) -> None:
-        session.event_received(Frame(Command(command), tuple(headers.items()), b"body"))
-
-    def received(command: str) -> list[Frame]:
-        return [f for f in wire.frames if f.command == command]
-
-    frame("CONNECT", **{"accept-version": "1.2"})
-    frame("SUBSCRIBE", id="s", destination="/queue/orders", ack="auto", receipt="s")
-    await eventually(lambda: received("RECEIPT"))
-    for n in range(10):  # one read's worth, consumed in the same turn
-        frame("SEND", destination="/queue/orders", persistent="true", receipt=f"r{n}")
-    await eventually(lambda: len(received("RECEIPT")) == 11)
+    client = _Subscribed(stomp_node)
+    await client.subscribe()
+    client.send_persistent(10)  # consumed in the same turn
+    await eventually(lambda: len(client.received("RECEIPT")) == 11)
     await store.between_batches(lambda: None)
-    assert len(received("MESSAGE")) == 10 and not received("ERROR")
+    assert len(client.received("MESSAGE")) == 10 and not client.received("ERROR")
     assert "AddMessage" not in written and broker.queue("orders").depth == 0
-    await session.connection_lost()
+    await client.session.connection_lost()
 
 
 class _CountingTransport(StringTransport):
