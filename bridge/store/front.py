@@ -135,7 +135,6 @@ class MessageStore:
     ) -> None:
         self.name: str = writer.name
         self._fenced = fenced
-        self._clock = reactor
         self._threads = IReactorFromThreads(reactor)
         self._pool = _WriterPool(1, 1, name=f"txbridge-store-writer {self.name}")
         self._writer = writer
@@ -438,7 +437,7 @@ class MessageStore:
             return self._run_operations(cast("list[Operation]", items))
         self._early_items = 0
         turned: Deferred[None] = Deferred()
-        self._clock.callLater(0, turned.callback, None)
+        self._batches.clock.callLater(0, turned.callback, None)  # (the turns it batches by)
         return turned.addCallback(lambda _: self._hand_over(items))
 
     def _hand_over(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:
