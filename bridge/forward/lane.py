@@ -246,7 +246,7 @@ class Lane:
             )
         except Exception as error:
             if file is not None:
-                file.close()
+                bridge.broker.close_body(file)
             bridge.lane_fatal(f"message {message.id} cannot be forwarded: {error}")
             return
         if not client.address_writable(sent.address):
@@ -296,7 +296,7 @@ class Lane:
         self, consumer: int, delivery_id: int, file: IO[bytes] | None, error: ClientError | None
     ) -> None:
         if file is not None:
-            file.close()
+            self._bridge.broker.close_body(file)
         if consumer != self._consumer:
             return  # given back already
         size = self._pending.pop(delivery_id, None)

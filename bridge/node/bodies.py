@@ -61,6 +61,7 @@ class BodySource:
 
     def __init__(self, broker: Broker, body: LargeBody) -> None:
         self.remaining = body.size
+        self._broker = broker
         self._file: IO[bytes] = broker.open_body(body)  # open until the end
 
     def read(self) -> bytes:
@@ -74,4 +75,6 @@ class BodySource:
         return data
 
     def close(self) -> None:
-        self._file.close()
+        """Done reading: the file is closed, off the reactor thread if the message was
+        acknowledged (and its file deleted) meanwhile, since that close frees it."""
+        self._broker.close_body(self._file)

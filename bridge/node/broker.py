@@ -131,6 +131,7 @@ class Broker:
         # large messages
         self.new_body = large.new_body
         self.open_body = large.open_body
+        self.close_body = large.close_body
         self.discard = large.discard
         # queues and delivery
         self.next_consumer_id = delivery.next_consumer_id

@@ -31,6 +31,11 @@ class LargeMessages:
         cannot be read)."""
         return self._store.open_body(body)
 
+    def close_body(self, file: IO[bytes]) -> None:
+        """A body ``open_body`` gave is read: closed, off the reactor thread where that
+        frees a discarded body's file (see ``IMessageStore.close_body``)."""
+        self._store.close_body(file)
+
     def discard(self, message: Message) -> Deferred[None]:
         """A large message that will not be published after all, or is gone for good: its
         body file goes, off the reactor thread (see ``IMessageStore.discard_body``)."""

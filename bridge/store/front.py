@@ -35,7 +35,7 @@ from bridge.store.errors import (
     UnknownTransaction,
 )
 from bridge.store.interfaces import IBodyWriter, IMessageStore, IReplication, IStoreWriter
-from bridge.store.large import BodyFile, open_body
+from bridge.store.large import BodyFile, close_body, deleted_while_open, open_body
 from bridge.store.operations import (
     Acknowledge,
     AcknowledgeMany,
@@ -250,6 +250,12 @@ class MessageStore:
 
     def open_body(self, body: LargeBody) -> IO[bytes]:
         return open_body(body)
+
+    def close_body(self, file: IO[bytes]) -> Deferred[None]:
+        if self._state is _OPEN and deleted_while_open(file):
+            return deferToThreadPool(self._threads, self._pool, close_body, file)
+        close_body(file)
+        return succeed(None)
 
     def large_body_path(self, message_id: int) -> str:
         return str(self._writer.body_files.path_for(message_id))

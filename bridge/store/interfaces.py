@@ -68,6 +68,12 @@ class IMessageStore(Interface):
         """A stored large message's body, to read in chunks and close; ``OSError`` if it
         cannot be read."""
 
+    def close_body(file: IO[bytes]) -> Deferred[None]:
+        """Close what ``open_body`` gave. Where the body was discarded meanwhile (its file
+        deleted while it was still being read), this close frees the file, which keeps
+        the file system busy for milliseconds: it then runs off the reactor thread, as
+        ``discard_body`` does. Fires once closed; a failure is logged, not passed on."""
+
     def large_body_path(message_id: int) -> str:
         """Where a large message's body file goes, for tools and tests that inspect the
         store's files; the node itself writes and reads bodies through ``new_body`` and

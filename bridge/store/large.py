@@ -122,3 +122,22 @@ class BodyFile:
 def open_body(body: LargeBody) -> IO[bytes]:
     """A stored large body, to read in chunks; ``OSError`` if it cannot be opened."""
     return open(body.path, "rb")
+
+
+def deleted_while_open(file: IO[bytes]) -> bool:
+    """Whether ``file``'s name is gone (its body discarded while it was read), so that
+    closing it frees the file."""
+    try:
+        return os.fstat(file.fileno()).st_nlink == 0
+    except (OSError, ValueError):  # (closed already: nothing to free)
+        return False
+
+
+def close_body(file: IO[bytes]) -> None:
+    """Close a body's file; a failure is logged (a file read, not written: nothing lost)."""
+    try:
+        file.close()
+    except OSError as error:
+        log.warn(
+            "large message body {name} could not be closed: {error}", name=file.name, error=error
+        )

@@ -5,6 +5,7 @@ SQLite store is migrated."""
 
 from __future__ import annotations
 
+import io
 import sqlite3
 import threading
 from pathlib import Path
@@ -192,6 +193,46 @@ async def test_a_discarded_body_goes_on_the_writer_thread(stores: Stores, monkey
     await store.discard_body(path)
     assert not Path(path).exists()
     assert threads and threads[0] != threading.main_thread().name
+
+
+class _RecordedClose(io.FileIO):
+    """A body's file that notes the thread closing it."""
+
+    closed_on: str | None = None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed_on = threading.current_thread().name
+        super().close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_read_while_it_was_discarded_is_closed_on_the_writer_thread(
+    stores: Stores,
+) -> None:
+    """That close frees the file (milliseconds for a large body): not on the reactor."""
+    store, _ = await stores.open()
+    path = store.large_body_path(10)
+    large_message(10, b"r" * 100_000, path)
+    reading = _RecordedClose(path, "r")
+    await store.discard_body(path)
+    assert not reading.closed
+    await store.close_body(reading)
+    assert reading.closed
+    assert reading.closed_on is not None
+    assert reading.closed_on != threading.main_thread().name
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_body_still_stored_is_closed_at_once(stores: Stores) -> None:
+    store, _ = await stores.open()
+    path = store.large_body_path(11)
+    large_message(11, b"s" * 1000, path)
+    reading = _RecordedClose(path, "r")
+    done = store.close_body(reading)
+    assert done.called and reading.closed
+    assert reading.closed_on == threading.main_thread().name
+    assert Path(path).exists()
 
 
 @pytest_twisted.ensureDeferred
