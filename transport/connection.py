@@ -31,6 +31,7 @@ from transport.frames import (
     ControlType,
     Frame,
     FrameDecoder,
+    FramingError,
     encode,
 )
 from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityListener
@@ -179,7 +180,7 @@ class FrameConnection(StreamConnection):
     def _bytes_received(self, data: bytes) -> None:
         try:
             frames = self._decoder.feed(data)
-        except ProtocolError as error:
+        except FramingError as error:
             self._deliver(error.frames)
             self._protocol_error(error)
             return

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from transport.frames import Frame
-
 
 class ProtocolError(Exception):
-    """The peer broke the framing rules; the connection it came on must close.
+    """The peer broke the framing rules; the connection it came on must close."""
 
-    ``frames`` holds the whole frames decoded before the fault, so nothing valid is lost.
-    """
-
-    def __init__(self, message: str, frames: Sequence[Frame] = ()) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        self.frames = tuple(frames)
 
 
 class ConnectionClosed(Exception):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from enum import IntEnum
 
 import attrs
@@ -66,6 +66,15 @@ def _describe(data: bytes) -> str:
     return repr(printable) + ("..." if len(data) > 16 else "")
 
 
+class FramingError(ProtocolError):
+    """A fault in the stream of frames (``FrameDecoder.feed``). ``frames`` holds the whole
+    frames decoded before it, so that nothing valid is lost."""
+
+    def __init__(self, message: str, frames: Sequence[Frame] = ()) -> None:
+        super().__init__(message)
+        self.frames = tuple(frames)
+
+
 class FrameDecoder:
     """Turns a byte stream into frames, checking every header.
 
@@ -92,7 +101,7 @@ class FrameDecoder:
         self._chunks: deque[memoryview] = deque()
         self._size = 0
         self._header: tuple[int, int] | None = None
-        self._error: ProtocolError | None = None
+        self._error: FramingError | None = None
 
     @property
     def buffered(self) -> int:
@@ -116,13 +125,13 @@ class FrameDecoder:
         self._chunks.clear()
         self._size = 0
         self._header = None
-        self._error = ProtocolError("the connection is closing")
+        self._error = FramingError("the connection is closing")
 
     def feed(self, data: bytes) -> list[Frame]:
         """Take the next bytes of the stream; return the frames they complete.
 
-        Raises ProtocolError (carrying the frames decoded before the fault) when the stream
-        breaks the rules; the decoder stays broken afterwards.
+        Raises ``FramingError`` (carrying the frames decoded before the fault) when the
+        stream breaks the rules; the decoder stays broken afterwards.
         """
         if self._error is not None:
             raise self._error
@@ -149,7 +158,7 @@ class FrameDecoder:
                 frames.append(Frame(frame_type, self._take(length)))
                 self._header = None
         except ProtocolError as error:
-            self._error = ProtocolError(error.message, frames)
+            self._error = FramingError(error.message, frames)
             self._chunks.clear()
             self._size = 0
             raise self._error from None

@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -34,9 +34,6 @@ from bridge.ha.lock import (
     IReplicaLock,
     LeaseRow,
 )
-
-if TYPE_CHECKING:
-    from bridge.ha.renewer import Renewer
 
 _T = TypeVar("_T")
 
@@ -61,22 +58,35 @@ def measured(call: Callable[[], LeaseRow | None], wall_clock: Callable[[], float
     return Observed(row, skew)
 
 
+class Renewal(Protocol):
+    """What the lease's thread runs when due (``bridge.ha.renewer.Renewer``)."""
+
+    due: float
+    """When ``renew`` is next due, on the thread's monotonic clock (inf: not now)."""
+
+    def renew(self) -> None:
+        """Renew the lease once, on the lease's thread."""
+
+    def stop(self) -> None:
+        """Renew no more."""
+
+
 class LeaseThread:
     """The lock's one thread: the calls handed to it, in order, and the renewals of the
-    :class:`Renewer` set, each when due (before any call waiting). A daemon thread: a
+    :class:`Renewal` set, each when due (before any call waiting). A daemon thread: a
     statement stuck past its timeouts must not keep the process from ending."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._renewer: Renewer | None = None
+        self._renewer: Renewal | None = None
         self._thread = threading.Thread(target=self._run, name="txbridge-lease", daemon=True)
         self._thread.start()
 
     def call(self, job: Callable[[], None]) -> None:
         self._calls.put(job)
 
-    def renew_with(self, renewer: Renewer | None) -> None:
+    def renew_with(self, renewer: Renewal | None) -> None:
         """Renew with ``renewer`` from now on (None: renew no more); a renewal in progress
         still answers."""
         old, self._renewer = self._renewer, renewer
@@ -162,7 +172,7 @@ class LeaseClient:
     def acquire(self, me: Holder, reap: float) -> Deferred[Observed]:
         return self._observed(lambda: self.lock.acquire(me, reap))
 
-    def renew_with(self, renewer: Renewer | None) -> None:
+    def renew_with(self, renewer: Renewal | None) -> None:
         """Renew on the lock's thread with ``renewer`` (None: stop renewing)."""
         self.thread.renew_with(renewer)
 

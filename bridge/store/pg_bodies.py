@@ -25,7 +25,7 @@ from bridge.store.large import BodyFiles
 from bridge.store.operations import AddMessage, CommitTransaction, Operation, Outcome
 
 if TYPE_CHECKING:
-    from bridge.store.pg_operations import PgCursor
+    from bridge.store.pg_schema import PgCursor
 
 CHUNK = 256 * 1024
 """Bytes per row: big enough that a 100 MiB body is 400 rows, small enough to hold."""

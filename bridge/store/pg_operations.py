@@ -18,8 +18,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from psycopg import Cursor
-
 from bridge.store.errors import InvalidOperation
 from bridge.store.operations import (
     Acknowledge,
@@ -41,8 +39,7 @@ from bridge.store.operations import (
     runs,
 )
 from bridge.store.pg_bodies import check_body
-
-PgCursor = Cursor[tuple[Any, ...]]
+from bridge.store.pg_schema import PgCursor
 
 
 def load_state(cursor: PgCursor) -> WriterState:

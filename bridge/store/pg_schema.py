@@ -11,6 +11,7 @@ one database at once do not both create it.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -19,6 +20,10 @@ from bridge.ha.lease import TABLES as LEASE_TABLES
 from bridge.store.errors import SchemaTooNew, StoreError
 
 SCHEMA_VERSION = 2
+
+PgCursor = psycopg.Cursor[tuple[Any, ...]]
+"""A cursor of the store's connection, its rows as tuples: what the writer's operations
+and the large bodies run their statements on."""
 
 _LARGE_BODIES = (
     "CREATE TABLE large_bodies ("

@@ -25,8 +25,8 @@ from bridge.store.interfaces import IStoreWriter
 from bridge.store.large import BodyFiles, delete_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.pg_bodies import PgBodies
-from bridge.store.pg_operations import PgCursor, apply_all, load_state, save_state
-from bridge.store.pg_schema import connect, describe, one_line
+from bridge.store.pg_operations import apply_all, load_state, save_state
+from bridge.store.pg_schema import PgCursor, connect, describe, one_line
 from bridge.store.records import Recovered
 from bridge.store.recovery import load, missing, stored_message
 

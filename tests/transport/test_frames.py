@@ -10,6 +10,7 @@ from transport.frames import (
     ControlType,
     Frame,
     FrameDecoder,
+    FramingError,
     encode,
     encode_frame,
 )
@@ -60,7 +61,7 @@ def test_bad_headers_name_what_was_wrong(data, message):
 def test_the_error_keeps_frames_decoded_before_it():
     good = encode_frame(Frame(APP, b"kept"))
     decoder = FrameDecoder([APP])
-    with pytest.raises(ProtocolError) as caught:
+    with pytest.raises(FramingError) as caught:
         decoder.feed(good + b"garbage!")
     assert caught.value.frames == (Frame(APP, b"kept"),)
     with pytest.raises(ProtocolError):
