@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from security.auth import SecurityAuth
 from security.config import SecuritySettings, load_security
 from security.passwords import DEFAULT_N, DEFAULT_P, DEFAULT_R, hash_password
 from security.permissions import Permission
 from security.store import SecurityStore
-from security.subject import AuthMethod, SecurityAuth, Subject
+from security.subject import AuthMethod, Subject
 from security.tomlfile import write_toml_atomically
 
 RESULTS = Path(__file__).parent / "results" / "security_checks.json"

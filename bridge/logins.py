@@ -30,8 +30,9 @@ from twisted.python.failure import Failure
 
 from security import SecurityStore
 from security.audit import audit, audit_logger
+from security.auth import SecurityAuth
 from security.errors import LoginsBusy
-from security.subject import SecurityAuth, Subject
+from security.subject import Subject
 
 RunInThread = Callable[[Callable[[SecurityAuth], Subject], SecurityAuth], "Deferred[Subject]"]
 """Runs ``function(auth)`` in a worker thread; its Deferred fires on the reactor."""

@@ -6,6 +6,7 @@ before each operation. Time comes from an injected clock. docs/security.md is th
 configuration reference.
 """
 
+from security.auth import SecurityAuth
 from security.authenticators import ChainAuthenticator
 from security.bruteforce import BackoffPolicy, LoginGuard
 from security.certificates import CertificateAuthenticator
@@ -16,7 +17,7 @@ from security.passwords import hash_password, verify_password
 from security.permissions import Permission
 from security.roles import RoleMapper, RoleRule, SourceKind
 from security.store import SecurityStore, authenticator_for
-from security.subject import AuthMethod, Identity, SecurityAuth, Subject
+from security.subject import AuthMethod, Identity, Subject
 from security.users_file import UserRecord, UsersFileAuthenticator, load_users_file
 
 __all__ = [

@@ -1,15 +1,10 @@
-"""Who logged in: the login attempt, what an authenticator proved, and the subject."""
+"""Who logged in: what an authenticator proved, and the subject."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 
 import attrs
-from cryptography import x509
-from zope.interface import implementer
-
-from security.interfaces import ISecurityAuth
 
 
 class AuthMethod(enum.StrEnum):
@@ -18,18 +13,6 @@ class AuthMethod(enum.StrEnum):
     PASSWORD = "password"
     CERTIFICATE = "certificate"
     NONE = "none"  # security is disabled
-
-
-@implementer(ISecurityAuth)
-@attrs.frozen
-class SecurityAuth:
-    """A plain :class:`ISecurityAuth`, for heads that have no object of their own to adapt."""
-
-    user: str | None = None
-    password: str | None = attrs.field(default=None, repr=False)
-    peer_certificates: Sequence[x509.Certificate] = ()
-    remote_address: str = ""
-    protocol: str = ""
 
 
 @attrs.frozen

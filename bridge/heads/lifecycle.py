@@ -12,7 +12,8 @@ from twisted.internet.defer import Deferred
 from bridge.logins import Logins
 from bridge.node.broker import Broker
 from security import SecurityStore
-from security.subject import SecurityAuth, Subject
+from security.auth import SecurityAuth
+from security.subject import Subject
 
 
 class HeadConnection(Protocol):

@@ -25,7 +25,8 @@ from bridge.protocol import PACKET_TYPES, PacketFormatError, decode_packet, enco
 from bridge.protocol import packets as p
 from bridge.replication.interfaces import IReplicaLink, IReplicationSource, IVoter
 from security import SecurityStore
-from security.subject import SecurityAuth, Subject
+from security.auth import SecurityAuth
+from security.subject import Subject
 from transport.endpoints import listen
 from transport.frames import Frame
 from transport.interfaces import IFrameConnection, IFrameReceiver

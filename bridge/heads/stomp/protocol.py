@@ -46,7 +46,8 @@ from bridge.heads.stomp.settings import StompSettings
 from bridge.heads.stomp.wire import ADDRESS_FULL
 from bridge.message import LargeBody
 from bridge.node.bodies import BodySource
-from security.subject import SecurityAuth, Subject
+from security.auth import SecurityAuth
+from security.subject import Subject
 from transport.endpoints import server_endpoint
 from transport.partial import BudgetExhausted, PartialFrameLimits
 from transport.stream import StreamConnection, StreamSettings

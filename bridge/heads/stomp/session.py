@@ -50,7 +50,8 @@ from bridge.node.give_back import give_back
 from bridge.node.local import LocalTransactions
 from bridge.node.session import ServerSession, SessionState
 from security import SecurityStore
-from security.subject import SecurityAuth, Subject
+from security.auth import SecurityAuth
+from security.subject import Subject
 
 # Enum members read on every frame, kept as module constants: Python 3.11 takes about
 # 220 ns to read a member off its class (``SessionState.OPEN``), 45 ns to read a global.
