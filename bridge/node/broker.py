@@ -61,8 +61,9 @@ from bridge.node.large import LargeMessages
 from bridge.node.memory import NodeMemory
 from bridge.node.queue import Entry, Queue, QueueError
 from bridge.node.recovery import Recovery
-from bridge.node.routing import Routed, Router
-from bridge.node.transactions import Transaction, Transactions
+from bridge.node.routing import Router
+from bridge.node.sent import Routed, Transaction
+from bridge.node.transactions import Transactions
 from bridge.store.errors import Unsettled
 from bridge.store.interfaces import IMessageStore
 

@@ -16,7 +16,8 @@ from bridge.node.errors import NodeError, NotStored
 from bridge.node.large import LargeMessages
 from bridge.node.queue import UNLIMITED, Entry, Queue, Sink
 from bridge.node.routing import Router, compile_filter
-from bridge.node.transactions import Transaction, Transactions
+from bridge.node.sent import Transaction
+from bridge.node.transactions import Transactions
 from bridge.node.writes import join, log, log_failure, warn_not_stored
 from bridge.store.errors import Unsettled
 

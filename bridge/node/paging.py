@@ -4,7 +4,6 @@ keep only its place; they read it back, in order, when their consumers catch up.
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import TYPE_CHECKING
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -12,12 +11,9 @@ from twisted.python.failure import Failure
 from bridge.message import Message
 from bridge.node.address import Address, Binding, Detection, hold, settle
 from bridge.node.queue import STORED, TRANSIENT, Entry, Queue
+from bridge.node.sent import Routed, Transaction
 from bridge.node.writes import join, log, log_failure, store_detection
 from bridge.store.interfaces import IMessageStore
-
-if TYPE_CHECKING:
-    from bridge.node.routing import Routed
-    from bridge.node.transactions import Transaction
 
 
 class Paging:

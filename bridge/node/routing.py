@@ -13,9 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
-import attrs
 from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
@@ -36,14 +34,12 @@ from bridge.node.large import LargeMessages
 from bridge.node.memory import AddressMemory, NodeMemory
 from bridge.node.paging import Paging
 from bridge.node.queue import TRANSIENT, Entry, Filter, Queue
+from bridge.node.sent import Routed, Transaction
 from bridge.node.writes import join, log, log_failure, store_detection, warn_not_stored
 from bridge.selector import compile_selector
 from bridge.store.errors import StoreError, Unsettled
 from bridge.store.interfaces import IMessageStore
 from bridge.store.records import QueueRecord
-
-if TYPE_CHECKING:
-    from bridge.node.transactions import Transaction
 
 Then = Callable[[Failure | None], object]
 """Told that a send waiting for its store write is safe to confirm (None), or why not."""
@@ -71,16 +67,6 @@ ID_BLOCK = 10_000
 
 _ANYCAST = Routing.ANYCAST
 """Read on every send: a module constant costs a quarter of reading it off its class."""
-
-
-@attrs.frozen
-class Routed:
-    """Where a send went: the queues it reached, or that it was a duplicate, or dropped by
-    a full address's DROP policy."""
-
-    queues: tuple[str, ...]
-    duplicate: bool = False
-    dropped: bool = False
 
 
 class Router:

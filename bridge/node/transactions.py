@@ -5,35 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import attrs
 from twisted.internet.defer import Deferred
 
-from bridge.message import Message
-from bridge.node.address import Binding, free
+from bridge.node.address import free
 from bridge.node.large import LargeMessages
 from bridge.node.queue import Entry
 from bridge.node.routing import Router, enqueue
+from bridge.node.sent import Transaction
 from bridge.node.writes import join
 from bridge.store.errors import TransactionRolledBack
-from bridge.store.records import TxId
 
 GiveBack = Callable[[str, list[Entry]], Deferred[None]]
 """Gives a queue's acknowledged entries back for redelivery, their delivery counted."""
-
-
-@attrs.define(eq=False)
-class Transaction:
-    """A local transaction: its sends reach their queues, and its acknowledgements take
-    effect, together at commit, or never."""
-
-    store_tx: TxId
-    sends: list[tuple[Message, list[Binding], frozenset[str] | None]] = attrs.Factory(list)
-    """Each send, its bindings and, for a paged one, the queues that have it stored."""
-    acknowledged: list[tuple[str, Entry]] = attrs.Factory(list)
-    writes: list[Deferred[None]] = attrs.Factory(list)
-    repeats: list[tuple[Message, Deferred[bool]]] = attrs.Factory(list)
-    """Sends whose duplicate id's first send was still being written: at commit, each is
-    a duplicate if that send committed, and one of the transaction's sends if it failed."""
 
 
 class Transactions:
