@@ -6,7 +6,9 @@ behind it. A refused or interrupted large SEND leaves no body file."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
+from typing import IO
 
 import pytest_twisted
 from twisted.internet import reactor
@@ -14,6 +16,8 @@ from twisted.internet import reactor
 from bridge.client.api import connect
 from bridge.heads.stomp import StompSettings
 from bridge.heads.stomp.frames import Limits
+from bridge.store import front
+from bridge.store.large import close_body
 from tests.heads.conftest import eventually
 from tests.heads.stomp.conftest import StompNode
 
@@ -84,6 +88,38 @@ async def test_frames_sent_while_a_large_body_goes_out_follow_it_intact(stomp_no
     await raw.receipt("late")
     await raw.until(lambda: len(raw.of("MESSAGE")) >= 4)
     assert [frame.body for frame in raw.of("MESSAGE")] == bodies
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_auto_acknowledged_body_deleted_while_read_out_is_freed_off_the_reactor(
+    stomp_node, monkeypatch
+):
+    """An ``ack:auto`` delivery is acknowledged as it starts, so its body file is deleted
+    while it is still being read out: the last close, which frees the file, is left to
+    the store's writer thread (about 2 ms per 10 MiB the reactor does not wait for)."""
+    closed_on: list[str] = []
+
+    def recording(file: IO[bytes]) -> None:
+        closed_on.append(threading.current_thread().name)
+        close_body(file)
+
+    monkeypatch.setattr(front, "close_body", recording)
+    raw = await stomp_node.raw()
+    await raw.connect()
+    raw.send("SUBSCRIBE", {"id": "1", "destination": "/queue/auto", "receipt": "sub"})
+    await raw.receipt("sub")
+    assert raw.transport is not None
+    raw.transport.pauseProducing()  # far more than the sockets hold waits in the node
+    body = body_of(24 * MIB)
+    producer = await stomp_node.client()
+    await producer.confirmed_send("/queue/auto", body, persistent="true")
+    await eventually(lambda: large_files(stomp_node) == [])
+    assert closed_on == []  # deleted, and still being read out
+    raw.transport.resumeProducing()
+    message = await raw.next("MESSAGE")
+    assert hashlib.sha256(message.body).digest() == hashlib.sha256(body).digest()
+    await eventually(lambda: closed_on != [])
+    assert closed_on == [closed_on[0]] and closed_on[0] != threading.main_thread().name
 
 
 @pytest_twisted.ensureDeferred
