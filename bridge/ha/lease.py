@@ -76,6 +76,17 @@ WHERE w.seen >= {_NOW_MS} - %(window)s
     AND w.holder <> (SELECT holder FROM {TABLE} WHERE name = %(lease)s)
 ORDER BY w.holder"""
 
+_READY = """
+SELECT to_regclass(%(waiting)s) IS NOT NULL AND (
+    SELECT count(*) FROM pg_attribute
+    WHERE attrelid = to_regclass(%(table)s) AND attname IN ('store_node', 'replica')
+        AND NOT attisdropped) = 2"""
+"""Whether the lease's tables are whole (``_CREATE``, ``_ADD_COLUMNS``, ``_CREATE_WAITING``),
+read from the catalog without a lock: a connection then changes nothing. ``ALTER TABLE``
+waits for every lock on the table, and a holder cut off in the middle of a transaction
+keeps its lock on the lease's row (its store's fencing check takes one) until the next
+holder ends its sessions (``_END_STALE``), which that next holder does on a connection:
+one that waited for the lock first would never get there."""
 _CREATING = "SELECT pg_advisory_xact_lock(%(key)s)"
 _CREATING_KEY = 0x7478_6C65  # "txle": held while a connection makes the lease's tables
 _SEED = f"INSERT INTO {TABLE} (name) VALUES (%(lease)s) ON CONFLICT (name) DO NOTHING"
@@ -215,12 +226,14 @@ class LeaseTable:
             return self._connection
         connection = self._open()
         try:
-            with connection.transaction():
-                # one connection at a time: two making a table at once fail either one
-                connection.execute(_CREATING, {"key": _CREATING_KEY})
-                for create in (_CREATE, _ADD_COLUMNS, _CREATE_WAITING):
-                    connection.execute(create)
-            connection.execute(_SEED, {"lease": self.lease})
+            ready = connection.execute(_READY, {"table": TABLE, "waiting": WAITING}).fetchone()
+            if not (ready and ready[0]):
+                with connection.transaction():
+                    # one connection at a time: two making a table at once fail either one
+                    connection.execute(_CREATING, {"key": _CREATING_KEY})
+                    for create in (_CREATE, _ADD_COLUMNS, _CREATE_WAITING):
+                        connection.execute(create)
+            connection.execute(_SEED, {"lease": self.lease})  # (waits on no row lock)
         except BaseException:
             connection.close()
             raise

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from bridge.ha.lease import LeaseTable, session_name
-from bridge.ha.lock import Holder
+from bridge.ha.lease import TABLE, LeaseTable, session_name
+from bridge.ha.lock import LEASE, Holder
 from tests.postgresql import schema_url
 
 REAP = 0.3
@@ -65,6 +65,37 @@ def test_the_next_holder_ends_the_expired_holders_sessions(pg_schema: str) -> No
         with psycopg.connect(url) as mine:
             mine.execute("SET lock_timeout = 2000")
             mine.execute("SELECT id FROM locked WHERE id = 1 FOR UPDATE")
+    finally:
+        for each in (a, b):
+            each.close()
+        for connection in opened:
+            connection.close()
+
+
+def test_a_holder_cut_off_holding_the_lease_row_is_ended_on_the_next_holders_new_connection(
+    pg_schema: str,
+) -> None:
+    """The old holder's session stuck in a transaction that holds the lease's row (its
+    store's fencing check takes it FOR SHARE). While the lease has not expired, the next
+    holder's try waits on the row, times out and drops its connection; its next
+    connection must not wait on that session too (an ``ALTER TABLE`` of the lease's
+    table would, every time), so that it ends the session and takes the lease."""
+    url = schema_url(pg_schema)
+    old, new = Holder("a"), Holder("b")
+    a = LeaseTable(url, 5.0, holder=old)
+    b = LeaseTable(url, 0.25, holder=new)
+    opened: list[psycopg.Connection[tuple[object, ...]]] = []
+    try:
+        assert a.acquire(old, REAP) is not None
+        stuck = psycopg.connect(url, application_name=session_name(str(old)))
+        opened.append(stuck)
+        stuck.execute(f"SELECT 1 FROM {TABLE} WHERE name = %s FOR SHARE", (LEASE,))
+        with pytest.raises(psycopg.OperationalError):  # waits on the row: times out
+            b.acquire(new, 30)
+        time.sleep(REAP * 2)  # the lease expires by the database's clock
+        taken = b.acquire(new, 30)
+        assert taken is not None and (taken.holder, taken.epoch) == (str(new), 2)
+        _within(10.0, lambda: not _alive(stuck))
     finally:
         for each in (a, b):
             each.close()
