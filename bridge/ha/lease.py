@@ -54,10 +54,11 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
     epoch bigint NOT NULL DEFAULT 0,
     expires bigint NOT NULL DEFAULT 0
 )"""
-_ADD_COLUMNS = f"""
-ALTER TABLE {TABLE}
-    ADD COLUMN IF NOT EXISTS store_node text NOT NULL DEFAULT '',
-    ADD COLUMN IF NOT EXISTS replica text NOT NULL DEFAULT ''"""
+_ADDED = ("store_node", "replica")
+"""The lease's columns added after its first version (replication's), text each."""
+_ADD_COLUMNS = f"ALTER TABLE {TABLE} " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {name} text NOT NULL DEFAULT ''" for name in _ADDED
+)
 WAITING = "txbridge_lease_waiting"
 TABLES = (TABLE, WAITING)
 """The tables of the lease, beside the store's in a shared schema."""
@@ -79,8 +80,8 @@ ORDER BY w.holder"""
 _READY = """
 SELECT to_regclass(%(waiting)s) IS NOT NULL AND (
     SELECT count(*) FROM pg_attribute
-    WHERE attrelid = to_regclass(%(table)s) AND attname IN ('store_node', 'replica')
-        AND NOT attisdropped) = 2"""
+    WHERE attrelid = to_regclass(%(table)s) AND attname = ANY(%(added)s)
+        AND NOT attisdropped) = cardinality(%(added)s)"""
 """Whether the lease's tables are whole (``_CREATE``, ``_ADD_COLUMNS``, ``_CREATE_WAITING``),
 read from the catalog without a lock: a connection then changes nothing. ``ALTER TABLE``
 waits for every lock on the table, and a holder cut off in the middle of a transaction
@@ -226,7 +227,9 @@ class LeaseTable:
             return self._connection
         connection = self._open()
         try:
-            ready = connection.execute(_READY, {"table": TABLE, "waiting": WAITING}).fetchone()
+            ready = connection.execute(
+                _READY, {"table": TABLE, "waiting": WAITING, "added": list(_ADDED)}
+            ).fetchone()
             if not (ready and ready[0]):
                 with connection.transaction():
                     # one connection at a time: two making a table at once fail either one
