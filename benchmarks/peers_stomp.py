@@ -490,13 +490,16 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", type=Path, help="record txbridge's nodes with py-spy here ([dev] extra)"
     )
     args = parser.parse_args(argv)
-    cases = [CASES[name] for name in args.cases.split(",") if name]
     wanted = [name for name in args.brokers.split(",") if name]
-    unknown = [name for name in [*wanted] if name not in BROKERS] + [
+    unknown = [name for name in wanted if name not in BROKERS] + [
         c for c in args.cases.split(",") if c and c not in CASES
     ]
     if unknown:
-        parser.error(f"unknown broker or case: {', '.join(unknown)}")
+        parser.error(
+            f"unknown broker or case: {', '.join(unknown)}"
+            f" (brokers: {', '.join(BROKERS)}; cases: {', '.join(CASES)})"
+        )
+    cases = [CASES[name] for name in args.cases.split(",") if name]
     if args.count < 1 or args.large_count < 1 or args.repeat < 1:
         parser.error("--count, --large-count and --repeat must be positive")
     options = Options(

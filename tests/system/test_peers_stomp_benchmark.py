@@ -180,3 +180,14 @@ def test_the_best_peer_is_the_fastest_that_did_not_fail() -> None:
         "goal_met": True,
     }
     assert peers_stomp.cell(results["activemq"]) == "failed: Java heap space"
+
+
+def test_an_unknown_case_or_broker_is_refused_with_the_known_ones_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        peers_stomp.main(["--cases", "a-to-b", "--brokers", "txbridge,kafka"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "unknown broker or case: kafka, a-to-b" in error
+    assert "cases: persistent, non-persistent, a-to-b-persistent, a-to-b-large" in error
