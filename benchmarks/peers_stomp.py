@@ -500,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
             f" (brokers: {', '.join(BROKERS)}; cases: {', '.join(CASES)})"
         )
     cases = [CASES[name] for name in args.cases.split(",") if name]
+    if not cases or not wanted:
+        parser.error("--cases and --brokers each name at least one")
     if args.count < 1 or args.large_count < 1 or args.repeat < 1:
         parser.error("--count, --large-count and --repeat must be positive")
     options = Options(

@@ -191,3 +191,11 @@ def test_an_unknown_case_or_broker_is_refused_with_the_known_ones_named(
     error = capsys.readouterr().err
     assert "unknown broker or case: kafka, a-to-b" in error
     assert "cases: persistent, non-persistent, a-to-b-persistent, a-to-b-large" in error
+
+
+@pytest.mark.parametrize("empty", ["--cases", "--brokers"])
+def test_no_case_or_no_broker_is_refused(empty: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        peers_stomp.main([empty, ","])
+    assert exit_info.value.code == 2
+    assert "--cases and --brokers each name at least one" in capsys.readouterr().err
