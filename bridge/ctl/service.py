@@ -16,6 +16,9 @@ SIGHUP (when the service is asked to listen for it, as twistd's is) reloads what
 change while the node runs: the configuration file is read again, the bridges, the users
 files and the security settings are replaced, and a log line says what was reloaded and
 which other changes wait for a restart.
+
+The management API's module (Twisted's HTTP server and the Prometheus client, about 4 MiB
+of a node's memory) is imported only by a node whose configuration has ``[management]``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from twisted.application.service import Service
@@ -36,13 +39,11 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.server import Site
 
 from bridge.config.node import Acceptor, NodeConfig, StoreType, all_bridges, load_node_config
 from bridge.ctl.auditlog import route_audit_log
 from bridge.ctl.drain import NodeDrain
 from bridge.ctl.ha import HaNode
-from bridge.ctl.management import NodeView, Serving, management_site, view_site
 from bridge.ctl.members import ClusterMembers
 from bridge.ctl.preflight import check_startable
 from bridge.ctl.replication import NodeReplication
@@ -61,6 +62,11 @@ from security.errors import ConfigError
 from transport.allocator import tune_allocator
 from transport.partial import PartialFrameBudget, PartialFrameLimits
 from transport.settings import ConnectionSettings
+
+if TYPE_CHECKING:
+    from twisted.web.server import Site
+
+    from bridge.ctl.management import Serving
 
 log = Logger()
 
@@ -236,6 +242,8 @@ class NodeService(Service):
             )
         if config.management is not None:
             # Open from the start, so that a backup answers /status too.
+            from bridge.ctl.management import NodeView, view_site  # noqa: PLC0415 (see the docstring)
+
             security = SecurityStore(config.security, self.reactor.seconds)
             view = NodeView(
                 config.name,
@@ -269,6 +277,8 @@ class NodeService(Service):
         broker, head, stomp = self.broker, self.head, self.stomp
         if broker is None or head is None or stomp is None:
             return None
+        from bridge.ctl.management import Serving  # noqa: PLC0415 (see the docstring)
+
         return Serving(
             broker,
             lambda: head.connections + stomp.connections,
@@ -355,6 +365,8 @@ class NodeService(Service):
                 close=lambda: Deferred.fromCoroutine(self._stop_accepting()),
                 stop=self.reactor.stop,
             )
+            from bridge.ctl.management import management_site  # noqa: PLC0415 (see the docstring)
+
             site = management_site(
                 broker,
                 security,
