@@ -34,6 +34,7 @@ from twisted.python.failure import Failure
 from benchmarks.runner import save
 from bridge.message import Message, encode_message
 from bridge.store import QueueRecord, SQLiteMessageStore
+from bridge.store.schema import PAGE_SIZE
 
 KIB = 1024
 QUEUE = "bench"
@@ -128,6 +129,7 @@ def raw_ceiling(directory: Path, count: int, batch: int) -> dict[str, Any]:
     directory.mkdir(parents=True)
     connection = sqlite3.connect(directory / "raw.sqlite", isolation_level=None)
     connection.execute("PRAGMA temp_store=MEMORY")
+    connection.execute(f"PRAGMA page_size={PAGE_SIZE}")
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     connection.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, refs INTEGER, data BLOB)")

@@ -10,8 +10,9 @@ import pytest
 import pytest_twisted
 from twisted.internet.defer import gatherResults
 
-from bridge.store import SchemaTooNew, StoreError, StoreNotOpen, TransactionRolledBack
-from tests.store.conftest import anycast, message
+from bridge.store import SchemaTooNew, StoreError, StoreNotOpen, TransactionRolledBack, schema
+from bridge.store.schema import PAGE_SIZE
+from tests.store.conftest import Stores, anycast, message
 
 
 def writer_threads() -> list[str]:
@@ -126,3 +127,36 @@ async def test_delivery_counts_rise_by_one_only_after_a_stop_that_was_not_clean(
     store, recovered = await stores.reopen(store)
     assert not recovered.after_crash
     assert [e.delivery_count for e in recovered.messages["orders"]] == [1, 4]
+
+
+def page_size(stores: Stores) -> object:
+    ((size,),) = stores.execute("PRAGMA page_size")
+    return size
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_new_store_has_pages_of_page_size(sqlite_stores):
+    store, _ = await sqlite_stores.open()
+    await store.close()
+    assert page_size(sqlite_stores) == PAGE_SIZE != 4096
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_store_keeps_the_page_size_it_was_created_with(sqlite_stores, monkeypatch):
+    """A store created with SQLite's default 4 KiB pages (as every store was before
+    ``PAGE_SIZE``) opens, keeps them, and is written and read as before."""
+    with monkeypatch.context() as patched:
+        patched.setattr(schema, "PAGE_SIZE", 4096)
+        store, _ = await sqlite_stores.open()
+        await store.create_queue(anycast("orders"))
+        await store.add(message(1), ["orders"])
+        await store.close()
+    assert page_size(sqlite_stores) == 4096
+
+    store, recovered = await sqlite_stores.open()
+    assert [e.message for e in recovered.messages["orders"]] == [message(1)]
+    await store.add(message(2), ["orders"])
+    store, recovered = await sqlite_stores.reopen(store)
+    assert [e.message for e in recovered.messages["orders"]] == [message(1), message(2)]
+    await store.close()
+    assert page_size(sqlite_stores) == 4096
