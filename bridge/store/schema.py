@@ -75,9 +75,9 @@ PAGE_SIZE = 8192
 """SQLite's page size for a new store (SQLite's default is 4096). Each page a batch
 changes is written to the WAL, and a checkpoint reads it back and writes it to the file:
 through a bridge of 1 KiB messages, 4 KiB pages cost the sending node about 1.8 writes
-and 1.1 reads per message. 8 KiB pages cost 0.7 and 0.35, and the bridge carries 9% more
-(docs/benchmarks.md); a single add's commit is as fast. Larger pages made single commits
-slower and the bridge no faster.
+and 1.1 reads per message. 8 KiB pages cost 0.7 and 0.35, and the bridge carries about 9%
+more; single commits moved within their noise (docs/store.md, "Pages of 8 KiB"). 16 KiB
+pages made single commits slower and the bridge no faster.
 
 A store keeps the page size it was created with: in WAL mode SQLite changes it only
 by a ``VACUUM`` out of WAL mode, which rewrites the whole file."""
