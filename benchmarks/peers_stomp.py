@@ -491,15 +491,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     wanted = [name for name in args.brokers.split(",") if name]
+    case_names = [name for name in args.cases.split(",") if name]
     unknown = [name for name in wanted if name not in BROKERS] + [
-        c for c in args.cases.split(",") if c and c not in CASES
+        name for name in case_names if name not in CASES
     ]
     if unknown:
         parser.error(
             f"unknown broker or case: {', '.join(unknown)}"
             f" (brokers: {', '.join(BROKERS)}; cases: {', '.join(CASES)})"
         )
-    cases = [CASES[name] for name in args.cases.split(",") if name]
+    cases = [CASES[name] for name in case_names]
     if not cases or not wanted:
         parser.error("--cases and --brokers each name at least one")
     if args.count < 1 or args.large_count < 1 or args.repeat < 1:

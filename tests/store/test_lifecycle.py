@@ -11,7 +11,6 @@ import pytest_twisted
 from twisted.internet.defer import gatherResults
 
 from bridge.store import SchemaTooNew, StoreError, StoreNotOpen, TransactionRolledBack, schema
-from bridge.store.schema import PAGE_SIZE
 from tests.store.conftest import Stores, anycast, message
 
 
@@ -138,7 +137,7 @@ def page_size(stores: Stores) -> object:
 async def test_a_new_store_has_pages_of_page_size(sqlite_stores):
     store, _ = await sqlite_stores.open()
     await store.close()
-    assert page_size(sqlite_stores) == PAGE_SIZE != 4096
+    assert page_size(sqlite_stores) == schema.PAGE_SIZE != 4096
 
 
 @pytest_twisted.ensureDeferred
