@@ -29,6 +29,7 @@ from bridge.message import ROUTING_TYPE, HeaderValue, Message
 from bridge.node.addressing import Addressing
 from bridge.node.broker import (
     DUPLICATE_ID_HEADER,
+    AddressFull,
     AddressNotFound,
     Broker,
     NodeError,
@@ -337,6 +338,10 @@ class Publisher:
             routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
         except AddressNotFound as missing:
             raise StompError("no such destination", str(missing)) from None
+        except AddressFull as full:  # (its address-full-policy is FAIL)
+            raise StompError("address full", str(full)) from None
+        except NodeError as refused:
+            raise StompError("refused", str(refused)) from None
         if tx is not None:  # done at commit: so is its receipt
             if receipt is not None:
                 tx.receipts.append(receipt)

@@ -5,6 +5,7 @@ are dropped by the connection TTL and heart-beats."""
 
 from __future__ import annotations
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
@@ -180,3 +181,47 @@ async def test_a_blocked_producer_that_went_away_is_cleaned_up_once_there_is_roo
     await connection.finished
     assert memory.waiters == [] and node.head.producers_blocked == 0
     assert [f.header("seq") for f in consumer.of("MESSAGE")] == [str(n) for n in range(6)]
+
+
+FAILING = {
+    "address-setting": [
+        {"match": "failing", "max-size-bytes": "8KiB", "address-full-policy": "FAIL"},
+    ]
+}
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest_twisted.ensureDeferred
+async def test_a_send_to_a_full_fail_address_is_an_error_naming_the_address(make_node, persistent):
+    """Artemis's FAIL: the send is refused with an ERROR that says why (the address, its
+    limit), only that connection closes, and what was queued before stays."""
+    node = await make_node(extra=FAILING)
+    producer = await _connected(node)
+    bystander = await _connected(node)
+    headers = {"destination": "/queue/failing"} | ({"persistent": "true"} if persistent else {})
+    for n in range(4):  # 16 KiB for an 8 KiB address
+        producer.send("SEND", headers | {"receipt": str(n)}, b"b" * 4096)
+    await producer.until(lambda: producer.lost.called)
+    [error] = producer.of("ERROR")
+    assert error.header("message") == "address full"
+    assert error.header("receipt-id") == "2"
+    assert b"'failing' is full" in error.body and b"FAIL" in error.body
+    await _eventually(lambda: node.broker.queue("failing").depth == 2)
+    bystander.send("SEND", {"destination": "/queue/elsewhere", "receipt": "free"}, b"x")
+    await bystander.receipt("free")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_to_a_full_drop_address_is_dropped_and_its_receipt_still_comes(make_node):
+    dropping = {
+        "address-setting": [FAILING["address-setting"][0] | {"address-full-policy": "DROP"}]
+    }
+    node = await make_node(extra=dropping)
+    producer = await _connected(node)
+    for n in range(4):
+        headers = {"destination": "/queue/failing", "persistent": "true", "receipt": str(n)}
+        producer.send("SEND", headers, b"b" * 4096)
+    await producer.receipt("3")
+    assert producer.of("ERROR") == []
+    assert node.broker.queue("failing").depth == 2
+    assert node.broker.addresses["failing"].memory.dropped_total == 2
