@@ -74,6 +74,11 @@ class SendOrder(Generic[P]):
     def __len__(self) -> int:
         return len(self._line)
 
+    def is_last(self, place: P) -> bool:
+        """Whether ``place`` is the last in line (nothing entered after it)."""
+        line = self._line
+        return bool(line) and line[-1] is place
+
     def enter(self, place: P) -> None:
         """``place`` waits for ``written``."""
         self._line.append(place)

@@ -9,13 +9,22 @@ waits on a Deferred (a send paged, a commit, an acknowledgement with a receipt) 
 place the same way (``wait``). The head hears each place's turn (``released``) and a
 failed write (``failed``); it says what that means in its protocol.
 
+A durable send that needs no answer of its own (a STOMP SEND without a receipt) is
+``publish_silent``: queued early, it joins the run of such sends at the end of the line,
+one place for up to ``RUN_LENGTH`` of them, written once each of their writes ended. Its
+connection's order is the same as with a place each (the place of a run stands where its
+first send stood, and nothing entered after it joins it); what it saves is an object and
+its bookkeeping per send, on the path every persistent SEND takes.
+
 Body bytes waiting for the store are counted, so that a head may stop reading a client
 that sends faster than the store writes (``busy(True)`` above ``max_unstored``,
-``busy(False)`` once half of it is written).
+``busy(False)`` once half of it is written; a run's bytes count until the whole run is
+written).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -26,7 +35,7 @@ from twisted.python.failure import Failure
 from bridge.message import Message
 from bridge.node.broker import Broker
 from bridge.node.order import Place, SendOrder
-from bridge.node.routing import QUEUED
+from bridge.node.routing import QUEUED, Then
 
 P = TypeVar("P", bound=Place)
 P_contra = TypeVar("P_contra", bound=Place, contravariant=True)
@@ -50,6 +59,23 @@ class ISendListener(Protocol[P_contra]):
         """Too many body bytes wait for the store (True), or no longer (False)."""
 
 
+RUN_LENGTH = 64
+"""The most silent sends one run holds: their bytes count towards ``busy`` until the whole
+run is written, so a run stays short."""
+
+
+@attrs.define(eq=False)
+class _Run(Generic[P]):
+    """Silent sends in a row, each queued early: one ``place`` in line for them all."""
+
+    place: P
+    then: Then = attrs.field(init=False)
+    """What each member's write tells when it ends (one callable for the whole run)."""
+    pending: int = 0
+    """Members whose writes have not ended."""
+    members: int = 0
+
+
 @attrs.define(eq=False)
 class Sends(Generic[P]):
     """One connection's places in line, and the publishing that fills them."""
@@ -59,11 +85,15 @@ class Sends(Generic[P]):
     _max_unstored: int | None = None
     """Body bytes that may wait for the store before the connection is ``busy`` (None:
     not counted)."""
+    _new_place: Callable[[], P] | None = None
+    """Makes a place with nothing to answer, for ``publish_silent`` (None: not used)."""
     order: SendOrder[P] = attrs.field(init=False)
     _unstored: int = attrs.field(init=False, default=0)
     _busy: bool = attrs.field(init=False, default=False)
     _late: int = attrs.field(init=False, default=0)
     """Places whose sends reach their queues only once written."""
+    _run: _Run[P] | None = attrs.field(init=False, default=None)
+    """The run silent sends join now, if any (the last in line, not yet written)."""
 
     def __attrs_post_init__(self) -> None:
         self.order = SendOrder(self._listener.released, self._listener.due)
@@ -84,6 +114,59 @@ class Sends(Generic[P]):
         if size and self._max_unstored is not None:
             self._count(size)
         self._routed(place, message)
+
+    def publish_silent(self, message: Message) -> None:
+        """``publish`` for a durable send whose place would have nothing to answer: while
+        nothing waits to be queued before it, it joins the run at the end of the line (or
+        starts one); otherwise it takes a place of its own. A refusal is raised as by
+        ``publish``, the send no member of the run."""
+        run = self._run
+        if run is None or run.members == RUN_LENGTH or not self.order.is_last(run.place):
+            assert self._new_place is not None
+            if self._late:  # queued once written: no run waits so
+                place = self._new_place()
+                place.size = len(message.body)
+                self.publish(place, message)
+                return
+            run = self._run = _Run(self._new_place())
+            run.then = partial(self._run_written, run)
+            self.order.enter(run.place)
+        size = len(message.body)
+        run.members += 1
+        run.pending += 1
+        run.place.size += size  # (counted below, once it is published)
+        try:
+            routed = self._broker.publish_then(message, run.then, early=True)
+        except BaseException:
+            run.members -= 1
+            run.place.size -= size
+            self._run_written(run)  # (an empty run is written: it keeps nothing back)
+            raise
+        if size and self._max_unstored is not None:
+            self._count(size)
+        if routed is QUEUED:
+            return
+        if self._run is run:
+            self._run = None  # (not early: what follows takes a place of its own)
+        if routed is None:  # queued once written (or refused at once: told already)
+            place = run.place
+            if not place.done and not place.late:
+                place.late = True
+                self._late += 1
+            return
+        self._run_written(run)  # done at once: nobody else tells
+
+    def _run_written(self, run: _Run[P], failure: Failure | None = None) -> None:
+        """One of ``run``'s writes ended; once all have, its place is written. A failure
+        is told at once, and the head says whether the run's turn still comes."""
+        if failure is not None and not self._listener.failed(run.place, failure):
+            return
+        run.pending -= 1
+        if run.pending:
+            return
+        if self._run is run:
+            self._run = None
+        self.written(run.place)
 
     def route(self, place: P, message: Message) -> None:
         """``publish`` for a place in line already (a held one whose turn came)."""

@@ -6,19 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from bridge.message import Message
-from bridge.node.broker import Routed
+from bridge.node.broker import NodeError, Routed
 from bridge.node.order import Place
 from bridge.node.routing import QUEUED, Queued
-from bridge.node.sends import Sends
+from bridge.node.sends import RUN_LENGTH, Sends
 
 
 @attrs.define(eq=False)
 class _Send(Place):
-    number: int
+    number: int | str
 
 
 class _Broker:
@@ -32,6 +33,8 @@ class _Broker:
         """Whether each durable send was queued early."""
 
     def publish_then(self, message: Message, then: Any, *, early: bool) -> Routed | Queued | None:
+        if message.address == "refused":
+            raise NodeError("refused at once")
         if not message.durable:
             return Routed(())
         self.writes.append(then)
@@ -46,7 +49,12 @@ class _Broker:
 class _Head:
     def __init__(self, max_unstored: int | None = None, go_on: bool = True) -> None:
         self.broker = _Broker()
-        self.sends: Sends[_Send] = Sends(self.broker, self, max_unstored)  # type: ignore[arg-type]
+        self.sends: Sends[_Send] = Sends(
+            self.broker,
+            self,  # type: ignore[arg-type]
+            max_unstored,
+            lambda: _Send("run"),
+        )
         self.heard: list[object] = []
         self.go_on = go_on
 
@@ -67,8 +75,10 @@ class _Head:
         self.heard.append("busy" if busy else "not busy")
 
 
-def _message(durable: bool, size: int = 10, duplicate_id: bytes | None = None) -> Message:
-    return Message(0, "a", durable, {}, b"x" * size, duplicate_id)
+def _message(
+    durable: bool, size: int = 10, duplicate_id: bytes | None = None, address: str = "a"
+) -> Message:
+    return Message(0, address, durable, {}, b"x" * size, duplicate_id)
 
 
 def test_places_are_released_in_the_order_sent_whatever_order_the_writes_end_in() -> None:
@@ -117,7 +127,7 @@ def test_a_place_may_wait_for_any_deferred() -> None:
     assert head.heard == [1, 2]
 
 
-def test_body_bytes_waiting_for_the_store_make_the_connection_busy_until_half_are_written():
+def test_body_bytes_waiting_for_the_store_make_the_connection_busy_until_half_are_written() -> None:
     head = _Head(max_unstored=100)
     for number in (1, 2, 3):
         head.sends.publish(_Send(number, size=40), _message(True, 40))
@@ -175,3 +185,103 @@ def _refusing(publish_then: Any) -> Any:
         then(Failure(OSError("refused")))
 
     return refusing
+
+
+def test_silent_sends_in_a_row_take_one_place_written_once_each_of_their_writes_ended() -> None:
+    head = _Head()
+    for _ in range(3):
+        head.sends.publish_silent(_message(True))
+    head.sends.publish(_Send(4), _message(True))
+    assert len(head.sends.order) == 2
+    assert head.broker.early == [True] * 4
+    head.broker.writes[3](None)
+    head.broker.writes[2](None)
+    head.broker.writes[0](None)
+    assert head.heard == []  # the second silent send's write has not ended
+    head.broker.writes[1](None)
+    assert head.heard == ["run", 4]
+
+
+def test_a_run_holds_at_most_run_length_sends_and_none_joins_it_past_another_place() -> None:
+    head = _Head()
+    for _ in range(RUN_LENGTH + 1):
+        head.sends.publish_silent(_message(True))
+    assert len(head.sends.order) == 2
+    head.sends.order.enter_done(_Send(1))
+    head.sends.publish_silent(_message(True))
+    assert len(head.sends.order) == 4  # a new run behind the place entered after the last
+    for write in head.broker.writes:
+        write(None)
+    assert head.heard == ["run", "run", 1, "run"]
+
+
+def test_a_run_ends_once_written_and_the_next_silent_send_starts_another() -> None:
+    head = _Head()
+    head.sends.publish_silent(_message(True))
+    head.broker.writes[0](None)
+    assert head.heard == ["run"] and not head.sends.waiting
+    head.sends.publish_silent(_message(True))
+    assert head.sends.waiting
+    head.broker.writes[1](None)
+    assert head.heard == ["run", "run"]
+
+
+def test_a_silent_send_not_queued_early_makes_later_sends_wait_as_a_late_one_does() -> None:
+    head = _Head()
+    head.sends.publish_silent(_message(True))
+    head.sends.publish_silent(_message(True, duplicate_id=b"d"))  # queued once written
+    assert head.sends.hold(_Send(3, message=_message(False)))
+    head.sends.publish_silent(_message(True))  # its own place, not early
+    assert head.broker.early == [True, False, False]
+    head.broker.writes[1](None)
+    assert head.heard == []
+    head.broker.writes[0](None)
+    assert head.heard == ["run", "due 3", 3]
+    head.broker.writes[2](None)
+    assert head.heard == ["run", "due 3", 3, "run"]
+    head.sends.publish_silent(_message(True))
+    assert head.broker.early[-1] is True  # nothing waits to be queued any more
+
+
+def test_a_silent_send_routed_at_once_is_written_at_once() -> None:
+    head = _Head()
+    head.sends.publish_silent(_message(False))
+    assert head.heard == ["run"] and not head.sends.waiting
+
+
+def test_a_silent_sends_failed_write_is_told_and_the_head_says_whether_the_run_goes_on() -> None:
+    going_on, ending = _Head(), _Head(go_on=False)
+    for head in (going_on, ending):
+        head.sends.publish_silent(_message(True))
+        head.sends.publish_silent(_message(True))
+        head.sends.publish(_Send(3), _message(True))
+        head.broker.writes[0](Failure(OSError("disk full")))
+        head.broker.writes[1](None)
+        head.broker.writes[2](None)
+    assert going_on.heard == ["failed run", "run", 3]
+    assert ending.heard == ["failed run"]
+
+
+def test_a_refused_silent_send_is_no_member_and_an_empty_run_keeps_nothing_back() -> None:
+    head = _Head(max_unstored=100)
+    with pytest.raises(NodeError):
+        head.sends.publish_silent(_message(True, 60, address="refused"))
+    assert head.heard == ["run"] and not head.sends.waiting
+    head.sends.publish_silent(_message(True, 60))
+    with pytest.raises(NodeError):
+        head.sends.publish_silent(_message(True, 60, address="refused"))
+    assert head.heard == ["run"]  # 60 bytes wait: not busy
+    head.broker.writes[0](None)
+    assert head.heard == ["run", "run"]
+
+
+def test_a_runs_body_bytes_count_until_the_whole_run_is_written() -> None:
+    head = _Head(max_unstored=100)
+    for _ in range(3):
+        head.sends.publish_silent(_message(True, 40))
+    assert head.heard == ["busy"]
+    head.broker.writes[0](None)
+    head.broker.writes[1](None)
+    assert head.heard == ["busy"]
+    head.broker.writes[2](None)
+    assert head.heard == ["busy", "not busy", "run"]

@@ -71,6 +71,11 @@ class _Outstanding(Place):
     """Run once the receipt has gone: a subscription starts delivering after it."""
 
 
+def _silent_place() -> _Outstanding:
+    """The entry of persistent SENDs without receipts: nothing to answer in its turn."""
+    return _Outstanding(None)
+
+
 @attrs.define(eq=False)
 class StompTransaction(LocalTransaction):
     """A STOMP transaction: what a local transaction is, and its SENDs' receipts."""
@@ -110,7 +115,7 @@ class Publisher:
         self._addressing = addressing
         self._transactions = transactions
         self._wire = wire
-        self._sends: Sends[_Outstanding] = Sends(broker, self, max_unstored)
+        self._sends: Sends[_Outstanding] = Sends(broker, self, max_unstored, _silent_place)
         self._large: _LargeSend | None = None
         """The SEND whose body is being streamed, between its head and its last chunk."""
 
@@ -352,10 +357,14 @@ class Publisher:
             self.after(None, receipt)
 
     def _publish_persistent(self, message: Message, receipt: str | None) -> None:
-        """The hot path of persistent sends: no Deferred, one entry in line (in it before
-        publishing, whenever the store tells of its write, which it may do before
-        ``publish_then`` returns)."""
-        self._sends.publish(_Outstanding(receipt, size=len(message.body)), message)
+        """The hot path of persistent sends: no Deferred; without a receipt, one of a run
+        of such SENDs in line, else an entry of its own (in line before publishing,
+        whenever the store tells of its write, which it may do before ``publish_then``
+        returns)."""
+        if receipt is None:
+            self._sends.publish_silent(message)
+        else:
+            self._sends.publish(_Outstanding(receipt, size=len(message.body)), message)
 
     def _hold(self, message: Message, tx: StompTransaction | None, receipt: str | None) -> None:
         """BLOCK: keep the SEND and stop reading this connection until the address has
