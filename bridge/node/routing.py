@@ -340,28 +340,30 @@ class Router:
         return succeed(routed) if isinstance(routed, Routed) else routed
 
     def allocate_id(self) -> int:
-        """A message id, for a large message whose body file is named by it before it is
-        published."""
+        """A message id, for a message built to be published ``numbered`` (a large
+        message's body file is named by it before it is published)."""
         self.next_id += 1
         return self.next_id - 1
 
     def publish(
-        self, message: Message, *, tx: Transaction | None = None
+        self, message: Message, *, tx: Transaction | None = None, numbered: bool = False
     ) -> Routed | Deferred[Routed]:
         """Route ``message`` (its id is replaced by the node's next one, except a large
-        message's, from ``allocate_id``); the result, or a Deferred of it, says it is safe
-        to confirm to the producer. ``AddressFull`` if the address is full under FAIL.
+        message's and, with ``numbered``, any: a head that numbers its messages with
+        ``allocate_id`` as it builds them spares the node a copy of each); the result, or
+        a Deferred of it, says it is safe to confirm to the producer. ``AddressFull`` if
+        the address is full under FAIL.
 
         What needs no store write (non-durable, a duplicate, no durable queue, or a send in
         a transaction, which takes effect at commit) is done at once and returns the plain
         ``Routed``: the hot path of a non-durable send creates no Deferred. A large
         message's file is the node's from here: deleted if the message goes nowhere."""
-        routed = self.route(message, tx, None)
+        routed = self.route(message, tx, None, numbered=numbered)
         assert routed is not None and routed is not QUEUED  # (only with ``then``)
         return routed
 
     def publish_then(
-        self, message: Message, then: Then, *, early: bool = False
+        self, message: Message, then: Then, *, early: bool = False, numbered: bool = False
     ) -> Routed | Queued | None:
         """``publish`` outside a transaction without a Deferred, for the heads' hot path.
 
@@ -371,14 +373,19 @@ class Router:
         it at once). With ``early`` (nothing of its connection waits to be queued before
         it), a durable send that may be delivered before it is written (``early``) is
         queued at once and returns ``QUEUED``; ``then`` is told as before."""
-        routed = self.route(message, None, then, early)
+        routed = self.route(message, None, then, early, numbered)
         if routed is None or isinstance(routed, Routed | Queued):  # (cheaper than of Deferred)
             return routed
         routed.addCallbacks(lambda _: then(None), then)  # paged, or stored with its id
         return None
 
     def route(
-        self, message: Message, tx: Transaction | None, then: Then | None, early: bool = False
+        self,
+        message: Message,
+        tx: Transaction | None,
+        then: Then | None,
+        early: bool = False,
+        numbered: bool = False,
     ) -> Routed | Deferred[Routed] | Queued | None:
         """``publish``; with ``then`` (and no transaction), a send that needs nothing but
         its add returns None (or ``QUEUED``) and tells ``then``, as ``publish_then``
@@ -389,7 +396,7 @@ class Router:
             _ANYCAST in address.routing_types and address.name not in self._queues
         ):
             address = self.auto_create(message.address)
-        if message.large is None:
+        if not numbered and message.large is None:
             message = message.with_id(self.next_id)
             self.next_id += 1
         detection = address.detection(message)

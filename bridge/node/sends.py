@@ -87,6 +87,8 @@ class Sends(Generic[P]):
     not counted)."""
     _new_place: Callable[[], P] | None = None
     """Makes a place with nothing to answer, for ``publish_silent`` (None: not used)."""
+    _numbered: bool = False
+    """The head numbers its messages (``Broker.allocate_id``): they are published so."""
     order: SendOrder[P] = attrs.field(init=False)
     _unstored: int = attrs.field(init=False, default=0)
     _busy: bool = attrs.field(init=False, default=False)
@@ -136,7 +138,9 @@ class Sends(Generic[P]):
         run.pending += 1
         run.place.size += size  # (counted below, once it is published)
         try:
-            routed = self._broker.publish_then(message, run.then, early=True)
+            routed = self._broker.publish_then(
+                message, run.then, early=True, numbered=self._numbered
+            )
         except BaseException:
             run.members -= 1
             run.place.size -= size
@@ -176,7 +180,7 @@ class Sends(Generic[P]):
         """Route ``message``: queued early only while no send of this connection waits to
         be queued once written (``late``), so that none overtakes another."""
         routed = self._broker.publish_then(
-            message, partial(self.written, place), early=not self._late
+            message, partial(self.written, place), early=not self._late, numbered=self._numbered
         )
         if routed is QUEUED:
             return

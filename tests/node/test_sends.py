@@ -32,7 +32,9 @@ class _Broker:
         self.early: list[bool] = []
         """Whether each durable send was queued early."""
 
-    def publish_then(self, message: Message, then: Any, *, early: bool) -> Routed | Queued | None:
+    def publish_then(
+        self, message: Message, then: Any, *, early: bool, numbered: bool
+    ) -> Routed | Queued | None:
         if message.address == "refused":
             raise NodeError("refused at once")
         if not message.durable:
@@ -181,7 +183,7 @@ def _refusing(publish_then: Any) -> Any:
     """A ``publish_then`` whose store refuses the add at once, inside the call (a late
     send: it returns None)."""
 
-    def refusing(message: Message, then: Any, *, early: bool) -> None:
+    def refusing(message: Message, then: Any, *, early: bool, numbered: bool) -> None:
         then(Failure(OSError("refused")))
 
     return refusing

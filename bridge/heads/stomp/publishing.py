@@ -115,7 +115,9 @@ class Publisher:
         self._addressing = addressing
         self._transactions = transactions
         self._wire = wire
-        self._sends: Sends[_Outstanding] = Sends(broker, self, max_unstored, _silent_place)
+        self._sends: Sends[_Outstanding] = Sends(
+            broker, self, max_unstored, _silent_place, numbered=True
+        )
         self._large: _LargeSend | None = None
         """The SEND whose body is being streamed, between its head and its last chunk."""
 
@@ -254,7 +256,6 @@ class Publisher:
         the body goes to a file of the large-message store as it arrives (reading waits
         for a destination being created first)."""
         message, tx, receipt, creating = self._send_message(headers, b"")
-        message = message.with_id(self._broker.allocate_id())
         large = _LargeSend(message, head.length, tx, receipt)
         large.open(self._broker)
         if large.failure is not None:
@@ -317,7 +318,7 @@ class Publisher:
             message_headers.pop(ROUTING_TYPE, None)
         duplicate = message_headers.get(DUPLICATE_ID_HEADER)
         message = Message(
-            0,
+            self._broker.allocate_id(),  # (numbered here: published ``numbered``)
             address,
             headers.get("persistent") == "true",
             message_headers,
@@ -340,7 +341,9 @@ class Publisher:
             if tx is None and message.durable:
                 self._publish_persistent(message, receipt)
                 return
-            routed = self._broker.publish(message, tx=tx.tx if tx is not None else None)
+            routed = self._broker.publish(
+                message, tx=tx.tx if tx is not None else None, numbered=True
+            )
         except AddressNotFound as missing:
             raise StompError("no such destination", str(missing)) from None
         except AddressFull as full:  # (its address-full-policy is FAIL)
