@@ -236,10 +236,17 @@ def encode_message_parts(message: Message) -> list[bytes]:
     fields (one copy of the body, not two); the message's ``size`` is their length.
 
     The fields are packed without checking them first: a value that does not fit makes
-    ``struct`` fail, and the checking encoder then says which it is."""
+    ``struct`` fail, and the checking encoder then says which it is. A durable message's
+    fields are kept once encoded: its store row and each delivery to a core consumer (a
+    bridge) then pack only the id and the body around them."""
     fields = message._encoded_fields
     if fields is None:
-        return _encode_parts(message)
+        if not message.durable:
+            return _encode_parts(message)
+        fields = _fields_or_none(message)
+        if fields is None:
+            return _encode_parts(message)
+        _set_fields(message, fields)
     body = message.body
     flags = _DURABLE if message.durable else 0
     if message.duplicate_id is not None:

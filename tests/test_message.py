@@ -154,6 +154,21 @@ def test_a_fresh_durable_message_is_encoded_once_when_numbered(message, new_id):
     assert afresh(attrs.evolve(message, durable=False)).with_id(new_id)._encoded_fields is None
 
 
+@given(messages, st.integers(min_value=0, max_value=(1 << 63) - 1))
+def test_a_durable_message_built_numbered_keeps_its_fields_once_encoded(message, new_id):
+    """A durable message a head builds with its id (never renumbered) keeps the encoding
+    of its fields from its first encoding (its store row, or a delivery), for the next;
+    a non-durable one keeps none."""
+    durable = afresh(attrs.evolve(message, durable=True), new_id)
+    first = encode_message(durable)
+    assert durable._encoded_fields is not None
+    assert encode_message(durable) == first == encode_message(afresh(durable))
+    assert durable.size == len(first)
+    transient = afresh(attrs.evolve(message, durable=False), new_id)
+    encode_message(transient)
+    assert transient._encoded_fields is None
+
+
 @given(
     messages,
     st.text(max_size=50),
