@@ -63,7 +63,8 @@ class GroupCommit(Generic[T]):
     def submit_then(self, item: T, then: Then) -> None:
         """Add ``item`` to the next batch; ``then`` is called once that batch finished."""
         self._next.append((item, None, then))
-        self._schedule()
+        if self._turn_end is None and not self._running:  # (``_schedule``, written out)
+            self._turn_end = self.clock.callLater(0, self._end_of_turn)
 
     @property
     def idle(self) -> bool:
@@ -98,7 +99,10 @@ class GroupCommit(Generic[T]):
         self._schedule()
         for (_, done, then), outcome in zip(batch, outcomes, strict=True):
             if then is not None:
-                _call(then, None if outcome is None else Failure(outcome))
+                try:  # (``_call``, written out: the loop runs once per item of every batch)
+                    then(None if outcome is None else Failure(outcome))
+                except Exception:
+                    log.failure("a group commit's callback failed")
             elif done is not None:
                 if outcome is None:
                     done.callback(None)

@@ -207,9 +207,15 @@ class MessageStore:
         self._batches.submit_then(operation, then)
 
     def add_early(self, message: Message, queues: Sequence[str], then: Then) -> None:
-        self._check_add(message, queues)
-        if message.large is not None:
-            raise InvalidOperation(f"add message {message.id}: a large message is never early")
+        if (
+            self._state is not _OPEN
+            or not message.durable
+            or len(queues) != 1
+            or message.large is not None
+        ):  # (the hot path's checks in one test; the reasons below)
+            self._check_add(message, queues)
+            if message.large is not None:
+                raise InvalidOperation(f"add message {message.id}: a large message is never early")
         early = _EarlyAdd(message, list(queues))
         self._early[message.id] = early
         self._early_items += 1
@@ -306,7 +312,8 @@ class MessageStore:
         if len(set(message_ids)) != len(message_ids):
             return self._refuse(f"acknowledge on queue {queue!r}: a message is given twice")
         if self._early:
-            message_ids = [each for each in message_ids if not self._taken_early(queue, each, tx)]
+            taken = self._taken_early
+            message_ids = [each for each in message_ids if not taken(queue, each, tx)]
             if not message_ids:
                 return succeed(None)
         return self._submit(AcknowledgeMany(queue, tuple(message_ids)), tx)
