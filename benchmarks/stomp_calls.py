@@ -9,11 +9,16 @@ handed over as one read would hand them, a receipt on the last, each round waite
 until the store is idle: the MESSAGEs, and with a client ack mode one ACK per MESSAGE
 (client-individual) or one cumulative ACK for the round (client). The calls of the
 reactor thread are counted with ``sys.setprofile`` (Python functions, and C functions
-apart); the store's writer thread is not counted.
+apart); the store's writer thread is not counted. With ``--time``, nothing is counted:
+the reactor thread's CPU time (``time.thread_time``) per message is measured instead,
+the median of ``--repeat`` runs (a timed figure moves with the machine: compare two
+trees in turn). ``--non-persistent`` sends without ``persistent:true``.
 
     python -m benchmarks stomp-calls [--ack auto] [--batch 50] [--rounds 100] [--top 0]
+    python -m benchmarks stomp-calls --ack auto --time [--repeat 5] [--non-persistent]
 
-prints the calls per message (``--top N``: and the N functions called most per message).
+prints the calls per message (``--top N``: and the N functions called most per message),
+or the microseconds of reactor-thread CPU per message.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorCore, IReactorTime
 from zope.interface import implementer
 
+from benchmarks.runner import save
 from bridge.config.node import parse_node_config
 from bridge.heads.stomp import StompHead, StompSettings
 from bridge.heads.stomp.frames import (
@@ -127,8 +133,11 @@ async def _turn() -> None:
     await turned
 
 
-async def count_calls(ack: str, batch: int, rounds: int, top: int) -> dict[str, Any]:
-    """The calls per message of ``rounds`` rounds of ``batch`` messages (after a warm-up)."""
+async def count_calls(
+    ack: str, batch: int, rounds: int, top: int, *, timed: bool = False, persistent: bool = True
+) -> dict[str, Any]:
+    """The calls per message of ``rounds`` rounds of ``batch`` messages (after a warm-up);
+    ``timed``: the reactor thread's CPU microseconds per message instead."""
     with tempfile.TemporaryDirectory(prefix="txbridge-stomp-calls-") as folder:
         directory = Path(folder)
         config = parse_node_config(
@@ -173,7 +182,9 @@ async def count_calls(ack: str, batch: int, rounds: int, top: int) -> dict[str, 
 
         def read(number: int) -> bytes:
             """A round's SENDs as the client writes them (built before counting)."""
-            send = (("destination", "/queue/bench"), ("persistent", "true"))
+            send: tuple[tuple[str, str], ...] = (("destination", "/queue/bench"),)
+            if persistent:
+                send += (("persistent", "true"),)
             body = b"%08d" % number + b"x" * 1016
             frames = [Frame(Command.SEND, send, body)] * (batch - 1)
             frames.append(Frame(Command.SEND, (*send, ("receipt", f"r{number}")), body))
@@ -202,12 +213,15 @@ async def count_calls(ack: str, batch: int, rounds: int, top: int) -> dict[str, 
         for number in range(5):
             await one_round(number)
         counter = _Counter(by_name=top > 0)
-        sys.setprofile(counter)
+        started = time.thread_time()
+        if not timed:
+            sys.setprofile(counter)
         try:
             for number in range(rounds):
                 await one_round(5 + number)
         finally:
             sys.setprofile(None)
+        cpu = time.thread_time() - started
         errors = [f for f in sink.frames if f.command is Command.ERROR]
         depth = broker.queue("bench").depth
         session.connection_lost()
@@ -215,13 +229,12 @@ async def count_calls(ack: str, batch: int, rounds: int, top: int) -> dict[str, 
     if errors or depth:
         raise RuntimeError(f"{len(errors)} ERROR frames, {depth} messages left on the queue")
     messages = batch * rounds
-    figures: dict[str, Any] = {
-        "ack": ack,
-        "batch": batch,
-        "rounds": rounds,
-        "python_calls_per_message": counter.python / messages,
-        "c_calls_per_message": counter.c / messages,
-    }
+    figures: dict[str, Any] = {"ack": ack, "batch": batch, "rounds": rounds}
+    if timed:
+        figures["cpu_us_per_message"] = cpu / messages * 1e6
+        return figures
+    figures["python_calls_per_message"] = counter.python / messages
+    figures["c_calls_per_message"] = counter.c / messages
     if counter.by_name is not None:
         figures["top"] = [
             (name, calls / messages) for name, calls in counter.by_name.most_common(top)
@@ -235,14 +248,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=50, help="SENDs per read")
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--top", type=int, default=0, help="list the N most called")
+    parser.add_argument(
+        "--time", action="store_true", help="reactor-thread CPU per message, not calls"
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs (median kept)")
+    parser.add_argument(
+        "--non-persistent", action="store_true", help="SENDs without persistent:true"
+    )
+    parser.add_argument("--output", type=Path, help="write the JSON here, not to results/")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.batch < 1 or args.rounds < 1:
-        parser.error("--batch and --rounds must be positive")
+    if args.batch < 1 or args.rounds < 1 or args.repeat < 1:
+        parser.error("--batch, --rounds and --repeat must be positive")
+    if args.time and args.top:
+        parser.error("--top counts calls: not with --time")
+    persistent = not args.non_persistent
+    kind = "persistent" if persistent else "non-persistent"
     results: list[dict[str, Any]] = []
 
     async def run(_: IReactorCore) -> None:
         for ack in args.ack or ACK_MODES:
-            figures = await count_calls(ack, args.batch, args.rounds, args.top)
+            if args.time:
+                runs = [
+                    await count_calls(
+                        ack, args.batch, args.rounds, 0, timed=True, persistent=persistent
+                    )
+                    for _ in range(args.repeat)
+                ]
+                each = sorted(run["cpu_us_per_message"] for run in runs)
+                results.append({**runs[0], "cpu_us_per_message": each[len(each) // 2]})
+                print(
+                    f"ack:{ack:17} {each[len(each) // 2]:6.2f} µs of reactor-thread CPU per "
+                    f"{kind} SEND (median of {args.repeat}: "
+                    f"{' / '.join(f'{us:.2f}' for us in each)})",
+                    flush=True,
+                )
+                continue
+            figures = await count_calls(
+                ack, args.batch, args.rounds, args.top, persistent=persistent
+            )
             results.append(figures)
             print(
                 f"ack:{ack:17} {figures['python_calls_per_message']:7.1f} Python calls and "
@@ -253,4 +296,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, calls in figures.get("top", []):
                 print(f"    {calls:6.2f}  {name}")
 
-    task.react(lambda r: Deferred.fromCoroutine(run(r)))  # (exits with its status)
+    async def run_and_save(reactor: IReactorCore) -> None:
+        await run(reactor)
+        figures = {"persistent": persistent, "timed": args.time, "results": results}
+        print(f"saved {save('stomp_calls', figures, args.output)}")
+
+    task.react(lambda r: Deferred.fromCoroutine(run_and_save(r)))  # (exits with its status)
