@@ -445,8 +445,13 @@ class Router:
                 self._large.discard(message)
         if paged:
             return self.paging.page(message, address, bindings, routed, tx, detection=detection)
-        stored = (
-            [name for name in routed.queues if name in self._durable] if message.durable else []
+        queues = routed.queues
+        stored: Sequence[str] = (
+            ()
+            if not message.durable
+            else queues  # (one durable queue, the hot path: no list built)
+            if len(queues) == 1 and queues[0] in self._durable
+            else [name for name in queues if name in self._durable]
         )
         if not stored:
             if tx is None:
@@ -459,7 +464,10 @@ class Router:
                 early
                 and detection is None
                 and message.large is None
-                and self._id_reserved(message.id)
+                and (
+                    message.id <= self._ids_reserved - ID_BLOCK // 2  # (``_id_reserved``'s
+                    or self._id_reserved(message.id)  # first test, written out)
+                )
             ):
                 return self._add_early(message, bindings, stored, then)
             self._add_then(message, bindings, stored, memory, then, detection=detection)
@@ -499,7 +507,7 @@ class Router:
         return self.publish(message)
 
     def _add_early(
-        self, message: Message, bindings: list[Binding], stored: list[str], then: Then
+        self, message: Message, bindings: list[Binding], stored: Sequence[str], then: Then
     ) -> Queued | None:
         """Queue a durable send at once, its store write under way, as Artemis and
         RabbitMQ deliver before the disk sync: ``then`` hears of the write. A message
@@ -567,7 +575,7 @@ class Router:
         self,
         message: Message,
         bindings: list[Binding],
-        stored: list[str],
+        stored: Sequence[str],
         memory: AddressMemory,
         then: Then,
         *,

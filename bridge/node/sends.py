@@ -92,8 +92,10 @@ class Sends(Generic[P]):
     order: SendOrder[P] = attrs.field(init=False)
     _unstored: int = attrs.field(init=False, default=0)
     _busy: bool = attrs.field(init=False, default=False)
-    _late: int = attrs.field(init=False, default=0)
-    """Places whose sends reach their queues only once written."""
+    late: int = attrs.field(init=False, default=0)
+    """Places whose sends reach their queues only once written: while any does, a
+    non-durable send is held (``hold``); none, it is routed at once (a head may test this
+    before making the place ``hold`` takes)."""
     _run: _Run[P] | None = attrs.field(init=False, default=None)
     """The run silent sends join now, if any (the last in line, not yet written)."""
 
@@ -125,7 +127,7 @@ class Sends(Generic[P]):
         run = self._run
         if run is None or run.members == RUN_LENGTH or not self.order.is_last(run.place):
             assert self._new_place is not None
-            if self._late:  # queued once written: no run waits so
+            if self.late:  # queued once written: no run waits so
                 place = self._new_place()
                 place.size = len(message.body)
                 self.publish(place, message)
@@ -156,7 +158,7 @@ class Sends(Generic[P]):
             place = run.place
             if not place.done and not place.late:
                 place.late = True
-                self._late += 1
+                self.late += 1
             return
         self._run_written(run)  # done at once: nobody else tells
 
@@ -180,14 +182,14 @@ class Sends(Generic[P]):
         """Route ``message``: queued early only while no send of this connection waits to
         be queued once written (``late``), so that none overtakes another."""
         routed = self._broker.publish_then(
-            message, partial(self.written, place), early=not self._late, numbered=self._numbered
+            message, partial(self.written, place), early=not self.late, numbered=self._numbered
         )
         if routed is QUEUED:
             return
         if routed is None:
             if not place.done:  # (a refusal at once wrote it already)
                 place.late = True
-                self._late += 1
+                self.late += 1
             return
         self.written(place)
 
@@ -195,10 +197,10 @@ class Sends(Generic[P]):
         """Hold ``place`` (its ``message`` a non-durable send) behind the places that wait
         to be queued before it (``late``): False if none does (publish it now), else True
         and ``due`` later."""
-        if not self._late or not self.order.hold(place):
+        if not self.late or not self.order.hold(place):
             return False
         place.late = True
-        self._late += 1
+        self.late += 1
         return True
 
     def wait(self, place: P, work: Deferred[Any]) -> None:
@@ -219,7 +221,7 @@ class Sends(Generic[P]):
         place's turn still comes."""
         if place.late:
             place.late = False
-            self._late -= 1
+            self.late -= 1
         if failure is not None and not self._listener.failed(place, failure):
             return
         size = place.size

@@ -33,6 +33,7 @@ from bridge.node.broker import (
     AddressNotFound,
     Broker,
     NodeError,
+    Routed,
     Unsettled,
     refusal,
 )
@@ -183,7 +184,7 @@ class Publisher:
         to be queued (False if none does), and read nothing more meanwhile (so it is the only one
         held), as the core head holds such a send and Artemis keeps a session's sends in
         order."""
-        if not self._sends.hold(_Outstanding(receipt, message=message)):
+        if not self._sends.late or not self._sends.hold(_Outstanding(receipt, message=message)):
             return False
         self._wire.transport.pause_reading(ORDER)
         return True
@@ -354,7 +355,7 @@ class Publisher:
             if receipt is not None:
                 tx.receipts.append(receipt)
             return
-        if isinstance(routed, Deferred):
+        if not isinstance(routed, Routed):  # (a Deferred: paged; not an ABC's slow test)
             self.after(routed, receipt, len(message.body))
         elif receipt is not None:
             self.after(None, receipt)
