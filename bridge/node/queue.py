@@ -441,7 +441,7 @@ class Queue:
             return
         self._dispatching = True
         try:
-            while self._dispatch_one():
+            while self._waiting and self._dispatch_one():  # (nothing waits: nothing to do)
                 pass
         finally:
             self._dispatching = False
