@@ -82,7 +82,9 @@ class Addressing:
         """A client sends to address ``name`` as ``routing``: checked, and created if
         missing (an anycast one with its queue; the creation to wait for, if any)."""
         node = self._node
-        if self.use(name, routing):
+        address = self._broker.addresses.get(name)
+        if (address is not None and routing in address.routing_types) or self.use(name, routing):
+            # (``use``'s first test written out: nearly every send meets it)
             node.check(name, _SEND)
             return None
         node.check_create(name)

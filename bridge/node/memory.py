@@ -75,7 +75,10 @@ class AddressMemory:
 
     @property
     def full(self) -> bool:
-        return (self.max_size != UNLIMITED and self.size >= self.max_size) or self.node.full
+        node = self.node  # (its ``full`` written out: read for every message routed)
+        return (self.max_size != UNLIMITED and self.size >= self.max_size) or (
+            node.max_size != UNLIMITED and node.size >= node.max_size
+        )
 
     @property
     def paging(self) -> bool:

@@ -68,9 +68,11 @@ class Entry:
     """A paged entry's message size (its stub's is not the message's)."""
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class Delivery:
-    """One message handed to one consumer."""
+    """One message handed to one consumer. (Not frozen, and compared by identity: one is
+    made for every message delivered, and a frozen class's ``__init__`` costs three
+    times as much. Nothing changes one once made.)"""
 
     consumer_id: int
     delivery_id: int
@@ -185,8 +187,23 @@ class Queue:
     def add(self, message: Message, delivery_count: int = 0) -> None:
         """Append a message (``delivery_count`` above 0 for one recovered after a restart)."""
         self._added += 1
-        self._waiting.append(Entry(message, self._added, delivery_count))
+        waiting = self._waiting
+        waiting.append(Entry(message, self._added, delivery_count))
         self.memory.add(message.size)
+        consumers = self._consumers
+        if len(waiting) == 1 and len(consumers) == 1 and not self._dispatching:
+            # (the hot path: a lone consumer that takes everything and can take this one
+            # now gets it without the loops of ``dispatch``, which go on from here after
+            # a sink that called back into the queue)
+            (only,) = consumers.values()
+            if only.filter is None and only.can_take() and not self._paged:
+                self._dispatching = True
+                try:
+                    self._deliver(only, 0)
+                finally:
+                    self._dispatching = False
+                if not self._waiting and not self._paged:  # (a sink's nack replaces it)
+                    return
         self.dispatch()
 
     def add_paged(self, stub: Message, where: int, size: int, delivery_count: int = 0) -> None:
@@ -380,7 +397,7 @@ class Queue:
                 if first == delivery_id:
                     break
         self.acknowledged_total += len(acked)
-        self.memory.release(sum(entry.message.size for entry in acked))
+        self.memory.release(sum([entry.message.size for entry in acked]))
         return acked
 
     def nack(self, consumer_id: int, delivery_id: int, requeue: bool) -> Entry:

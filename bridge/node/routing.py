@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
 from bridge.config.node import AddressFullPolicy, NodeConfig, Routing
-from bridge.message import DELIVERY_COUNT, HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, DELIVERY_COUNT, HeaderValue, Message
 from bridge.node.address import (
     BRIDGE_KEY_PREFIX,
     Address,
@@ -399,7 +399,11 @@ class Router:
         if not numbered and message.large is None:
             message = message.with_id(self.next_id)
             self.next_id += 1
-        detection = address.detection(message)
+        detection = (
+            address.detection(message)
+            if message.duplicate_id is not None or BRIDGE_DUPLICATE_ID in message.headers
+            else None  # (most sends carry neither id: two calls spared)
+        )
         if detection is not None and detection.duplicate_id in detection.cache:
             # A repeat waits while its first send is being written (that write may fail);
             # one in a transaction waits at the transaction's commit.

@@ -148,8 +148,12 @@ class Sends(Generic[P]):
             run.place.size -= size
             self._run_written(run)  # (an empty run is written: it keeps nothing back)
             raise
-        if size and self._max_unstored is not None:
-            self._count(size)
+        limit = self._max_unstored
+        if size and limit is not None:
+            # (``_count``'s work written out: it is called only to turn ``busy`` on)
+            unstored = self._unstored = self._unstored + size
+            if unstored > limit and not self._busy:
+                self._count(0)
         if routed is QUEUED:
             return
         if self._run is run:

@@ -78,10 +78,12 @@ class Version(StrEnum):
     V1_2 = "1.2"
 
 
-@attrs.frozen(slots=True)
+@attrs.define(slots=True)
 class Frame:
     """One STOMP frame. ``headers`` keeps every header in order, repeats included; the
-    first of a repeated header is the one that counts (``header``)."""
+    first of a repeated header is the one that counts (``header``). (Not frozen: two
+    are made for every message a node passes on, and a frozen class's ``__init__`` costs
+    three times as much. Nothing changes one once made.)"""
 
     command: Command
     headers: tuple[tuple[str, str], ...] = ()
@@ -501,8 +503,9 @@ def serialize(frame: Frame, version: Version) -> list[bytes]:
     written as it is (a MESSAGE frame's head costs a third as much)."""
     headers = frame.headers
     if version is Version.V1_2:
-        # (a Command is a str: joined as it is, without the Python call of ``.value``)
-        text = "\n".join([frame.command, *[f"{key}:{value}" for key, value in headers]])
+        # (a Command is a str: joined as it is, without the Python call of ``.value``;
+        # each header a pair of str, joined by a colon in C)
+        text = "\n".join([frame.command, *map(":".join, headers)])
         count = len(headers)
         if (
             text.count(":") == count
@@ -510,7 +513,8 @@ def serialize(frame: Frame, version: Version) -> list[bytes]:
             and "\\" not in text
             and "\r" not in text
         ):
-            return _with_body((text + "\n\n").encode("utf-8"), frame.body)
+            head, body = (text + "\n\n").encode("utf-8"), frame.body
+            return [head, body, b"\0"] if body else [head + b"\0"]  # (``_with_body``)
     escape = _escaper(version, frame.command)
     lines = [frame.command.value]
     for key, value in headers:

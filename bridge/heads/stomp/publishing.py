@@ -25,7 +25,7 @@ from bridge.heads.stomp.destinations import Kind
 from bridge.heads.stomp.frames import BodyChunk, Command, Frame, LargeFrame
 from bridge.heads.stomp.headers import SEND_FRAME_HEADERS, SET_BY_NODE, StompError, destination_of
 from bridge.heads.stomp.wire import ADDRESS_FULL, ORDER, STORE, Wire, refusal_error
-from bridge.message import ROUTING_TYPE, HeaderValue, Message
+from bridge.message import ROUTING_TYPE, HeaderValue, Message, measured
 from bridge.node.addressing import Addressing
 from bridge.node.broker import (
     DUPLICATE_ID_HEADER,
@@ -326,7 +326,7 @@ class Publisher:
             body,
             duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
         )
-        return message, tx, receipt, creating
+        return measured(message), tx, receipt, creating
 
     def _publish(
         self, message: Message, tx: StompTransaction | None, receipt: str | None, due: bool = False
