@@ -43,22 +43,24 @@ class WriterState:
         return True
 
 
-@attrs.frozen
+@attrs.define
 class StoreDuplicateId:
     """An id for ``address``'s duplicate-detection cache, which keeps the newest ``keep``
-    (storing an id again makes it the newest)."""
+    (storing an id again makes it the newest). (Not frozen, as ``AddMessage``.)"""
 
     address: str
     duplicate_id: bytes
     keep: int
 
 
-@attrs.frozen
+@attrs.define
 class AddMessage:
     """A durable message; a large one's ``data`` is its header and ``large_path`` its body's
     file, synced to disk before the row is written. ``duplicate`` is the message's
     duplicate-detection id, stored with it (one operation, so that a run of adds of a
-    bridge's target stays one run of multi-row statements)."""
+    bridge's target stays one run of multi-row statements). (Not frozen: one is made for
+    every message written, and a frozen class's ``__init__`` costs three times as much;
+    nothing changes one once made.)"""
 
     message_id: int
     queues: tuple[str, ...]

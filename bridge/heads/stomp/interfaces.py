@@ -23,6 +23,10 @@ class IStompTransport(Interface):
         """Queue a frame; it leaves at the end of this reactor turn at the latest. When the
         connection stops being writable because of it, the session hears so at once."""
 
+    def send_serialized(head: bytes, body: bytes) -> None:
+        """``send`` for a frame already serialized: its head (command, headers and the
+        blank line) and its body; the closing NUL is the transport's to add."""
+
     def send_large(frame: Frame, body: LargeBody) -> None:
         """Queue ``frame`` (its body empty) with ``body``, read from its file a chunk at a
         time as the connection drains; frames sent meanwhile follow it. The connection is

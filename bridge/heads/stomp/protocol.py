@@ -141,7 +141,7 @@ class StompProtocol(StreamConnection):
         self._session: StompSession | None = None
         self._pumping = False
         self._announced_writable = True
-        self._backlog: deque[Frame | _LargeOut] = deque()
+        self._backlog: deque[Frame | list[bytes] | _LargeOut] = deque()
         """A large body being sent (first), and what waits behind it; empty otherwise."""
         self.finished: Deferred[None] = Deferred()
         """Fires once the connection is gone and its session gave back what it held."""
@@ -160,6 +160,15 @@ class StompProtocol(StreamConnection):
             return
         assert self._session is not None
         parts = serialize(frame, self._session.version or Version.V1_0)
+        self._push(parts)
+
+    def send_serialized(self, head: bytes, body: bytes) -> None:
+        if self._closing:
+            return
+        parts = [head, body, b"\0"] if body else [head + b"\0"]
+        if self._backlog:
+            self._backlog.append(parts)
+            return
         self._push(parts)
 
     def send_large(self, frame: Frame, body: LargeBody) -> None:
@@ -191,6 +200,10 @@ class StompProtocol(StreamConnection):
             if isinstance(item, Frame):
                 backlog.popleft()
                 self._push(serialize(item, version))
+                continue
+            if isinstance(item, list):  # (a frame sent serialized)
+                backlog.popleft()
+                self._push(item)
                 continue
             if not item.started:
                 item.started = True

@@ -24,15 +24,14 @@ from bridge.config.node import Routing
 from bridge.heads.stomp.destinations import Destination, Kind
 from bridge.heads.stomp.frames import Command, Frame, Version
 from bridge.heads.stomp.headers import (
-    DELIVERY_COUNT_HEADER,
     AckMode,
     StompError,
     ack_mode,
     destination_of,
-    message_headers,
     names_durable,
     requeue_of,
 )
+from bridge.heads.stomp.message_frames import message_frame, message_head
 from bridge.heads.stomp.publishing import Publisher, StompTransaction, open_transaction
 from bridge.heads.stomp.subscriptions import Subscription, Subscriptions
 from bridge.heads.stomp.wire import Wire, refusal_error
@@ -55,7 +54,6 @@ from security.permissions import Permission
 _OPEN, _CLOSED = SessionState.OPEN, SessionState.CLOSED
 _AUTO = AckMode.AUTO
 _V1_0, _V1_2 = Version.V1_0, Version.V1_2
-_MESSAGE = Command.MESSAGE
 
 
 @implementer(IConsumerListener)
@@ -82,6 +80,7 @@ class Subscriber:
         self._transactions = transactions
         self._transport = wire.transport
         self._emit, self._then = wire.emit, wire.then
+        self._emit_serialized = wire.emit_serialized
         self._after = publisher.after
         self._session_id = session_id
         self._prefetch = prefetch
@@ -234,33 +233,30 @@ class Subscriber:
     def deliver(
         self, consumer: Consumer[Subscription], delivery_id: int, count: int, message: Message
     ) -> None:
-        """A MESSAGE frame for what a subscription's consumer delivers."""
+        """A MESSAGE frame for what a subscription's consumer delivers: in STOMP 1.2, a
+        message in memory as a head written from a template and its body."""
         subscription = consumer.tag
-        body = message.body
-        headers = [
-            ("subscription", subscription.id),
-            ("message-id", str(message.id)),
-            ("destination", subscription.destination),
-        ]
-        if subscription.ack is not _AUTO:
-            if self.version is _V1_2:
-                headers.append(("ack", f"{subscription.key}-{delivery_id}"))
-            else:
-                subscription.by_message[message.id] = delivery_id
         large = message.large
-        headers += (
-            ("content-length", str(len(body) if large is None else large.size)),
-            ("redelivered", "true" if count > 1 else "false"),
-            (DELIVERY_COUNT_HEADER, str(count)),
-        )
-        if message.durable:
-            headers.append(("persistent", "true"))
-        if message.headers:
-            headers += message_headers(message.headers, self.version or _V1_0)
+        version = self.version or _V1_0
+        if version is _V1_2 and large is None:
+            head = message_head(subscription, delivery_id, count, message)
+            if head is not None:
+                self._emit_serialized(head, message.body)
+                return
+        elif version is not _V1_2 and subscription.ack is not _AUTO:
+            subscription.by_message[message.id] = delivery_id
         if large is None:
-            self._emit(Frame(_MESSAGE, tuple(headers), body))
+            body = message.body
+            self._emit(
+                message_frame(
+                    subscription, delivery_id, count, message, version, body=body, size=len(body)
+                )
+            )
         elif self._life.state is not _CLOSED:
-            self._transport.send_large(Frame(_MESSAGE, tuple(headers)), large)
+            frame = message_frame(
+                subscription, delivery_id, count, message, version, body=b"", size=large.size
+            )
+            self._transport.send_large(frame, large)
 
     def unsubscribe(self, frame: Frame, headers: dict[str, str]) -> None:
         """UNSUBSCRIBE: the consumer closes; with ``durable:true`` a durable

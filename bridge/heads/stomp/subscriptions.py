@@ -35,6 +35,9 @@ class Subscription:
     """Message id -> delivery id (for the ACK of STOMP 1.0 and 1.1, by message-id)."""
     consumer: Consumer[Subscription] = attrs.field(init=False)
     """The node's consumer, which counts what awaits acknowledgement."""
+    head_lines: tuple[str, str] | tuple[()] | None = attrs.field(default=None, init=False)
+    """How its STOMP 1.2 MESSAGE heads start (``message_frames``), once known: empty where
+    its id or destination needs an escape."""
 
     @property
     def queue(self) -> str:

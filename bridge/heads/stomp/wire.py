@@ -51,6 +51,12 @@ class Wire:
         if self._life.state is not _CLOSED:
             self.transport.send(frame)
 
+    def emit_serialized(self, head: bytes, body: bytes) -> None:
+        """Send a frame already serialized (its head, blank line included, and its body),
+        unless the connection is gone."""
+        if self._life.state is not _CLOSED:
+            self.transport.send_serialized(head, body)
+
     def fail(self, message: str, detail: str, receipt: str | None = None) -> None:
         """An ERROR frame, then the connection closes."""
         headers = [("message", message), ("content-type", "text/plain")]

@@ -24,7 +24,7 @@ from zope.interface import implementer
 
 from bridge.config.node import DEFAULT_MAX_DELIVERY_ATTEMPTS
 from bridge.heads.stomp import StompSettings
-from bridge.heads.stomp.frames import Command, Frame
+from bridge.heads.stomp.frames import SERVER_COMMANDS, Command, Frame, FrameParser, Version
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.heads.stomp.session import StompSession
 
@@ -43,6 +43,13 @@ class FrameSink:
         self.closed = False
 
     def send(self, frame: Frame) -> None:
+        self.frames.append(frame)
+
+    def send_serialized(self, head: bytes, body: bytes) -> None:
+        parser = FrameParser(commands=SERVER_COMMANDS, version=Version.V1_2)
+        parser.feed(head + body + b"\0")
+        frame = parser.next_event()
+        assert isinstance(frame, Frame), frame
         self.frames.append(frame)
 
     def close(self) -> None:
