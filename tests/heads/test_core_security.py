@@ -35,6 +35,22 @@ async def test_send_needs_the_send_permission(secure_node):
 
 
 @pytest_twisted.ensureDeferred
+async def test_each_send_of_a_send_many_is_checked_whatever_the_one_before(secure_node):
+    alice = await secure_node.peer(connect_as=("alice", "alice-secret"))
+    bodies = (b"a", b"b", b"x", b"y", b"c")  # runs of one address, allowed and not
+    batch = tuple(message("orders" if body in b"abc" else "jobs", body) for body in bodies)
+    alice.send(p.SendMany(1, None, batch))
+    await alice.confirmed(5)
+    denied = alice.of(p.SendFailed)
+    assert [(f.sequence, f.code) for f in denied] == [
+        (3, p.ErrorCode.PERMISSION_DENIED),
+        (4, p.ErrorCode.PERMISSION_DENIED),
+    ]
+    queued = [entry.message.body for entry in secure_node.broker.queue("orders").browse()]
+    assert queued == [b"a", b"b", b"c"]
+
+
+@pytest_twisted.ensureDeferred
 async def test_consume_and_browse_need_their_permissions(secure_node):
     bob = await secure_node.peer(connect_as=("bob", "bob-secret"))
     carol = await secure_node.peer(connect_as=("carol", "carol-secret"))

@@ -106,6 +106,9 @@ class Producer:
         self._confirmed = 0
         self._confirm_call: IDelayedCall | None = None
         self._large: _LargeSend | None = None
+        self._in_packet = False
+        self._checked: str | None = None
+        """The address checked last in the SEND_MANY being handled (None outside one)."""
 
     def logged_in(self) -> None:
         self._credits = ProducerCredits(self._node, self._give)
@@ -137,13 +140,20 @@ class Producer:
         self._send_one(packet.sequence, packet.tx_id, packet.message)
 
     def send_many(self, packet: p.SendMany) -> None:
-        """Each message as a SEND of its own, in order (one may end the session)."""
+        """Each message as a SEND of its own, in order (one may end the session). Sends
+        outside a transaction to the address the one before was let send to are not
+        checked again: nothing changes a permission within a turn."""
         sequence, tx_id = packet.first_sequence, packet.tx_id
-        for message in packet.messages:
-            if self._life.state is not _OPEN:
-                return
-            self._send_one(sequence, tx_id, message)
-            sequence += 1
+        self._in_packet = True
+        try:
+            for message in packet.messages:
+                if self._life.state is not _OPEN:
+                    return
+                self._send_one(sequence, tx_id, message)
+                sequence += 1
+        finally:
+            self._in_packet = False
+            self._checked = None
 
     def _send_one(self, sequence: int, tx_id: int | None, message: Message) -> None:
         self._sequence(sequence)
@@ -166,12 +176,18 @@ class Producer:
     def _route(self, sequence: int, tx_id: int | None, message: Message, credit: int = 0) -> bool:
         """Route a send, or hold a non-durable one behind earlier sends that wait for the
         store (True: its ``credit`` is given back once it is routed)."""
-        try:
-            tx = self._check_send(tx_id, message.address)
-        except Refused as refused:
-            self._broker.discard(message)
-            self._refuse(sequence, refused.code, str(refused))
-            return False
+        address = message.address
+        if tx_id is not None or address != self._checked:
+            try:
+                tx = self._check_send(tx_id, address)
+            except Refused as refused:
+                self._broker.discard(message)
+                self._refuse(sequence, refused.code, str(refused))
+                return False
+            if tx_id is None and self._in_packet:
+                self._checked = address
+        else:
+            tx = None
         found = duplicate_id(message)
         if found != message.duplicate_id:
             message = attrs.evolve(message, duplicate_id=found)
