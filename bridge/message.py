@@ -93,13 +93,18 @@ class LargeBody:
     size: int
 
 
-@attrs.frozen
+@attrs.define(unsafe_hash=True)
 class Message:
     """One message. ``headers`` has string keys; values are str, int (signed 64-bit),
     float, bool or bytes. ``duplicate_id`` is the producer's duplicate-detection id.
 
     ``large`` is set on a node's large message: its body is that file, ``body`` is empty
-    and the codec carries the rest (the header). ``size`` counts the header only."""
+    and the codec carries the rest (the header). ``size`` counts the header only.
+
+    A message is never changed once built: queues, deliveries and the store share it.
+    The class is not frozen only because a frozen class's ``__init__`` costs three times
+    as much, and a node builds one to three per message it passes on (hashing and
+    equality are a frozen class's)."""
 
     id: int
     address: str
@@ -189,8 +194,10 @@ class Message:
 _set_size = Message.size.__set__  # type: ignore[attr-defined]
 """Fill in a message's ``size`` where it is known already (its encoded length after
 encoding or decoding it), so that it is not counted again: ``size`` is a slot."""
-_set_fields = Message._encoded_fields.__set__  # type: ignore[union-attr]
-"""Fill in a message's ``_encoded_fields`` (a slot of a frozen class)."""
+_set_fields = Message._encoded_fields.__set__  # type: ignore[misc,union-attr]
+"""Fill in a message's ``_encoded_fields`` (a slot: the one thing, with ``size``, that
+is filled in after a message is built, and only while it is known to the code doing so
+alone)."""
 
 
 def measured(message: Message) -> Message:
