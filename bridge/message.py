@@ -78,7 +78,8 @@ _MAX_I64 = (1 << 63) - 1
 _FIXED_SIZE = _FIXED.size + _U16.size + _U32.size
 
 
-_NO_HEADERS: Mapping[str, HeaderValue] = MappingProxyType({})
+NO_HEADERS: Mapping[str, HeaderValue] = MappingProxyType({})
+"""The headers of a message that has none, shared (a head builds no dict for them)."""
 
 
 class MessageFormatError(ValueError):
@@ -188,7 +189,7 @@ class Message:
     def stub(self) -> Message:
         """This message without headers or body: what a queue keeps of a paged message
         (its id and flags), the rest staying in the store."""
-        return Message(self.id, self.address, self.durable, _NO_HEADERS, b"")
+        return Message(self.id, self.address, self.durable, NO_HEADERS, b"")
 
 
 _set_size = Message.size.__set__  # type: ignore[attr-defined]

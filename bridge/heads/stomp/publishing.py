@@ -12,7 +12,7 @@ behind persistent ones still being stored, and while too many bytes wait for the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -25,7 +25,7 @@ from bridge.heads.stomp.destinations import Kind
 from bridge.heads.stomp.frames import BodyChunk, Command, Frame, LargeFrame
 from bridge.heads.stomp.headers import SEND_FRAME_HEADERS, SET_BY_NODE, StompError, destination_of
 from bridge.heads.stomp.wire import ADDRESS_FULL, ORDER, STORE, Wire, refusal_error
-from bridge.message import ROUTING_TYPE, HeaderValue, Message, measured
+from bridge.message import NO_HEADERS, ROUTING_TYPE, HeaderValue, Message, measured
 from bridge.node.addressing import Addressing
 from bridge.node.broker import (
     DUPLICATE_ID_HEADER,
@@ -307,16 +307,19 @@ class Publisher:
                 creating = self._addressing.send_to(name, routing)
         except (PermissionDenied, NodeError) as refused:
             raise refusal_error(refused, destination) from None
-        message_headers: dict[str, HeaderValue] = (
-            {}  # (most SENDs carry only the frame's own headers: no loop over them)
-            if headers.keys() <= SEND_FRAME_HEADERS
-            else {key: value for key, value in headers.items() if key not in SEND_FRAME_HEADERS}
-        )
-        if self._addressing.states_routing(address):
-            # (``/topic/``: multicast, else anycast)
-            message_headers[ROUTING_TYPE] = routing.value
+        message_headers: Mapping[str, HeaderValue]
+        states_routing = self._addressing.states_routing(address)  # (``/topic/``: multicast)
+        if headers.keys() <= SEND_FRAME_HEADERS:
+            # (most SENDs carry only the frame's own headers: no loop, and no dict of
+            # their own while the message waits on its queue)
+            message_headers = {ROUTING_TYPE: routing.value} if states_routing else NO_HEADERS
         else:
-            message_headers.pop(ROUTING_TYPE, None)
+            own = {key: value for key, value in headers.items() if key not in SEND_FRAME_HEADERS}
+            if states_routing:
+                own[ROUTING_TYPE] = routing.value
+            else:
+                own.pop(ROUTING_TYPE, None)
+            message_headers = own
         duplicate = message_headers.get(DUPLICATE_ID_HEADER)
         message = Message(
             self._broker.allocate_id(),  # (numbered here: published ``numbered``)
