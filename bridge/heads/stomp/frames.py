@@ -514,7 +514,7 @@ def serialize(frame: Frame, version: Version) -> list[bytes]:
             and "\r" not in text
         ):
             head, body = (text + "\n\n").encode("utf-8"), frame.body
-            return [head, body, b"\0"] if body else [head + b"\0"]  # (``_with_body``)
+            return [head, body, b"\0"] if body else [head + b"\0"]  # (``with_body``, written out)
     escape = _escaper(version, frame.command)
     lines = [frame.command.value]
     for key, value in headers:
@@ -522,10 +522,12 @@ def serialize(frame: Frame, version: Version) -> list[bytes]:
             raise ValueError(f"{key!r}: STOMP 1.0 has no way to send a colon in a header name")
         lines.append(f"{escape(key)}:{escape(value)}")
     lines.append("\n")
-    return _with_body("\n".join(lines).encode("utf-8"), frame.body)
+    return with_body("\n".join(lines).encode("utf-8"), frame.body)
 
 
-def _with_body(head: bytes, body: bytes) -> list[bytes]:
+def with_body(head: bytes, body: bytes) -> list[bytes]:
+    """A serialized head (its blank line included) and ``body`` as parts to write, with
+    the closing NUL; the body is not copied."""
     if body:
         return [head, body, b"\0"]
     return [head + b"\0"]

@@ -39,6 +39,7 @@ from bridge.heads.stomp.frames import (
     Version,
     serialize,
     serialize_head,
+    with_body,
 )
 from bridge.heads.stomp.interfaces import IStompTransport
 from bridge.heads.stomp.session import StompSession
@@ -165,7 +166,7 @@ class StompProtocol(StreamConnection):
     def send_serialized(self, head: bytes, body: bytes) -> None:
         if self._closing:
             return
-        parts = [head, body, b"\0"] if body else [head + b"\0"]
+        parts = with_body(head, body)
         if self._backlog:
             self._backlog.append(parts)
             return
