@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -167,9 +167,15 @@ class Message:
             _set_size(message, _AROUND_FIELDS + len(fields) + len(self.body))
         return message
 
-    def forwarded(self, address: str, added: Mapping[str, HeaderValue]) -> Message:
+    def forwarded(
+        self,
+        address: str,
+        added: Mapping[str, HeaderValue],
+        encoded_added: bytes | None = None,
+    ) -> Message:
         """This message as a bridge sends it on: to ``address``, with ``added`` headers
         (none of which it has) after its own, id and timestamp 0 as a client sends.
+        ``encoded_added``, where the caller has it: ``encode_headers(added)``.
 
         Where its fields are encoded already (a stored message's are), the forward's are
         made from them, the address and the header count changed and the added headers
@@ -180,7 +186,13 @@ class Message:
         )
         fields = self._encoded_fields
         if fields is not None and len(headers) == len(self.headers) + len(added):
-            spliced = _spliced(fields, self.duplicate_id, address, added, len(headers))
+            if encoded_added is None:
+                encoded_added = _headers_or_none(added)
+            spliced = (
+                None
+                if encoded_added is None
+                else _spliced(fields, self.duplicate_id, address, encoded_added, len(headers))
+            )
             if spliced is not None:
                 _set_fields(message, spliced)
                 _set_size(message, _AROUND_FIELDS + len(spliced) + len(self.body))
@@ -338,30 +350,63 @@ def _fields_or_none(message: Message) -> bytes | None:
 
 
 def _spliced(
-    fields: bytes,
-    duplicate_id: bytes | None,
-    address: str,
-    added: Mapping[str, HeaderValue],
-    count: int,
+    fields: bytes, duplicate_id: bytes | None, address: str, added: bytes, count: int
 ) -> bytes | None:
     """``fields`` (see ``_fields_or_none``) with timestamp 0, ``address``, ``count``
-    headers and ``added`` appended; None where one does not fit, for the checking encoder
-    to name."""
+    headers and the encoded headers ``added`` appended; None where the address does not
+    fit, for the checking encoder to name."""
     try:
         encoded_address = address.encode()
         start = _FIELDS_START.size + _unpack_u16(fields, 8)[0]  # after the old address
         end = start if duplicate_id is None else start + _U16.size + len(duplicate_id)
-        parts = [
-            _pack_fields_start(0, len(encoded_address)),
-            encoded_address,
-            fields[start:end],
-            _pack_u16(count),
-            fields[end + _U16.size :],
-        ]
-        _encode_headers(parts, added)
+        return b"".join(
+            (
+                _pack_fields_start(0, len(encoded_address)),
+                encoded_address,
+                fields[start:end],
+                _pack_u16(count),
+                fields[end + _U16.size :],
+                added,
+            )
+        )
+    except (struct.error, UnicodeEncodeError):
+        return None
+
+
+def encode_headers(headers: Mapping[str, HeaderValue]) -> bytes:
+    """The encoding of ``headers`` as a message's fields carry them after their count:
+    what ``Message.forwarded`` appends for its added headers, for a caller that adds the
+    same ones to many messages to work out once. ``MessageFormatError`` names one that
+    cannot be encoded."""
+    encoded = _headers_or_none(headers)
+    if encoded is not None:
+        return encoded
+    parts: list[bytes] = []
+    for key, value in headers.items():
+        _encode_header(parts, key, value)  # the checking encoder: names what does not fit
+    raise MessageFormatError(f"headers {sorted(headers)!r} cannot be encoded")
+
+
+def _headers_or_none(headers: Mapping[str, HeaderValue]) -> bytes | None:
+    parts: list[bytes] = []
+    try:
+        _encode_headers(parts, headers)
     except (struct.error, UnicodeEncodeError, MessageFormatError):
         return None
     return b"".join(parts)
+
+
+def bytes_header_encoder(key: str) -> Callable[[bytes], bytes]:
+    """``encode_headers({key: value})`` for a bytes ``value``, as a function of the value,
+    its key encoded once: for a header added to many messages, each with its own value.
+    ``MessageFormatError`` names a key that cannot be encoded."""
+    head = encode_headers({key: b""})[: -_U32.size]
+    pack = _U32.pack
+
+    def encode(value: bytes) -> bytes:
+        return b"".join((head, pack(len(value)), value))
+
+    return encode
 
 
 def _encode_checked(message: Message) -> bytes:
@@ -416,8 +461,9 @@ _pack_tag_f64 = struct.Struct(">Bd").pack
 
 def _encode_headers(parts: list[bytes], headers: Mapping[str, HeaderValue]) -> None:
     """Append the encoding of ``headers`` to ``parts``: a text header (nearly every one a
-    STOMP client sends) inline, at under half the cost, any other by ``_encode_header``.
-    A key or value too long makes ``struct`` fail, for the checking encoder to name."""
+    STOMP client sends) or a bytes one inline, at under half the cost, any other by
+    ``_encode_header``. A key or value too long makes ``struct`` fail, for the checking
+    encoder to name."""
     for key, value in headers.items():
         if type(value) is str and type(key) is str:
             encoded_key = key.encode()
@@ -427,6 +473,14 @@ def _encode_headers(parts: list[bytes], headers: Mapping[str, HeaderValue]) -> N
                 encoded_key,
                 _pack_tag_u32(_STR, len(encoded)),
                 encoded,
+            )
+        elif type(value) is bytes and type(key) is str:
+            encoded_key = key.encode()
+            parts += (
+                _pack_u16(len(encoded_key)),
+                encoded_key,
+                _pack_tag_u32(_BYTES, len(value)),
+                value,
             )
         else:
             _encode_header(parts, key, value)

@@ -14,7 +14,9 @@ from bridge.message import (
     Message,
     MessageFormatError,
     _decode_checked,
+    bytes_header_encoder,
     decode_message,
+    encode_headers,
     encode_message,
     encode_message_parts,
 )
@@ -195,6 +197,35 @@ def test_a_forward_spliced_from_kept_fields_encodes_as_a_fresh_one(message, addr
     assert encode_message(forward) == encode_message(fresh)
     assert decode_message(encode_message(forward)) == fresh
     assert forward.size == len(encode_message(fresh))
+
+
+@given(
+    messages,
+    st.dictionaries(st.text(max_size=20), header_values, min_size=1, max_size=3),
+)
+def test_a_forward_handed_its_added_headers_encoded_is_the_one_encoding_them(message, added):
+    """``forwarded`` with ``encode_headers(added)`` (a bridge works those out once) makes
+    the same message, fields and size as ``forwarded`` encoding them itself."""
+    added = {key: value for key, value in added.items() if key not in message.headers}
+    source = decode_message(encode_message(message))
+    handed = source.forwarded("orders", added, encode_headers(added))
+    itself = source.forwarded("orders", added)
+    assert handed == itself
+    assert handed._encoded_fields == itself._encoded_fields is not None
+    assert handed.size == itself.size
+    assert encode_message(handed) == encode_message(itself)
+
+
+@given(st.text(max_size=20), st.binary(max_size=100))
+def test_a_bytes_header_encoder_encodes_as_encode_headers_does(key, value):
+    assert bytes_header_encoder(key)(value) == encode_headers({key: value})
+
+
+def test_headers_that_cannot_be_encoded_are_named():
+    with pytest.raises(MessageFormatError, match="does not fit in 64 bits"):
+        encode_headers({"n": 1 << 64})
+    with pytest.raises(MessageFormatError, match="cannot be encoded as UTF-8"):
+        bytes_header_encoder("\udcff")
 
 
 def test_a_forward_that_cannot_be_encoded_is_refused_by_name_when_encoded():

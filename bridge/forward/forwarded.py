@@ -30,6 +30,8 @@ from bridge.message import (
     DELIVERY_COUNT,
     HeaderValue,
     Message,
+    bytes_header_encoder,
+    encode_headers,
 )
 
 
@@ -61,18 +63,24 @@ class Forwarder:
     """A drain's: the producer's duplicate id, where there is one, detects repeats."""
     _durable_prefix: bytes = attrs.field(init=False)
     _transient_prefix: bytes = attrs.field(init=False)
+    _first_path: bytes = attrs.field(init=False)
+    """``encode_headers`` of the path of a message that no bridge forwarded before."""
+    _encode_duplicate_id: Callable[[bytes], bytes] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         # A durable message keeps its id across restarts; a non-durable one's id may be
         # given again after a restart, so its duplicate id names the incarnation too.
         self._durable_prefix = f"{self.origin.node_id}:".encode()
         self._transient_prefix = f"{self.origin.node_id}:{self.origin.incarnation}:".encode()
+        self._first_path = encode_headers({BRIDGE_PATH: self.origin.node_id})
+        self._encode_duplicate_id = bytes_header_encoder(BRIDGE_DUPLICATE_ID)
 
     def forward(self, message: Message, delivered_before: int = 0) -> Message | None:
         """The message to send for ``message``, or None when it must not go: it has been
         through the target node already, or the transformer dropped it (returned None).
         ``delivered_before``: the times a drain's message was delivered here."""
         path = message.headers.get(BRIDGE_PATH)
+        first_hop = not (isinstance(path, str) and path)
         if isinstance(path, str) and path:
             if self.target_node_id in path.split(","):
                 return None
@@ -101,4 +109,9 @@ class Forwarder:
                 if key not in added and key != BRIDGE_DUPLICATE_ID
             }
             message = attrs.evolve(message, headers=kept)
+        elif first_hop and len(added) == 2 and BRIDGE_DUPLICATE_ID in added:
+            # The first hop of a message (nearly every one): its added headers' encoding
+            # is the path's, worked out once, and the duplicate id's.
+            encoded = self._first_path + self._encode_duplicate_id(duplicate_id)
+            return message.forwarded(address, added, encoded)
         return message.forwarded(address, added)
