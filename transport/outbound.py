@@ -69,7 +69,9 @@ class OutboundQueue:
     def push(self, parts: Sequence[bytes], size: int) -> None:
         """Queue the parts of one frame (``size`` is their total length)."""
         self._parts.extend(parts)
-        self._queued += size
+        queued = self._queued = self._queued + size
+        if self._writable and queued < self.high_water and not self._transport_paused:
+            return  # (still writable, nearly every push: ``_update``'s first case written out)
         self._update()
 
     def take(self, budget: int) -> list[bytes]:

@@ -458,7 +458,12 @@ class Client:
 
     def address_writable(self, address: str) -> bool:
         """``is_writable``, and ``address`` has producer credit left."""
-        return self.is_writable and self._session.address_writable(address)
+        connection = self._connection
+        return (
+            connection is not None
+            and connection.is_writable
+            and self._session.address_writable(address)
+        )
 
     def when_writable(self, address: str | None = None) -> Deferred[None]:
         """Fire when ``is_writable`` (``address_writable(address)``) is true."""
@@ -820,7 +825,8 @@ class Client:
     def _flush_sends(self) -> None:
         """After a send: write what is whole now; sends the session gathers into one
         SEND_MANY go when the connection ends its turn (at the latest when it writes)."""
-        self._flush(end_of_turn=False)
+        if self._session.has_frames_to_send:
+            self._flush(end_of_turn=False)
         connection = self._connection
         if (
             connection is not None

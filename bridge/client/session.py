@@ -262,6 +262,12 @@ class ClientSession:
         return bool(self._out) or bool(self._run) or self._streaming is not None
 
     @property
+    def has_frames_to_send(self) -> bool:
+        """Whether ``data_to_send(end_of_turn=False)`` may give frames: the sends being
+        gathered do not count (after each send of a run, nothing is to write yet)."""
+        return bool(self._out) or self._streaming is not None
+
+    @property
     def gathering(self) -> bool:
         """Sends are being gathered: ``data_to_send`` must be called by the turn's end."""
         return bool(self._run)

@@ -37,6 +37,9 @@ def test_a_turns_sends_leave_as_one_send_many_with_consecutive_sequences():
     for n in range(5):
         driver.session.send(message(body=b"%d" % n), callback=outcomes(str(n)))
     assert driver.session.gathering
+    # Only the turn's end writes a gathered run: after each send, nothing is to write yet.
+    assert driver.session.has_data_to_send and not driver.session.has_frames_to_send
+    assert driver.session.data_to_send(end_of_turn=False) == []
     [batch] = driver.packets()
     assert isinstance(batch, SendMany)
     assert (batch.first_sequence, batch.tx_id) == (1, None)
@@ -67,6 +70,17 @@ def test_the_sends_gathered_go_before_any_other_packet():
         Send(3, None, message(body=b"c")),
     ]
     assert isinstance(first, Delivery)
+
+
+def test_a_run_ended_by_another_packet_is_a_frame_to_send_before_the_turn_ends():
+    driver = ready()
+    consumer = consuming(driver)
+    [delivery] = driver.feed(DeliverMany(consumer, 1, 1, (message(id=5),)))
+    driver.session.send(message(body=b"a"))
+    assert not driver.session.has_frames_to_send
+    driver.session.ack(delivery, cumulative=True)
+    assert driver.session.has_frames_to_send
+    assert len(driver.session.data_to_send(end_of_turn=False)) == 2  # the SEND, the ACK
 
 
 def test_sends_of_another_transaction_start_another_batch():

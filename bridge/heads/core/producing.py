@@ -266,11 +266,12 @@ class Producer:
     def released(self, pending: _Pending) -> None:
         """Every send up to ``pending`` is done: confirm them at the end of this turn."""
         self._confirmable = pending.sequence
-        self._end_of_turn()
+        if self._confirm_call is None:  # (once a turn: not a call per send)
+            self._end_of_turn()
 
     def _end_of_turn(self) -> None:
-        if self._confirm_call is None:
-            self._confirm_call = self._clock.callLater(0, self._confirm)
+        """Confirm, and give credits back, at the end of this turn (not yet called)."""
+        self._confirm_call = self._clock.callLater(0, self._confirm)
 
     def _confirm(self) -> None:
         self._confirm_call = None
@@ -289,7 +290,8 @@ class Producer:
         """Give ``credits`` back to ``address``'s producer at the end of this turn."""
         assert self._credits is not None
         self._credits.grant(address, credits)
-        self._end_of_turn()
+        if self._confirm_call is None:
+            self._end_of_turn()
 
     def _give(self, address: str, credits: int) -> None:
         if self._life.state is _OPEN:
