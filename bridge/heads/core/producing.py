@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 from bridge.heads.core.errors import Refused, SessionError, code, send_failed
 from bridge.message import Message
 from bridge.node.broker import (
+    DUPLICATE_ID_HEADER,
     AddressNotFound,
     Broker,
     NodeError,
@@ -188,9 +189,10 @@ class Producer:
                 self._checked = address
         else:
             tx = None
-        found = duplicate_id(message)
-        if found != message.duplicate_id:
-            message = attrs.evolve(message, duplicate_id=found)
+        if message.duplicate_id is None and DUPLICATE_ID_HEADER in message.headers:
+            found = duplicate_id(message)  # (the header's: nearly no send has it)
+            if found is not None:
+                message = attrs.evolve(message, duplicate_id=found)
         if tx is not None:
             self._route_in(tx, sequence, message)
             return False
