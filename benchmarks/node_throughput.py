@@ -232,14 +232,18 @@ def start_node(
 
 
 def start_node_ports(
-    directory: Path, stack: ExitStack, deadline: float, config: str = NODE_CONFIG
+    directory: Path,
+    stack: ExitStack,
+    deadline: float,
+    config: str = NODE_CONFIG,
+    options: Sequence[str] = (),
 ) -> tuple[Child, dict[str, int]]:
-    """A node in ``directory`` on ``config``; returns it once started, with the port of
-    each of its acceptors, by name."""
+    """A node in ``directory`` on ``config`` (and ``txbridge node``'s ``options``);
+    returns it once started, with the port of each of its acceptors, by name."""
     (directory / "node.toml").write_text(config)
     node = Child(
         "the node",
-        [str(BIN / "txbridge"), "node", "--config", "node.toml"],
+        [str(BIN / "txbridge"), "node", "--config", "node.toml", *options],
         directory,
         directory / "node.stderr",
     )

@@ -199,3 +199,31 @@ def test_no_case_or_no_broker_is_refused(empty: str, capsys: pytest.CaptureFixtu
         peers_stomp.main([empty, ","])
     assert exit_info.value.code == 2
     assert "--cases and --brokers each name at least one" in capsys.readouterr().err
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_counting_calls_runs_the_nodes_under_cprofile_and_counts_per_message(
+    tmp_path: Path,
+) -> None:
+    """``--count-calls``: each node writes its statistics as it stops (``txbridge node
+    --profile``), and the run gives the calls each made per message, Python functions
+    and all; the messages arrive as in any run."""
+    figures = run_benchmark(
+        tmp_path / "calls.json",
+        "--brokers",
+        "txbridge",
+        "--cases",
+        "persistent,a-to-b-persistent",
+        "--count-calls",
+    )
+    assert figures["count_calls"] is True
+    processes = {"persistent": {"node"}, "a-to-b-persistent": {"node A", "node B"}}
+    for name, case in figures["cases"].items():
+        (run,) = case["brokers"]["txbridge"]["runs"]
+        assert_clean_run(run, COUNT)
+        calls = run["calls_per_message_by_process"]
+        assert set(calls) == processes[name]
+        for counted in calls.values():
+            # A node makes Python calls for every message it passes on, and C calls too.
+            assert 10 < counted["python"] < counted["all"], counted
