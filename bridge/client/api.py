@@ -830,8 +830,8 @@ class Client:
         connection = self._connection
         if (
             connection is not None
+            and self._gathering_on is not connection  # (asked first: true once a turn)
             and self._session.gathering
-            and self._gathering_on is not connection
         ):
             self._gathering_on = connection
             connection.call_before_flush(self._end_of_turn)

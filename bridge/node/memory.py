@@ -36,10 +36,6 @@ class NodeMemory:
         return self.max_size != UNLIMITED and self.size >= self.max_size
 
     @property
-    def has_waiters(self) -> bool:
-        return bool(self._waiting)
-
-    @property
     def blocked_producers(self) -> int:
         """Producer grants withheld now, over every address (one per connection)."""
         return sum(len(address.waiters) for address in self._waiting.values())
@@ -93,7 +89,7 @@ class AddressMemory:
         self.size -= size
         node = self.node
         node.size -= size
-        if node.has_waiters:
+        if node._waiting:  # (read for every message released: no property call)
             node.released()
 
     def paged(self, size: int) -> None:
