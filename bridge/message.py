@@ -466,24 +466,19 @@ def _encode_headers(parts: list[bytes], headers: Mapping[str, HeaderValue]) -> N
     encoder to name."""
     for key, value in headers.items():
         if type(value) is str and type(key) is str:
-            encoded_key = key.encode()
-            encoded = value.encode()
-            parts += (
-                _pack_u16(len(encoded_key)),
-                encoded_key,
-                _pack_tag_u32(_STR, len(encoded)),
-                encoded,
-            )
+            encoded, tag = value.encode(), _STR
         elif type(value) is bytes and type(key) is str:
-            encoded_key = key.encode()
-            parts += (
-                _pack_u16(len(encoded_key)),
-                encoded_key,
-                _pack_tag_u32(_BYTES, len(value)),
-                value,
-            )
+            encoded, tag = value, _BYTES
         else:
             _encode_header(parts, key, value)
+            continue
+        encoded_key = key.encode()
+        parts += (
+            _pack_u16(len(encoded_key)),
+            encoded_key,
+            _pack_tag_u32(tag, len(encoded)),
+            encoded,
+        )
 
 
 def _encode_header(parts: list[bytes], key: object, value: object) -> None:
