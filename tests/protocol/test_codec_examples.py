@@ -293,6 +293,17 @@ def test_the_golden_messages_are_bridge_message_encodings():
             r"SEND_MANY\.messages at offset 9: truncated: 3 messages declared, 5 bytes remain",
         ),
         (
+            70,
+            f"0000000000000006 | 00 | 00000001 | 00000029 02{MESSAGE_HEX[2:]}",
+            r"SEND_MANY\.messages at offset 9: malformed message \(offsets within it\): unknown"
+            r" message format version 2",
+        ),
+        (
+            70,
+            f"0000000000000006 | 00 | 00000002 | 00000029 {MESSAGE_HEX} | 0000002a {MESSAGE_HEX}",
+            r"SEND_MANY\.messages at offset 9: truncated: 42 bytes declared, 41 remain",
+        ),
+        (
             88,
             f"00000001 | 000000000000000d | 00000001 | 00000002 | 00000029 {MESSAGE_HEX} | 0000",
             r"DELIVER_MANY\.messages at offset 16: truncated: 4 bytes needed, 2 remain",
