@@ -224,6 +224,8 @@ class FrameParser:
         self._head: tuple[Command, tuple[tuple[str, str], ...], int | None] | None = None
         self._stream_left: int | None = None
         """Body bytes of the streamed frame still to come (None: not streaming)."""
+        self._head_streamed = False
+        """Whether the last head parsed with a content-length is a streamed frame's."""
 
     @property
     def buffered(self) -> int:
@@ -293,7 +295,7 @@ class FrameParser:
         self._head = self._parse_head(buffer[pos:stop])
         self._pos = self._scan = end.end()
         command, headers, length = self._head
-        if length is not None and self._streamed(command, length):
+        if length is not None and self._head_streamed:
             self._head = None
             self._stream_left = length
             return LargeFrame(command, headers, length)
@@ -411,7 +413,8 @@ class FrameParser:
             )
         length = int(value)
         limits = self.limits
-        limit = limits.max_large if self._streamed(command, length) else limits.max_body
+        streamed = self._head_streamed = self._streamed(command, length)
+        limit = limits.max_large if streamed else limits.max_body
         if length > limit:
             raise self._body_too_long(length, limit)
         return length
