@@ -70,6 +70,9 @@ BROKERS = ("txbridge", "rabbitmq", "activemq")
 PEERS = ("rabbitmq", "activemq")
 RATIO_GOAL = 1.5
 RSS_GOAL = 1 / 3
+CLIENTS = ("producer", "consumer")
+BOUNDS = ("cpu_bound_rate", "machine_busy", "client_ceiling")
+"""What ``bounds`` works out for a run (medians in a broker's summary)."""
 PACKAGES = {"rabbitmq": "rabbitmq-server", "activemq": "activemq"}
 
 
@@ -363,6 +366,15 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
         "client_cpu_seconds": {"producer": done["cpu"], "consumer": received["cpu"]},
         "pids": {**pids, "producer": producer.pid, "consumer": consumer.pid},
     }
+    figures.update(
+        bounds(
+            delivered,
+            elapsed,
+            figures["cpu_seconds"],
+            (done["cpu"], received["cpu"]),
+            size / MB if case.large else 1.0,
+        )
+    )
     if calls:
         figures["calls_per_message_by_process"] = calls
     problems = []
@@ -378,6 +390,32 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
     if problems:
         figures["error"] = "; ".join(problems)
     return figures
+
+
+def bounds(
+    delivered: int,
+    elapsed: float,
+    broker_cpu: float,
+    client_cpu: tuple[float, float],
+    unit: float,
+    *,
+    cores: int | None = None,
+) -> dict[str, float]:
+    """What a run's rate is bounded by, in the row's unit (``unit``: 1 per message, or the
+    MB a message holds). ``cpu_bound_rate``: the rate at which the CPU every process of
+    the run took per message (broker and both clients) would keep every core busy;
+    ``machine_busy``: the share of the cores the run kept busy (near 1, the row is bounded
+    by CPU per message); ``client_ceiling``: the rate at which the busier stomp.py client
+    alone would fill a core (its receive loop runs on one, under the GIL), which no broker
+    can pass with these clients."""
+    cores = cores or os.cpu_count() or 1
+    every = broker_cpu + sum(client_cpu)
+    busiest = max(client_cpu)
+    return {
+        "cpu_bound_rate": delivered * unit * cores / every if every > 0 else 0.0,
+        "machine_busy": every / (cores * elapsed) if elapsed > 0 else 0.0,
+        "client_ceiling": delivered * unit / busiest if busiest > 0 else 0.0,
+    }
 
 
 def guarded_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
@@ -412,6 +450,20 @@ def summary(case: Case, runs: list[dict[str, Any]]) -> dict[str, Any]:
         ),
         time_bounded=sum(r["time_bounded"] for r in good),
     )
+    if all("cpu_bound_rate" in r for r in good):
+        result.update(
+            {key: statistics.median(r[key] for r in good) for key in BOUNDS},
+            client_cpu_seconds={
+                client: statistics.median(r["client_cpu_seconds"][client] for r in good)
+                for client in CLIENTS
+            },
+            client_cpu_seconds_per_100k={
+                client: statistics.median(
+                    r["client_cpu_seconds"][client] / r["delivered"] * 100_000 for r in good
+                )
+                for client in CLIENTS
+            },
+        )
     return result
 
 
@@ -429,6 +481,7 @@ def compare(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "ratio": ratio,
         "rss_ratio": rss_ratio,
         "goal_met": ratio >= RATIO_GOAL and rss_ratio <= RSS_GOAL,
+        "goal_rate": RATIO_GOAL * peers[best]["rate"],
     }
 
 
@@ -447,6 +500,50 @@ def cell(result: dict[str, Any]) -> str:
     return (
         f"{result['rate']:,.0f} {result['unit']}, {result['peak_rss'] / MIB:,.0f} MiB, {cpu}{note}"
     )
+
+
+def bounds_cells(result: dict[str, Any]) -> list[str]:
+    """A broker's bounds for ``print_bounds``: its CPU by process, the share of the cores
+    its runs kept busy, the rate its CPU per message allows, the clients' ceiling."""
+    if "cpu_bound_rate" not in result:
+        return ["-"] * 4
+    unit = result["unit"]
+    per = "" if unit == "MB/s" else "_per_100k"  # (a large case: per run, as ``cell``)
+    broker = result[f"cpu_seconds{per}"]
+    clients = result[f"client_cpu_seconds{per}"]
+    return [
+        f"{broker:.1f} / {clients['producer']:.1f} / {clients['consumer']:.1f}",
+        f"{result['machine_busy']:.0%}",
+        f"{result['cpu_bound_rate']:,.0f} {unit}",
+        f"{result['client_ceiling']:,.0f} {unit}",
+    ]
+
+
+def print_bounds(report: dict[str, Any], brokers: Sequence[str]) -> None:
+    """What bounds each row, per broker: the rate the goal asks of us, and what the CPU
+    per message and the clients allow."""
+    header = [
+        "case",
+        "broker",
+        "rate",
+        "CPU s: broker / producer / consumer",
+        "cores busy",
+        "CPU-bound rate",
+        "client ceiling",
+    ]
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for case in report.values():
+        title = case["title"]
+        if "goal_rate" in case:
+            unit = case["brokers"]["txbridge"]["unit"]
+            title += f" (goal {case['goal_rate']:,.0f} {unit})"
+        for broker in brokers:
+            result = case["brokers"][broker]
+            rate = f"{result['rate']:,.0f} {result['unit']}" if "rate" in result else "failed"
+            print("| " + " | ".join([title, broker, rate, *bounds_cells(result)]) + " |")
+            title = ""
 
 
 def first_line(text: str, limit: int = 200) -> str:
@@ -602,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         cases=cases, brokers=brokers, repeat=args.repeat, options=options, after_round=save_report
     )
     print_table(report, brokers)
+    print_bounds(report, brokers)
     print(f"saved {save_report(report, args.repeat)}")
     return 0
 

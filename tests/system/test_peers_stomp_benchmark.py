@@ -178,8 +178,64 @@ def test_the_best_peer_is_the_fastest_that_did_not_fail() -> None:
         "ratio": 2.0,
         "rss_ratio": pytest.approx(1 / 3),
         "goal_met": True,
+        "goal_rate": 150.0,
     }
     assert peers_stomp.cell(results["activemq"]) == "failed: Java heap space"
+
+
+def test_a_runs_bounds_are_worked_out_from_its_processes_cpu() -> None:
+    """1,000 messages in 2 s on 2 cores, the broker taking 1.5 CPU s and the clients 0.5
+    and 1.0: 3 of 4 core-seconds busy; 1,000 per 1.5 core-seconds if every core were busy;
+    the consumer alone full at 1,000 per second."""
+    figures = peers_stomp.bounds(1000, 2.0, 1.5, (0.5, 1.0), 1.0, cores=2)
+    assert figures == {
+        "cpu_bound_rate": pytest.approx(1000 * 2 / 3.0),
+        "machine_busy": pytest.approx(0.75),
+        "client_ceiling": pytest.approx(1000.0),
+    }
+    large = peers_stomp.bounds(100, 4.0, 3.0, (1.0, 2.0), 10.485_76, cores=2)
+    assert large["cpu_bound_rate"] == pytest.approx(100 * 10.485_76 * 2 / 6.0)
+    assert large["client_ceiling"] == pytest.approx(100 * 10.485_76 / 2.0)
+    assert peers_stomp.bounds(0, 0.0, 0.0, (0.0, 0.0), 1.0, cores=2) == {
+        "cpu_bound_rate": 0.0,
+        "machine_busy": 0.0,
+        "client_ceiling": 0.0,
+    }
+
+
+def test_the_bounds_table_names_the_goal_and_each_brokers_bounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    case = peers_stomp.CASES["persistent"]
+
+    def run(rate: float, broker_cpu: float) -> dict[str, Any]:
+        return {
+            "msgs_per_s": rate,
+            "mb_per_s": 0.0,
+            "peak_rss": 10,
+            "cpu_seconds": broker_cpu,
+            "delivered": 100_000,
+            "time_bounded": False,
+            "client_cpu_seconds": {"producer": 1.0, "consumer": 2.0},
+            **peers_stomp.bounds(100_000, 100_000 / rate, broker_cpu, (1.0, 2.0), 1.0, cores=2),
+        }
+
+    results = {
+        "txbridge": peers_stomp.summary(case, [run(20_000.0, 3.0)]),
+        "rabbitmq": peers_stomp.summary(case, [run(10_000.0, 6.0)]),
+    }
+    report = {
+        "persistent": {"title": case.title, "brokers": results, **peers_stomp.compare(results)}
+    }
+    peers_stomp.print_bounds(report, ["txbridge", "rabbitmq"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2] == (
+        "| one node, persistent (goal 15,000 msgs/s) | txbridge | 20,000 msgs/s "
+        "| 3.0 / 1.0 / 2.0 | 60% | 33,333 msgs/s | 50,000 msgs/s |"
+    )
+    assert lines[3] == (
+        "|  | rabbitmq | 10,000 msgs/s | 6.0 / 1.0 / 2.0 | 45% | 22,222 msgs/s | 50,000 msgs/s |"
+    )
 
 
 def test_an_unknown_case_or_broker_is_refused_with_the_known_ones_named(
