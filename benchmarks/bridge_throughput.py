@@ -109,6 +109,8 @@ class BridgeSettings:
     producer_window: int = MIB
     acceptor_producer_window: int = MIB
     retry_interval: str = "500ms"
+    duplicate_detection: bool = True
+    """The bridge's ``use-duplicate-detection``."""
 
 
 def node_config(name: str, producer_window: int, bridges: str = "") -> str:
@@ -133,7 +135,7 @@ confirmation-window-size = {settings.confirmation_window}
 producer-window-size = {settings.producer_window}
 retry-interval = "{settings.retry_interval}"
 reconnect-attempts = -1
-use-duplicate-detection = true
+use-duplicate-detection = {"true" if settings.duplicate_detection else "false"}
 """
 
 

@@ -122,6 +122,8 @@ class Options:
     txbridge_max_frame_size: str | None
     profile: Path | None = None
     """Record txbridge's processes with py-spy into this folder (a profile, not a figure)."""
+    duplicate_detection: bool = True
+    """txbridge's core bridge with ``use-duplicate-detection`` (its default)."""
     count_calls: bool = False
     """Run txbridge's nodes under cProfile, for the calls each makes per message (their
     rates are then not figures)."""
@@ -180,7 +182,10 @@ def deploy_txbridge(
     b, b_ports = start_node_ports(
         directory / "b", stack, deadline, txbridge_config("b", frame, core=True), profiled
     )
-    bridge = bridge_table(f"tcp://127.0.0.1:{b_ports['core']}", BridgeSettings())
+    bridge = bridge_table(
+        f"tcp://127.0.0.1:{b_ports['core']}",
+        BridgeSettings(duplicate_detection=options.duplicate_detection),
+    )
     a, a_ports = start_node_ports(
         directory / "a", stack, deadline, txbridge_config("a", frame) + bridge, profiled
     )
@@ -633,6 +638,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", type=Path, help="record txbridge's nodes with py-spy here ([dev] extra)"
     )
     parser.add_argument(
+        "--txbridge-no-duplicate-detection",
+        action="store_true",
+        help="txbridge's core bridge with use-duplicate-detection = false: a resend after a "
+        "crash is delivered again, as through a shovel (a variant, saved apart)",
+    )
+    parser.add_argument(
         "--count-calls",
         action="store_true",
         help="run txbridge's nodes under cProfile and print the calls each makes per "
@@ -661,6 +672,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=args.seconds,
         txbridge_max_frame_size=args.txbridge_max_frame_size,
         profile=args.profile,
+        duplicate_detection=not args.txbridge_no_duplicate_detection,
         count_calls=args.count_calls,
     )
     if args.profile is not None:
@@ -688,11 +700,19 @@ def main(argv: list[str] | None = None) -> int:
             "skipped": skipped,
             "load_average": {"before": load_before, "after": os.getloadavg()},
             "goal": {"ratio": RATIO_GOAL, "rss_ratio": RSS_GOAL},
+            "txbridge_duplicate_detection": options.duplicate_detection,
             "count_calls": args.count_calls,
             "cases": report,
         }
-        # (a counting run's rates are not figures: it does not replace the table's)
-        name = "peers_stomp_calls" if args.count_calls else "peers_stomp"
+        # (a counting run's rates are not figures, and a variant is not the table's:
+        # neither replaces the table's JSON)
+        name = (
+            "peers_stomp_calls"
+            if args.count_calls
+            else "peers_stomp"
+            if options.duplicate_detection
+            else "peers_stomp_no_duplicate_detection"
+        )
         return save(name, figures, args.output)
 
     report = run(

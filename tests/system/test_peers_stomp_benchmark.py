@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from benchmarks import peers_stomp, rabbitmq
+from benchmarks.bridge_throughput import BridgeSettings, bridge_table
 from tests.processes import ROOT
 
 COUNT = 200
@@ -283,3 +285,28 @@ def test_counting_calls_runs_the_nodes_under_cprofile_and_counts_per_message(
         for counted in calls.values():
             # A node makes Python calls for every message it passes on, and C calls too.
             assert 10 < counted["python"] < counted["all"], counted
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_the_bridge_runs_without_duplicate_detection_when_asked(tmp_path: Path) -> None:
+    """``--txbridge-no-duplicate-detection``: the bridge leaves its ids out (the variant
+    that measures what they cost), and every message still arrives once, in order."""
+    figures = run_benchmark(
+        tmp_path / "variant.json",
+        "--brokers",
+        "txbridge",
+        "--cases",
+        "a-to-b-persistent",
+        "--txbridge-no-duplicate-detection",
+    )
+    assert figures["txbridge_duplicate_detection"] is False
+    (run,) = figures["cases"]["a-to-b-persistent"]["brokers"]["txbridge"]["runs"]
+    assert_clean_run(run, COUNT)
+
+
+@pytest.mark.parametrize("detection", [True, False])
+def test_the_bridge_table_says_whether_it_detects_duplicates(detection: bool) -> None:
+    table = bridge_table("tcp://127.0.0.1:1", BridgeSettings(duplicate_detection=detection))
+    config = tomllib.loads(table)
+    assert config["bridge"][0]["use-duplicate-detection"] is detection
