@@ -27,7 +27,9 @@ of the runs that did not fail. A peer that is not installed is skipped, and said
     python -m benchmarks peers-stomp [--count 100000] [--repeat 3] [--cases ...]
                                      [--brokers txbridge,rabbitmq,activemq]
 
-prints a table and writes benchmarks/results/peers_stomp.json (``--output`` elsewhere).
+prints a table, then one of what bounds each row (each side's CPU, the cores kept busy,
+the rate that CPU per message allows, the clients' ceiling), and writes
+benchmarks/results/peers_stomp.json (``--output`` elsewhere).
 """
 
 from __future__ import annotations
@@ -411,8 +413,8 @@ def bounds(
     the run took per message (broker and both clients) would keep every core busy;
     ``machine_busy``: the share of the cores the run kept busy (near 1, the row is bounded
     by CPU per message); ``client_ceiling``: the rate at which the busier stomp.py client
-    alone would fill a core (its receive loop runs on one, under the GIL), which no broker
-    can pass with these clients."""
+    alone would fill a core (its Python runs on one at a time, under the GIL), which no
+    broker can pass with these clients."""
     cores = cores or os.cpu_count() or 1
     every = broker_cpu + sum(client_cpu)
     busiest = max(client_cpu)
