@@ -210,6 +210,7 @@ async def count_calls(
             parser.feed(reads[number])  # parsed and handled as the connection does
             while (event := parser.next_event()) is not NEED_DATA:
                 session.event_received(event)  # type: ignore[arg-type]
+            session.read_ended()
             await received
             await idle()
             # (read in C, so that the client's work is not counted as the node's)

@@ -19,6 +19,7 @@ from bridge.message import (
     encode_headers,
     encode_message,
     encode_message_parts,
+    measured,
 )
 
 I64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
@@ -154,6 +155,19 @@ def test_a_fresh_durable_message_is_encoded_once_when_numbered(message, new_id):
     assert numbered.size == fresh.size == len(encode_message(fresh))
     assert encode_message(numbered) == encode_message(fresh)
     assert afresh(attrs.evolve(message, durable=False)).with_id(new_id)._encoded_fields is None
+
+
+@given(messages, st.booleans())
+def test_a_measured_message_is_sized_and_encoded_as_a_fresh_one(message, durable):
+    """``measured`` (a head's new message) fills in the size a fresh count gives; it
+    encodes the fields up front only for a durable message with headers (counting walks
+    them), and a message without headers has them encoded when first needed."""
+    built = afresh(attrs.evolve(message, durable=durable))
+    sized = measured(afresh(built))
+    assert sized.size == len(encode_message(built))
+    assert (sized._encoded_fields is not None) == (durable and bool(message.headers))
+    assert encode_message(sized) == encode_message(built)
+    assert sized._encoded_fields is not None or not durable
 
 
 @given(messages, st.integers(min_value=0, max_value=(1 << 63) - 1))

@@ -336,6 +336,7 @@ class StompProtocol(StreamConnection):
             session.protocol_error(FrameError("partial-frame budget exhausted", str(exhausted)))
         finally:
             self._pumping = False
+            session.read_ended()
 
     def _discard_buffered(self) -> None:
         self._parser.discard()

@@ -61,6 +61,17 @@ class _LargeSend(LargeSend):
     receipt: str | None = None
 
 
+@attrs.define(slots=True)
+class _Resolved:
+    """A SEND destination's header, resolved and checked: its address, the routing a
+    send to it asks for, and whether the message states it (the address has both)."""
+
+    text: str
+    address: str
+    routing: Routing
+    states: bool
+
+
 @attrs.define(eq=False)
 class _Outstanding(Place):
     """A frame's effect in line (waiting for the store, or held); its receipt (if any)
@@ -121,6 +132,16 @@ class Publisher:
         )
         self._large: _LargeSend | None = None
         """The SEND whose body is being streamed, between its head and its last chunk."""
+        self._resolved: _Resolved | None = None
+        """Where the SENDs of this read go, checked (``forget`` clears it)."""
+
+    def forget(self) -> None:
+        """A read ended, or a frame other than a SEND came: the next SEND's destination
+        is resolved and checked again. Within a run of SENDs in one read nothing changes
+        an address or a permission (a reload, an address deleted, are turns of their
+        own), so a run to one destination is checked once, as the core head checks a
+        SEND_MANY's address once."""
+        self._resolved = None
 
     @property
     def large_receipt(self) -> str | None:
@@ -287,7 +308,6 @@ class Publisher:
     ) -> tuple[Message, StompTransaction | None, str | None, Deferred[Any] | None]:
         """A SEND's message, checked: its transaction, its receipt, and the creation of
         its destination to wait for, if any."""
-        destination = destination_of(headers)
         if not SET_BY_NODE.isdisjoint(headers):  # (one C call, not a loop per SEND)
             name = min(SET_BY_NODE.intersection(headers))
             raise StompError(
@@ -297,18 +317,12 @@ class Publisher:
         named = headers.get("transaction")
         tx = None if named is None else open_transaction(self._transactions, named)
         receipt = headers.get("receipt")
-        name, kind = destination.name, destination.kind
-        routing = _MULTICAST if kind is _TOPIC else _ANYCAST
-        try:
-            if kind is _AMQ_QUEUE:
-                address, creating = self._addressing.send_to_queue(name), None
-            else:
-                address = name
-                creating = self._addressing.send_to(name, routing)
-        except (PermissionDenied, NodeError) as refused:
-            raise refusal_error(refused, destination) from None
+        resolved = self._resolved
+        creating = None
+        if resolved is None or headers.get("destination") != resolved.text:
+            resolved, creating = self._resolve(headers)
+        address, routing, states_routing = resolved.address, resolved.routing, resolved.states
         message_headers: Mapping[str, HeaderValue]
-        states_routing = self._addressing.states_routing(address)  # (``/topic/``: multicast)
         if headers.keys() <= SEND_FRAME_HEADERS:
             # (most SENDs carry only the frame's own headers: no loop, and no dict of
             # their own while the message waits on its queue)
@@ -330,6 +344,25 @@ class Publisher:
             duplicate.encode("utf-8") if isinstance(duplicate, str) else None,
         )
         return measured(message), tx, receipt, creating
+
+    def _resolve(self, headers: dict[str, str]) -> tuple[_Resolved, Deferred[Any] | None]:
+        """A SEND's destination, checked (and created if missing and allowed): kept for
+        the SENDs after it in this read, unless its creation is to be waited for."""
+        destination = destination_of(headers)
+        name, kind = destination.name, destination.kind
+        routing = _MULTICAST if kind is _TOPIC else _ANYCAST
+        try:
+            if kind is _AMQ_QUEUE:
+                address, creating = self._addressing.send_to_queue(name), None
+            else:
+                address = name
+                creating = self._addressing.send_to(name, routing)
+        except (PermissionDenied, NodeError) as refused:
+            raise refusal_error(refused, destination) from None
+        states = self._addressing.states_routing(address)  # (``/topic/``: multicast)
+        resolved = _Resolved(headers["destination"], address, routing, states)
+        self._resolved = resolved if creating is None else None
+        return resolved, creating
 
     def _publish(
         self, message: Message, tx: StompTransaction | None, receipt: str | None, due: bool = False

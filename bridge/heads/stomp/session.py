@@ -59,6 +59,7 @@ from security.subject import Subject
 _LIVE = (SessionState.OPEN, SessionState.CONNECTED)
 _ENDING = (SessionState.CLOSING, SessionState.CLOSED)
 _CONNECTING = (Command.CONNECT, Command.STOMP)
+_SEND = Command.SEND
 _AWAITING_CONNECT = SessionState.CONNECTED
 
 
@@ -148,12 +149,19 @@ class StompSession:
                     "not connected", f"{event.command} before CONNECT: send CONNECT first"
                 )
             else:
-                self._handlers[event.command](event, headers)
+                command = event.command
+                if command is not _SEND:
+                    self._publisher.forget()
+                self._handlers[command](event, headers)
         except StompError as error:
             receipt = headers.get("receipt")
             if isinstance(event, BodyChunk):
                 receipt = self._publisher.large_receipt
             self._fail(error.message, error.detail, receipt)
+
+    def read_ended(self) -> None:
+        """Every whole frame of a read has been handled (or reading paused)."""
+        self._publisher.forget()
 
     def protocol_error(self, error: FrameError) -> None:
         """The bytes from the peer are not a frame this node accepts."""

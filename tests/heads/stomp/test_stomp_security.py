@@ -101,3 +101,22 @@ async def test_a_refusal_costs_nobody_else(secure_stomp_node):
     root = await secure_stomp_node.client(login="root", passcode="root-secret")
     await _denied(secure_stomp_node, "carol", [("SEND", {"destination": "/queue/orders"})])
     await root.confirmed_send("/queue/orders", b"still served")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_after_a_reload_meets_the_new_permissions(secure_stomp_node):
+    """A connection's SENDs to one destination are checked once per read: the read after
+    alice lost the send permission is refused (the protocol ends each read's run)."""
+    alice = await secure_stomp_node.raw()
+    await alice.connect(login="alice", passcode="alice-secret")
+    alice.send("SEND", {"destination": "/queue/orders", "receipt": "1"}, b"one")
+    await alice.receipt("1")
+    security = secure_stomp_node.head.security
+    settings = security.settings
+    kept = [s for s in settings.settings if s.match != "orders.#"]
+    security.reload(attrs.evolve(settings, settings=tuple(kept)))
+    alice.send("SEND", {"destination": "/queue/orders", "receipt": "2"}, b"two")
+    error = await alice.error()
+    assert error.header("message") == "permission denied"
+    assert error.header("receipt-id") == "2"
+    assert secure_stomp_node.broker.queue("orders").depth == 1
