@@ -23,7 +23,6 @@ Layout (big-endian)::
 
 from __future__ import annotations
 
-import contextlib
 import struct
 from collections.abc import Callable, Mapping
 from functools import cached_property
@@ -224,8 +223,10 @@ def measured(message: Message) -> Message:
     its size names why."""
     fields = _fields_or_none(message) if message.durable and message.headers else None
     if fields is None:
-        with contextlib.suppress(MessageFormatError):
+        try:  # noqa: SIM105 (``contextlib.suppress`` costs three calls more per message)
             _set_size(message, encoded_size(message))
+        except MessageFormatError:
+            pass
     else:
         _set_fields(message, fields)
         _set_size(message, _AROUND_FIELDS + len(fields) + len(message.body))
