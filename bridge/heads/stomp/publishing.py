@@ -376,7 +376,14 @@ class Publisher:
             return
         try:
             if tx is None and message.durable:
-                self._publish_persistent(message, receipt)
+                # The hot path of persistent sends: no Deferred; without a receipt, one
+                # of a run of such SENDs in line, else an entry of its own (in line
+                # before publishing: the store may tell of its write before
+                # ``publish_then`` returns).
+                if receipt is None:
+                    self._sends.publish_silent(message)
+                else:
+                    self._sends.publish(_Outstanding(receipt, size=len(message.body)), message)
                 return
             routed = self._broker.publish(
                 message, tx=tx.tx if tx is not None else None, numbered=True
@@ -395,16 +402,6 @@ class Publisher:
             self.after(routed, receipt, len(message.body))
         elif receipt is not None:
             self.after(None, receipt)
-
-    def _publish_persistent(self, message: Message, receipt: str | None) -> None:
-        """The hot path of persistent sends: no Deferred; without a receipt, one of a run
-        of such SENDs in line, else an entry of its own (in line before publishing,
-        whenever the store tells of its write, which it may do before ``publish_then``
-        returns)."""
-        if receipt is None:
-            self._sends.publish_silent(message)
-        else:
-            self._sends.publish(_Outstanding(receipt, size=len(message.body)), message)
 
     def _hold(self, message: Message, tx: StompTransaction | None, receipt: str | None) -> None:
         """BLOCK: keep the SEND and stop reading this connection until the address has
