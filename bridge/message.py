@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping
-from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -119,6 +118,8 @@ class Message:
     duplicate id, headers) where known: a decoded message has it for a slice, and the same
     message under another id (``with_id``) keeps it. A node encodes each message it routes
     at least twice (its store row, each delivery); with these only id and body are new."""
+    _size: int | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """``size`` once counted (or filled in by whoever encoded or measured the message)."""
 
     @property
     def bridge_duplicate_id(self) -> bytes | None:
@@ -132,10 +133,16 @@ class Message:
         value = self.headers.get(DELIVERY_COUNT)
         return value if type(value) is int and value > 0 else 0
 
-    @cached_property
+    @property
     def size(self) -> int:
-        """Bytes counted against memory and address limits: the encoded length."""
-        return encoded_size(self)
+        """Bytes counted against memory and address limits: the encoded length, counted
+        once. (A property over a slot, not ``functools.cached_property``: on a slotted
+        class that gives the class a ``__getattr__``, and every attribute read of every
+        message then takes the interpreter's slow path.)"""
+        size = self._size
+        if size is None:
+            size = self._size = encoded_size(self)
+        return size
 
     def with_id(self, id: int) -> Message:
         """This message under another id (the node numbers every message it routes);
@@ -203,9 +210,9 @@ class Message:
         return Message(self.id, self.address, self.durable, NO_HEADERS, b"")
 
 
-_set_size = Message.size.__set__  # type: ignore[attr-defined]
+_set_size = Message._size.__set__  # type: ignore[misc,union-attr]
 """Fill in a message's ``size`` where it is known already (its encoded length after
-encoding or decoding it), so that it is not counted again: ``size`` is a slot."""
+encoding or decoding it), so that it is not counted again: ``_size`` is a slot."""
 _set_fields = Message._encoded_fields.__set__  # type: ignore[misc,union-attr]
 """Fill in a message's ``_encoded_fields`` (a slot: the one thing, with ``size``, that
 is filled in after a message is built, and only while it is known to the code doing so

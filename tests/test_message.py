@@ -371,3 +371,13 @@ def test_messages_with_header_dicts_are_hashable_and_compare_by_value():
     assert sample() == sample()
     assert hash(sample()) == hash(sample())
     assert sample() != sample(body=b"other")
+
+
+def test_a_message_reads_its_attributes_the_fast_way():
+    """``Message`` has no ``__getattr__`` (``functools.cached_property`` on a slotted attrs
+    class adds one): with it, every attribute read of every message would take the
+    interpreter's generic path. Its size is still counted once, on first read."""
+    assert "__getattr__" not in vars(Message)
+    message = sample()
+    assert message._size is None
+    assert message.size == len(encode_message(message)) == message._size
