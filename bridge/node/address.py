@@ -106,7 +106,7 @@ class Address:
         self.duplicates = DuplicateIdCache(settings.id_cache_size, recovered_ids)
         self.bridge_duplicates = DuplicateIdCache(settings.id_cache_size, recovered_bridge_ids)
         self._bindings: dict[str, Binding] = {}
-        self._only: Binding | None = None
+        self.only: Binding | None = None
         """The one binding, when there is exactly one and it has no filter."""
         self._turn = 0
 
@@ -163,7 +163,7 @@ class Address:
         """The bindings changed: ``route``'s shortcut is renewed."""
         bindings = list(self._bindings.values())
         one = len(bindings) == 1 and bindings[0].filter is None and len(self.routing_types) == 1
-        self._only = bindings[0] if one else None
+        self.only = bindings[0] if one else None
 
     def detection(self, message: Message) -> Detection | None:
         """Where the message's repeats are detected: a bridge id in the bridge cache (its
@@ -178,8 +178,8 @@ class Address:
 
     def route(self, message: Message) -> list[Binding]:
         """The bindings the message goes to (none: it is dropped)."""
-        if self._only is not None:
-            return [self._only]
+        if self.only is not None:
+            return [self.only]
         routing = self.routing
         if len(self.routing_types) > 1:
             routing = _stated(message, routing)
