@@ -68,6 +68,19 @@ class FrameSink:
         return []
 
 
+def sink_session(node: Any, wire: FrameSink, clock: Any) -> StompSession:
+    """A STOMP session on ``node``'s broker and security over ``wire``, without
+    heart-beats or a time-to-live."""
+    return StompSession(
+        node.broker,
+        node.head.security,
+        wire,
+        clock=clock,
+        authenticate=node.head.authenticate,
+        settings=StompSettings(ttl=None, heart_beat=None),
+    )
+
+
 class AckMachine(RuleBasedStateMachine):
     """One connection, one ``client`` or ``client-individual`` subscription on a queue of
     its own; non-persistent messages, so every step is done when its frame is handled."""
@@ -82,14 +95,7 @@ class AckMachine(RuleBasedStateMachine):
         self.queue = f"acks{next(_QUEUES)}"
         self.wire = FrameSink()
         self.clock = Clock()
-        self.session = StompSession(
-            self.node.broker,
-            self.node.head.security,
-            self.wire,
-            clock=self.clock,
-            authenticate=self.node.head.authenticate,
-            settings=StompSettings(ttl=None, heart_beat=None),
-        )
+        self.session = sink_session(self.node, self.wire, self.clock)
         self.seen = 0
         self.receipts = itertools.count()
         self.held: list[tuple[int, str, int]] = []

@@ -24,9 +24,8 @@ from bridge.heads.stomp.frames import (
     Version,
 )
 from bridge.heads.stomp.protocol import StompFactory
-from bridge.heads.stomp.session import StompSession
 from tests.forward.conftest import eventually
-from tests.heads.stomp.test_ack_machine import FrameSink
+from tests.heads.stomp.test_ack_machine import FrameSink, sink_session
 
 SETTINGS = StompSettings(ttl=None, heart_beat=None)
 
@@ -37,14 +36,7 @@ class _Subscribed:
 
     def __init__(self, stomp_node: Any) -> None:
         self.wire = FrameSink()
-        self.session = StompSession(
-            stomp_node.broker,
-            stomp_node.head.security,
-            self.wire,
-            clock=reactor,
-            authenticate=stomp_node.head.authenticate,
-            settings=SETTINGS,
-        )
+        self.session = sink_session(stomp_node, self.wire, reactor)
 
     def frame(self, command: str, **headers: str) -> None:
         self.session.event_received(Frame(Command(command), tuple(headers.items()), b"body"))

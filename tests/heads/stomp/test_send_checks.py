@@ -10,11 +10,9 @@ import attrs
 import pytest_twisted
 from twisted.internet import reactor
 
-from bridge.heads.stomp import StompSettings
 from bridge.heads.stomp.frames import Command, Frame
-from bridge.heads.stomp.session import StompSession
 from tests.forward.conftest import eventually
-from tests.heads.stomp.test_ack_machine import FrameSink
+from tests.heads.stomp.test_ack_machine import FrameSink, sink_session
 
 
 class _Reads:
@@ -24,14 +22,7 @@ class _Reads:
     def __init__(self, node: Any, monkeypatch: Any) -> None:
         self.node = node
         self.wire = FrameSink()
-        self.session = StompSession(
-            node.broker,
-            node.head.security,
-            self.wire,
-            clock=reactor,
-            authenticate=node.head.authenticate,
-            settings=StompSettings(ttl=None, heart_beat=None),
-        )
+        self.session = sink_session(node, self.wire, reactor)
         self.send_checks: list[str] = []
         security = node.head.security
         check = security.check
