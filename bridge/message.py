@@ -222,12 +222,11 @@ alone)."""
 def measured(message: Message) -> Message:
     """``message``, built by a head just now, with its ``size`` filled in (and, if it is
     durable and has headers, its encoded fields, as ``encode_message`` keeps them): the
-    node reads its size as soon as it routes it, which through the cached property's
-    first access costs two calls more, and its store row is then packed without walking
-    its headers again. Without headers, counting walks nothing: the fields are encoded
-    when first needed, and most such sends are consumed before their store write, which
-    is then never made. A message that cannot be encoded is returned as it is: reading
-    its size names why."""
+    node reads its size as soon as it routes it, and its store row is then packed
+    without walking its headers again. Without headers, counting walks nothing: the
+    fields are encoded when first needed, and most such sends are consumed before their
+    store write, which is then never made. A message that cannot be encoded is returned
+    as it is: reading its size names why."""
     fields = _fields_or_none(message) if message.durable and message.headers else None
     if fields is None:
         try:  # noqa: SIM105 (``contextlib.suppress`` costs three calls more per message)

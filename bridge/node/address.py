@@ -107,7 +107,8 @@ class Address:
         self.bridge_duplicates = DuplicateIdCache(settings.id_cache_size, recovered_bridge_ids)
         self._bindings: dict[str, Binding] = {}
         self.only: Binding | None = None
-        """The one binding, when there is exactly one and it has no filter."""
+        """The one binding, when there is exactly one, it has no filter and the address
+        one routing type: where every send goes (read on the router's hot path)."""
         self._turn = 0
 
     @property

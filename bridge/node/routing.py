@@ -384,9 +384,9 @@ class Router:
             and address.only is not None
         ):
             # The commonest durable send (a STOMP SEND without headers of its own, to an
-            # address with one queue), as the rest of this method routes it, its tests
-            # made in one go: nothing to create, one binding, no repeat to detect, not
-            # paging nor full, its queue durable and its id reserved: queued early.
+            # address with one queue), as ``route`` routes it, its tests made in one go:
+            # nothing to create, one binding, no repeat to detect, not paging nor full,
+            # its queue durable and its id reserved: queued early.
             only = address.only
             name = only.queue.name
             memory = address.memory

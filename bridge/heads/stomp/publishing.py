@@ -61,7 +61,7 @@ class _LargeSend(LargeSend):
     receipt: str | None = None
 
 
-@attrs.define(slots=True)
+@attrs.define
 class _Resolved:
     """A SEND destination's header, resolved and checked: its address, the routing a
     send to it asks for, and whether the message states it (the address has both)."""
