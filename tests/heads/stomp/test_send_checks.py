@@ -20,7 +20,6 @@ class _Reads:
     time; every check of the send permission is counted by address."""
 
     def __init__(self, node: Any, monkeypatch: Any) -> None:
-        self.node = node
         self.wire = FrameSink()
         self.session = sink_session(node, self.wire, reactor)
         self.send_checks: list[str] = []
