@@ -12,6 +12,7 @@ of it the writer's own CPU; in multi-row statements 6 ms and 2.1 ms).
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -319,13 +320,18 @@ MAX_STATEMENT_ROWS = 1024
 
 STATEMENT_ROWS = tuple(1 << k for k in range(MAX_STATEMENT_ROWS.bit_length()))
 """The row counts statements are prepared for: a part of a run is padded up to the next
-of these with rows of NULLs, which the statement skips (``WHERE column1 IS NOT NULL``, or
-an ``IN`` list's NULL, which matches nothing). So a run of any length up to
-``MAX_STATEMENT_ROWS`` is one statement, and only eleven shapes of each exist (SQLite's
-prepared statements are cached by their text; one of every length would cost megabytes).
-One statement, not several: each statement lets go of the GIL and must win it back from
-the busy reactor thread, which can take a millisecond, so a batch cut into tens of
-statements took tens of milliseconds under load."""
+of these, so a run of any length up to ``MAX_STATEMENT_ROWS`` is one statement, and only
+eleven shapes of each exist (SQLite's prepared statements are cached by their text; one
+of every length would cost megabytes). One statement, not several: each statement lets
+go of the GIL and must win it back from the busy reactor thread, which can take a
+millisecond, so a batch cut into tens of statements took tens of milliseconds under load.
+
+The padding binds integers only: an insert's padding rows are numbered past the part's
+count, which the statement filters out (``_insert_statement``), and an ``IN`` list is
+padded with its last id again. A NULL or a ``bytes`` parameter costs the sqlite3 module
+of Python 3.11 an adaptation lookup that raises and clears an ``AttributeError``, about
+2,500 instructions each: padding with NULLs cost the writer about a tenth of its
+instructions per message."""
 
 
 def _parts(count: int) -> Iterator[tuple[int, int, int]]:
@@ -346,19 +352,26 @@ def _insert(
     *,
     replace: bool = False,
 ) -> None:
-    """``INSERT INTO table`` ``rows`` (all of one width, the first value never NULL), in
-    multi-row statements; ``INSERT OR REPLACE`` with ``replace``."""
-    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    """``INSERT INTO table`` ``rows`` (all of one width) in multi-row statements;
+    ``INSERT OR REPLACE`` with ``replace``."""
     width = len(rows[0])
-    one = "(" + ",".join("?" * width) + ")"
     for start, end, shape in _parts(len(rows)):
-        marks = ",".join([one] * shape)
         values = [value for row in rows[start:end] for value in row]
-        values += [None] * (width * (shape - (end - start)))
-        cursor.execute(
-            f"{verb} INTO {table} SELECT * FROM (VALUES {marks}) WHERE column1 IS NOT NULL",
-            values,
-        )
+        values += [0] * (width * (shape - (end - start)))
+        values.append(end - start)
+        cursor.execute(_insert_statement(replace, table, width, shape), values)
+
+
+@functools.cache
+def _insert_statement(replace: bool, table: str, width: int, shape: int) -> str:
+    """The statement that inserts the first of ``shape`` rows of ``width`` values into
+    ``table``: each row numbered (``column1``), its values after the number, and the
+    count of rows to keep bound last; the rows past it are padding."""
+    verb = "INSERT OR REPLACE" if replace else "INSERT"
+    marks = ",".join("?" * width)
+    rows = ",".join([f"({number},{marks})" for number in range(1, shape + 1)])
+    columns = ",".join([f"column{number}" for number in range(2, width + 2)])
+    return f"{verb} INTO {table} SELECT {columns} FROM (VALUES {rows}) WHERE column1 <= ?"
 
 
 def _delete(cursor: sqlite3.Cursor, where: str, key: object, ids: Sequence[int]) -> int:
@@ -367,7 +380,7 @@ def _delete(cursor: sqlite3.Cursor, where: str, key: object, ids: Sequence[int])
     deleted = 0
     for start, end, shape in _parts(len(ids)):
         marks = ",".join("?" * shape)
-        padding = [None] * (shape - (end - start))
+        padding = [ids[end - 1]] * (shape - (end - start))  # (an id again matches no more)
         cursor.execute(f"DELETE FROM {where} IN ({marks})", (key, *ids[start:end], *padding))
         deleted += cursor.rowcount
     return deleted
