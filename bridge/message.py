@@ -183,14 +183,21 @@ class Message:
         (none of which it has) after its own, id and timestamp 0 as a client sends.
         ``encoded_added``, where the caller has it: ``encode_headers(added)``.
 
-        Where its fields are encoded already (a stored message's are), the forward's are
-        made from them, the address and the header count changed and the added headers
-        appended, so that the send does not encode all its headers again."""
+        A durable message's fields are encoded (and kept, for its store row) if they are
+        not already, and the forward's are made from them, the address and the header
+        count changed and the added headers appended, so that the send does not encode
+        all its headers again."""
         headers = {**self.headers, **added}
         message = Message(
             0, address, self.durable, headers, self.body, self.duplicate_id, 0, self.large
         )
         fields = self._encoded_fields
+        if fields is None and self.durable:
+            # Not encoded yet (a bridge takes most messages before their store write):
+            # encoded now and kept, the write then uses them, and the forward is spliced.
+            fields = _fields_or_none(self)
+            if fields is not None:
+                _set_fields(self, fields)
         if fields is not None and len(headers) == len(self.headers) + len(added):
             if encoded_added is None:
                 encoded_added = _headers_or_none(added)

@@ -193,8 +193,9 @@ def test_a_durable_message_built_numbered_keeps_its_fields_once_encoded(message,
 )
 def test_a_forward_spliced_from_kept_fields_encodes_as_a_fresh_one(message, address, added, kept):
     """``forwarded`` of a message whose fields are encoded (decoded, or numbered by a
-    node) splices the forward's from them: the same bytes and size as the forward built
-    afresh (id and timestamp 0, the added headers after the message's own)."""
+    node), or of a durable one (its fields encoded then, and kept for its store row),
+    splices the forward's from them: the same bytes and size as the forward built afresh
+    (id and timestamp 0, the added headers after the message's own)."""
     added = {key: value for key, value in added.items() if key not in message.headers}
     source = decode_message(encode_message(message)) if kept else afresh(message)
     forward = source.forwarded(address, added)
@@ -206,7 +207,9 @@ def test_a_forward_spliced_from_kept_fields_encodes_as_a_fresh_one(message, addr
         message.body,
         message.duplicate_id,
     )
-    assert (forward._encoded_fields is not None) == kept
+    assert (forward._encoded_fields is not None) == (kept or message.durable)
+    assert (source._encoded_fields is not None) == (kept or message.durable)
+    assert encode_message(source) == encode_message(message)
     assert forward.size == fresh.size
     assert encode_message(forward) == encode_message(fresh)
     assert decode_message(encode_message(forward)) == fresh
