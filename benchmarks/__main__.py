@@ -9,6 +9,7 @@ SCENARIOS = {
     "demo": "benchmarks.demo",
     "transport": "benchmarks.transport_throughput",
     "store": "benchmarks.store_throughput",
+    "store-writer": "benchmarks.store_writer",
     "security": "benchmarks.security_checks",
     "node": "benchmarks.node_throughput",
     "large": "benchmarks.node_large",

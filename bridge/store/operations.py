@@ -24,11 +24,15 @@ from bridge.store.records import QueueRecord
 class WriterState:
     """What a writer keeps of the stored data to check operations cheaply: the queue names
     and the highest message id (read when it opens, updated by each operation), and how
-    many duplicate ids each cache got since it was last trimmed."""
+    many duplicate ids each cache got since it was last trimmed (PostgreSQL), or where
+    each cache's ring stands (SQLite)."""
 
     queues: set[str]
     highest_message_id: int
     untrimmed: dict[str, int] = attrs.Factory(dict)
+    rings: dict[str, DuplicateRing] = attrs.Factory(dict)
+    """By address, its ring of duplicate ids, read the first time it is written to; a
+    write undone (a savepoint rolled back) clears them all, to be read again."""
 
     def trim_due(self, address: str, keep: int, added: int) -> bool:
         """``added`` ids were stored for ``address``: True once per eighth of ``keep`` ids,
@@ -41,6 +45,21 @@ class WriterState:
             return False
         self.untrimmed[address] = 0
         return True
+
+
+@attrs.define
+class DuplicateRing:
+    """An address's duplicate ids as a ring of ``keep`` slots: the next id stored is
+    numbered ``next_seq`` and takes slot ``next_seq % keep``."""
+
+    keep: int
+    next_seq: int
+
+    def take(self) -> tuple[int, int]:
+        """The next id's slot and number."""
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        return seq % self.keep, seq
 
 
 @attrs.define

@@ -78,7 +78,8 @@ def load(
         " ORDER BY r.queue, r.message_id"
     )
     duplicate_ids = fetch_all(
-        "SELECT address, duplicate_id FROM duplicate_ids ORDER BY address, seq"
+        "SELECT address, duplicate_id FROM duplicate_ids GROUP BY address, duplicate_id"
+        " ORDER BY address, max(seq)"  # (an id stored twice, at its newest place)
     )
     return assemble(
         queues,

@@ -15,8 +15,11 @@ Tables:
   paging keeps on disk until queues read them back, with ``refs`` likewise; emptied when
   the store opens, as such messages do not outlive the node.
 - ``message_refs``: which queue holds which message, with its delivery count.
-- ``duplicate_ids``: each address's duplicate-detection ids; ``seq`` orders them, so the
-  oldest beyond an address's ``keep`` are trimmed.
+- ``duplicate_ids``: each address's duplicate-detection ids as a ring of ``keep`` slots,
+  as Artemis keeps its id cache: the id numbered ``seq`` (an address's ids are numbered
+  in the order they are stored) takes slot ``seq % keep``, replacing the one ``keep``
+  ids older, so an id costs one row written and none trimmed. ``seq`` orders them when
+  the store opens.
 - ``live_lock``: for nodes sharing the store's directory under ``[ha]``, the holder of
   the file lock and its epoch (:mod:`bridge.store.file_lock`), which every write of a
   live node checks; empty holder and epoch 0 where no node ever took it.
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from bridge.store.errors import SchemaTooNew, StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _LIVE_LOCK = """
 CREATE TABLE live_lock (
@@ -59,12 +62,12 @@ CREATE TABLE message_refs (
     PRIMARY KEY (queue, message_id)
 ) WITHOUT ROWID;
 CREATE TABLE duplicate_ids (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
     address TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
     duplicate_id BLOB NOT NULL,
-    UNIQUE (address, duplicate_id)
-);
-CREATE INDEX duplicate_ids_by_age ON duplicate_ids (address, seq);
+    PRIMARY KEY (address, slot)
+) WITHOUT ROWID;
 INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0);
 INSERT INTO store_state (key, value) VALUES ('clean_stop', 1);
 """
@@ -161,6 +164,9 @@ def _check_version(connection: sqlite3.Connection, path: Path) -> None:
     if version == 2:
         _migrate_2_to_3(connection)
         version = 3
+    if version == 3:
+        _migrate_3_to_4(connection)
+        version = 4
     if version < SCHEMA_VERSION:
         raise StoreError(
             f"{path} holds message store schema version {version}, which no migration "
@@ -182,6 +188,29 @@ def _migrate_2_to_3(connection: sqlite3.Connection) -> None:
     """Version 3 adds the live lock's epoch, for nodes sharing the store under [ha]."""
     _statements(connection, _LIVE_LOCK)
     connection.execute("UPDATE schema_version SET version = 3")
+
+
+def _migrate_3_to_4(connection: sqlite3.Connection) -> None:
+    """Version 4 keeps duplicate ids in rings. Each id keeps its number; its slot is
+    minus its number, which no ring gives, so the writer lays each address's ring out
+    afresh the first time it stores an id there, when it knows the ``keep``."""
+    _statements(
+        connection,
+        """
+CREATE TABLE duplicate_ids_ring (
+    address TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    duplicate_id BLOB NOT NULL,
+    PRIMARY KEY (address, slot)
+) WITHOUT ROWID;
+INSERT INTO duplicate_ids_ring (address, slot, seq, duplicate_id)
+    SELECT address, -seq, seq, duplicate_id FROM duplicate_ids;
+DROP TABLE duplicate_ids;
+ALTER TABLE duplicate_ids_ring RENAME TO duplicate_ids;
+UPDATE schema_version SET version = 4
+""",
+    )
 
 
 def _statements(connection: sqlite3.Connection, script: str) -> None:

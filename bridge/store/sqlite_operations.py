@@ -27,6 +27,7 @@ from bridge.store.operations import (
     CommitTransaction,
     CreateQueue,
     DeleteQueue,
+    DuplicateRing,
     Operation,
     Outcome,
     PageMessage,
@@ -151,25 +152,38 @@ def _delete_queue(cursor: sqlite3.Cursor, state: WriterState, op: DeleteQueue) -
 
 
 def _store_duplicate_id(cursor: sqlite3.Cursor, state: WriterState, op: StoreDuplicateId) -> None:
-    # Storing a known id again replaces its row, which makes it the newest.
-    cursor.execute(
-        "INSERT OR REPLACE INTO duplicate_ids (address, duplicate_id) VALUES (?, ?)",
-        (op.address, op.duplicate_id),
-    )
-    _trim(cursor, state, op.address, op.keep, 1)
+    _store_duplicates(cursor, state, [op])
 
 
-def _trim(cursor: sqlite3.Cursor, state: WriterState, address: str, keep: int, added: int) -> None:
-    """``added`` ids were stored for ``address``: trim its cache to the newest ``keep``
-    when it is due (``WriterState.trim_due``)."""
-    if not state.trim_due(address, keep, added):
-        return
-    cursor.execute(
-        "DELETE FROM duplicate_ids WHERE address = ? AND seq <= ("
-        " SELECT seq FROM duplicate_ids WHERE address = ?"
-        " ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-        (address, address, keep),
-    )
+def _ring(cursor: sqlite3.Cursor, state: WriterState, address: str, keep: int) -> DuplicateRing:
+    """``address``'s ring of ``keep`` slots, read from the table the first time (and
+    whenever ``keep`` changes)."""
+    ring = state.rings.get(address)
+    if ring is None or ring.keep != keep:
+        ring = state.rings[address] = _read_ring(cursor, address, keep)
+    return ring
+
+
+def _read_ring(cursor: sqlite3.Cursor, address: str, keep: int) -> DuplicateRing:
+    """``address``'s ring as stored; laid out afresh, its newest ``keep`` ids kept, where
+    its slots are not those of ``keep`` (it had another size, or it was migrated)."""
+    rows = cursor.execute(
+        "SELECT seq, slot FROM duplicate_ids WHERE address = ? ORDER BY seq DESC", (address,)
+    ).fetchall()
+    if len(rows) > keep or any(slot != seq % keep for seq, slot in rows):
+        kept = cursor.execute(
+            "SELECT seq, duplicate_id FROM duplicate_ids WHERE address = ?"
+            " ORDER BY seq DESC LIMIT ?",
+            (address, keep),
+        ).fetchall()
+        cursor.execute("DELETE FROM duplicate_ids WHERE address = ?", (address,))
+        if kept:
+            _insert(
+                cursor,
+                "duplicate_ids (address, slot, seq, duplicate_id)",
+                [(address, seq % keep, seq, duplicate_id) for seq, duplicate_id in kept],
+            )
+    return DuplicateRing(keep, rows[0][0] + 1 if rows else 0)
 
 
 def _commit_transaction(cursor: sqlite3.Cursor, state: WriterState, op: CommitTransaction) -> None:
@@ -180,6 +194,7 @@ def _commit_transaction(cursor: sqlite3.Cursor, state: WriterState, op: CommitTr
             cursor.execute("ROLLBACK TO txn")
             cursor.execute("RELEASE txn")
             state.queues, state.highest_message_id = queues, highest
+            state.rings.clear()
             raise outcome
     cursor.execute("RELEASE txn")
 
@@ -262,18 +277,14 @@ def _add_run(cursor: sqlite3.Cursor, state: WriterState, adds: list[AddMessage])
 def _store_duplicates(
     cursor: sqlite3.Cursor, state: WriterState, duplicates: list[StoreDuplicateId]
 ) -> None:
-    """The duplicate ids of a run of adds, in multi-row statements (a repeated id's later
-    row replaces the earlier, making it the newest), each cache trimmed once."""
-    _insert(
-        cursor,
-        "duplicate_ids (address, duplicate_id)",
-        [(duplicate.address, duplicate.duplicate_id) for duplicate in duplicates],
-        replace=True,
-    )
-    added = Counter(duplicate.address for duplicate in duplicates)
-    keep = {duplicate.address: duplicate.keep for duplicate in duplicates}
-    for address, count in added.items():
-        _trim(cursor, state, address, keep[address], count)
+    """Duplicate ids, each in the next slot of its address's ring (replacing the oldest
+    id there), in multi-row statements. An id stored again takes a slot again; the
+    store, opening, takes each id once, at its newest place."""
+    rows = []
+    for duplicate in duplicates:
+        slot, seq = _ring(cursor, state, duplicate.address, duplicate.keep).take()
+        rows.append((duplicate.address, slot, seq, duplicate.duplicate_id))
+    _insert(cursor, "duplicate_ids (address, slot, seq, duplicate_id)", rows, replace=True)
 
 
 def _ack_run(cursor: sqlite3.Cursor, state: WriterState, acks: list[Acknowledge]) -> list[Outcome]:

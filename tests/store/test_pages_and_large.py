@@ -17,6 +17,7 @@ from twisted.logger import globalLogPublisher
 from bridge.message import LargeBody, Message
 from bridge.store import StoreError
 from bridge.store.errors import InvalidOperation
+from bridge.store.schema import SCHEMA_VERSION
 from tests.store.conftest import Stores, anycast, message
 
 
@@ -162,7 +163,7 @@ INSERT INTO queues (name, address, routing) VALUES ('orders', 'orders', 'anycast
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_version_1_store_is_migrated_to_version_3(sqlite_stores: Stores) -> None:
+async def test_a_version_1_store_is_migrated_to_the_current_version(sqlite_stores: Stores) -> None:
     stores = sqlite_stores
     stores.data_dir.mkdir(parents=True)
     connection = sqlite3.connect(stores.data_dir / "messages.sqlite")
@@ -172,7 +173,7 @@ async def test_a_version_1_store_is_migrated_to_version_3(sqlite_stores: Stores)
     assert [q.name for q in recovered.queues] == ["orders"]
     await store.page(message(1, durable=False), ["orders"])
     migrated = sqlite3.connect(stores.data_dir / "messages.sqlite")
-    assert migrated.execute("SELECT version FROM schema_version").fetchone() == (3,)
+    assert migrated.execute("SELECT version FROM schema_version").fetchone() == (SCHEMA_VERSION,)
     assert migrated.execute("SELECT * FROM live_lock").fetchall() == [("live", "", 0)]
     migrated.close()
 
