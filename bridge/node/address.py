@@ -105,6 +105,8 @@ class Address:
         )
         self.duplicates = DuplicateIdCache(settings.id_cache_size, recovered_ids)
         self.bridge_duplicates = DuplicateIdCache(settings.id_cache_size, recovered_bridge_ids)
+        self.bridge_key = BRIDGE_KEY_PREFIX + name
+        """What the store keeps ``bridge_duplicates`` under."""
         self._bindings: dict[str, Binding] = {}
         self.only: Binding | None = None
         """The one binding, when there is exactly one, it has no filter and the address
@@ -172,7 +174,7 @@ class Address:
         else its producer's duplicate id in the producers' cache; None without either."""
         bridge_id = message.bridge_duplicate_id
         if bridge_id is not None:
-            return Detection(self.bridge_duplicates, BRIDGE_KEY_PREFIX + self.name, bridge_id)
+            return Detection(self.bridge_duplicates, self.bridge_key, bridge_id)
         if message.duplicate_id is not None:
             return Detection(self.duplicates, self.name, message.duplicate_id)
         return None

@@ -401,6 +401,53 @@ class Router:
                 )
             ):
                 return self._add_early(message, [only], (name,), then)
+        elif (
+            message.durable
+            and message.duplicate_id is None
+            and message.large is None
+            and type(bridge_id := message.headers.get(BRIDGE_DUPLICATE_ID)) is bytes
+            and (address := self._addresses.get(message.address)) is not None
+            and address.only is not None
+        ):
+            # A core bridge's send (nearly every send a bridge's target takes), as
+            # ``route`` and ``_add_then`` route and store it, their tests made in one go:
+            # one binding, a bridge id neither seen nor in a cache of size 0, not paging
+            # nor full, its queue durable. Its id is stored with it, and until its write
+            # ends a repeat waits for the outcome.
+            only = address.only
+            name = only.queue.name
+            memory = address.memory
+            cache = address.bridge_duplicates
+            if (
+                name in self._durable
+                and cache.size
+                and bridge_id not in cache
+                and not memory.paged_messages
+                and not memory.full
+                and (_ANYCAST not in address.routing_types or address.name in self._queues)
+            ):
+                if not numbered:
+                    message = message.with_id(self.next_id)
+                    self.next_id += 1
+                cache.add(bridge_id)
+                held = message.size
+                memory.add(held)
+                cache.hold(bridge_id)
+
+                def written(failure: Failure | None) -> None:
+                    if failure is None:
+                        only.queue.add(
+                            message,
+                            message.delivered_before if DELIVERY_COUNT in message.headers else 0,
+                        )
+                    memory.release(held)
+                    cache.settle(bridge_id, failure is None)
+                    then(failure)
+
+                self.store.add_then(
+                    message, (name,), written, duplicate=(address.bridge_key, bridge_id, cache.size)
+                )
+                return None
         routed = self.route(message, None, then, early, numbered)
         if routed is QUEUED or routed is None or isinstance(routed, Routed):
             return routed  # (the hot path first; an isinstance of Deferred costs more)

@@ -16,7 +16,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 
 from bridge.config.node import parse_node_config
-from bridge.message import Message
+from bridge.message import BRIDGE_DUPLICATE_ID, Message
 from bridge.node.broker import AddressFull, Broker, Routed
 from bridge.node.duplicates import DuplicateIdCache
 from bridge.store.errors import StoreError
@@ -234,12 +234,19 @@ def test_the_cache_tells_each_waiting_repeat_the_outcome() -> None:
     assert committed is not None and committed.result is True and ID in cache
 
 
-def send_then(broker: Broker, body: bytes) -> Deferred[None]:
+def with_id(body: bytes, bridged: bool) -> Message:
+    """A send with ``ID``: a core bridge's (its header) or its producer's."""
+    if bridged:
+        return Message(0, "orders", True, {BRIDGE_DUPLICATE_ID: ID}, body)
+    return Message(0, "orders", True, {}, body, ID)
+
+
+def send_then(broker: Broker, body: bytes, bridged: bool) -> Deferred[None]:
     """A send through ``publish_then`` (the heads' hot path), as a Deferred of what its
     callable is told."""
     told: Deferred[None] = Deferred()
     routed = broker.publish_then(
-        Message(0, "orders", True, {}, body, ID),
+        with_id(body, bridged),
         lambda failure: told.callback(None) if failure is None else told.errback(failure),
     )
     assert routed is None, "a durable send waits for its write"
@@ -252,13 +259,14 @@ def stored_ids(broker: Broker) -> int:
     return count
 
 
+@pytest.mark.parametrize("bridged", [False, True], ids=["producer id", "bridge id"])
 @pytest_twisted.ensureDeferred
 async def test_publish_then_writes_a_send_and_its_id_as_one_operation_and_repeats_wait(
-    gated: tuple[Broker, GatedStore],
+    gated: tuple[Broker, GatedStore], bridged: bool
 ) -> None:
     broker, store = gated
-    first = send_then(broker, b"first")
-    repeat = send_then(broker, b"repeat")
+    first = send_then(broker, b"first", bridged)
+    repeat = send_then(broker, b"repeat", bridged)
     assert store.pending == 1, "the message and its duplicate id are one write"
     assert not settled(repeat), "confirmed before the first send is durable"
     store.write()
@@ -268,13 +276,14 @@ async def test_publish_then_writes_a_send_and_its_id_as_one_operation_and_repeat
     assert stored_ids(broker) == 1
 
 
+@pytest.mark.parametrize("bridged", [False, True], ids=["producer id", "bridge id"])
 @pytest_twisted.ensureDeferred
 async def test_publish_then_a_repeat_counts_when_the_first_write_fails(
-    gated: tuple[Broker, GatedStore],
+    gated: tuple[Broker, GatedStore], bridged: bool
 ) -> None:
     broker, store = gated
-    first = send_then(broker, b"first")
-    repeat = send_then(broker, b"repeat")
+    first = send_then(broker, b"first", bridged)
+    repeat = send_then(broker, b"repeat", bridged)
     store.refuse()
     with pytest.raises(StoreError):
         await first
@@ -285,7 +294,5 @@ async def test_publish_then_a_repeat_counts_when_the_first_write_fails(
     queue = broker.queue("orders")
     assert queue.depth == 1
     assert stored_ids(broker) == 1
-    assert broker.publish_then(Message(0, "orders", True, {}, b"third", ID), print) == Routed(
-        (), duplicate=True
-    )
+    assert broker.publish_then(with_id(b"third", bridged), print) == Routed((), duplicate=True)
     assert queue.depth == 1
