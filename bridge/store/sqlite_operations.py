@@ -390,8 +390,13 @@ def _delete(cursor: sqlite3.Cursor, where: str, key: object, ids: Sequence[int])
     ``ids``, in multi-row statements; the rows deleted."""
     deleted = 0
     for start, end, shape in _parts(len(ids)):
-        marks = ",".join("?" * shape)
         padding = [ids[end - 1]] * (shape - (end - start))  # (an id again matches no more)
-        cursor.execute(f"DELETE FROM {where} IN ({marks})", (key, *ids[start:end], *padding))
+        cursor.execute(_delete_statement(where, shape), (key, *ids[start:end], *padding))
         deleted += cursor.rowcount
     return deleted
+
+
+@functools.cache
+def _delete_statement(where: str, shape: int) -> str:
+    """The statement that deletes ``shape`` ids (the ``where`` of ``_delete``)."""
+    return f"DELETE FROM {where} IN ({','.join('?' * shape)})"
