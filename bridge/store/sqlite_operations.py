@@ -60,11 +60,15 @@ def _add(cursor: sqlite3.Cursor, state: WriterState, op: AddMessage) -> None:
     op.check_queues(state)
     if op.large_path is not None:
         sync_body(op.large_path)
+    row = (op.message_id, len(op.queues), bytearray(op.data))  # (see ``_add_run``)
     try:
-        cursor.execute(
-            "INSERT INTO messages (id, refs, data, large) VALUES (?, ?, ?, ?)",
-            (op.message_id, len(op.queues), op.data, op.large_size),
-        )
+        if op.large_size is None:  # (no NULL bound: it would be adapted as bytes are)
+            cursor.execute("INSERT INTO messages (id, refs, data) VALUES (?, ?, ?)", row)
+        else:
+            cursor.execute(
+                "INSERT INTO messages (id, refs, data, large) VALUES (?, ?, ?, ?)",
+                (*row, op.large_size),
+            )
     except sqlite3.IntegrityError:
         raise op.already_stored() from None
     cursor.executemany(
@@ -255,7 +259,9 @@ def _add_run(cursor: sqlite3.Cursor, state: WriterState, adds: list[AddMessage])
         _insert(
             cursor,
             "messages (id, refs, data)",
-            [(add.message_id, len(add.queues), add.data) for add in adds],
+            # (bound as a bytearray, a copy: the sqlite3 module adapts a bytes parameter
+            # by a lookup that raises and clears an error, and binds a bytearray as it is)
+            [(add.message_id, len(add.queues), bytearray(add.data)) for add in adds],
         )
     except sqlite3.IntegrityError:
         cursor.execute("ROLLBACK TO run")
@@ -283,7 +289,7 @@ def _store_duplicates(
     rows = []
     for duplicate in duplicates:
         slot, seq = _ring(cursor, state, duplicate.address, duplicate.keep).take()
-        rows.append((duplicate.address, slot, seq, duplicate.duplicate_id))
+        rows.append((duplicate.address, slot, seq, bytearray(duplicate.duplicate_id)))
     _insert(cursor, "duplicate_ids (address, slot, seq, duplicate_id)", rows, replace=True)
 
 

@@ -8,8 +8,17 @@ from typing import Any
 
 import pytest
 
+from bridge.store.operations import AddMessage, CreateQueue, StoreDuplicateId
+from bridge.store.records import QueueRecord
 from bridge.store.schema import connect
-from bridge.store.sqlite_operations import MAX_STATEMENT_ROWS, _delete, _insert, _parts
+from bridge.store.sqlite_operations import (
+    MAX_STATEMENT_ROWS,
+    _delete,
+    _insert,
+    _parts,
+    apply_all,
+    load_state,
+)
 
 
 class _Recording:
@@ -25,6 +34,11 @@ class _Recording:
         result = self._cursor.execute(sql, parameters)
         self.rowcount = self._cursor.rowcount
         return result
+
+    def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
+        rows = list(rows)
+        self.bound.extend(list(row) for row in rows)
+        return self._cursor.executemany(sql, rows)
 
 
 @pytest.fixture
@@ -70,5 +84,35 @@ def test_a_store_file_does_not_zero_what_it_deletes(tmp_path: Path):
     connection = connect(tmp_path / "messages.sqlite", busy_timeout=1.0)
     try:
         assert connection.execute("PRAGMA secure_delete").fetchone() == (0,)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("count", [1, 7, 64])
+def test_a_run_of_adds_binds_no_parameter_the_module_adapts(tmp_path: Path, count):
+    """A run of adds with their duplicate ids binds integers, text and bytearrays only:
+    the sqlite3 module binds those as they are, and adapts anything else (``bytes``,
+    None) by a lookup that raises and clears an error, about 2,500 instructions each.
+    What is read back is the bytes written."""
+    connection = connect(tmp_path / "messages.sqlite", busy_timeout=1.0)
+    try:
+        cursor = _Recording(connection.cursor())
+        state = load_state(connection.cursor())
+        connection.execute("BEGIN IMMEDIATE")
+        apply_all(connection.cursor(), state, [CreateQueue(QueueRecord("q", "q", "anycast"))])
+        adds = [
+            AddMessage(n, ("q",), b"m%d" % n, duplicate=StoreDuplicateId("q", b"d%d" % n, 16))
+            for n in range(1, count + 1)
+        ]
+        assert apply_all(cursor, state, adds) == [None] * count  # type: ignore[arg-type]
+        connection.execute("COMMIT")
+        bound = [value for part in cursor.bound for value in part]
+        assert {type(value) for value in bound} <= {int, str, bytearray}
+        assert connection.execute("SELECT data FROM messages ORDER BY id").fetchall() == [
+            (b"m%d" % n,) for n in range(1, count + 1)
+        ]
+        assert connection.execute(
+            "SELECT duplicate_id FROM duplicate_ids ORDER BY seq"
+        ).fetchall() == [(b"d%d" % n,) for n in range(max(1, count - 15), count + 1)]
     finally:
         connection.close()
