@@ -237,13 +237,16 @@ def start_node_ports(
     deadline: float,
     config: str = NODE_CONFIG,
     options: Sequence[str] = (),
+    *,
+    prefix: Sequence[str] = (),
 ) -> tuple[Child, dict[str, int]]:
-    """A node in ``directory`` on ``config`` (and ``txbridge node``'s ``options``);
-    returns it once started, with the port of each of its acceptors, by name."""
+    """A node in ``directory`` on ``config`` (and ``txbridge node``'s ``options``, the
+    command run under ``prefix``, a tool such as valgrind, if any); returns it once
+    started, with the port of each of its acceptors, by name."""
     (directory / "node.toml").write_text(config)
     node = Child(
         "the node",
-        [str(BIN / "txbridge"), "node", "--config", "node.toml", *options],
+        [*prefix, str(BIN / "txbridge"), "node", "--config", "node.toml", *options],
         directory,
         directory / "node.stderr",
     )

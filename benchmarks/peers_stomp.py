@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import pstats
+import re
 import signal
 import statistics
 import subprocess
@@ -111,6 +112,8 @@ class Deployment:
     vhost: str | None = None
     profiles: dict[str, Path] = field(default_factory=dict)
     """By process: the cProfile statistics each writes as it stops (``--count-calls``)."""
+    traces: dict[str, Path] = field(default_factory=dict)
+    """By process: the callgrind output each writes as it stops (``--callgrind``)."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,9 @@ class Options:
     count_calls: bool = False
     """Run txbridge's nodes under cProfile, for the calls each makes per message (their
     rates are then not figures)."""
+    callgrind: Path | None = None
+    """Run txbridge's nodes under valgrind's callgrind, its outputs in this folder, for
+    the instructions each executes (their rates are then not figures)."""
 
 
 # -- the brokers ----------------------------------------------------------------------------
@@ -168,44 +174,88 @@ def deploy_txbridge(
     """One node; or node B, then node A with a core bridge of its queue to B."""
     frame = options.txbridge_max_frame_size
     profiled = ["--profile", PROFILE] if options.count_calls else []
+    traces: dict[str, Path] = {}
+
+    def traced(name: str) -> list[str]:
+        """The command's prefix that runs node ``name`` under callgrind, if wanted."""
+        if options.callgrind is None:
+            return []
+        trace = traces[name] = options.callgrind / f"{case.name}-{name.replace(' ', '-')}.out"
+        return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={trace}"]
+
     if not case.bridged:
         node, ports = start_node_ports(
-            directory, stack, deadline, txbridge_config("one", frame), profiled
+            directory,
+            stack,
+            deadline,
+            txbridge_config("one", frame),
+            profiled,
+            prefix=traced("node"),
         )
         return Deployment(
             ports["stomp"],
             ports["stomp"],
             {"node": node.pid},
-            [lambda: node.stop(signal.SIGTERM)],
+            [lambda: node.stop(signal.SIGTERM, STOPPING)],
             profiles={"node": directory / PROFILE} if profiled else {},
+            traces=traces,
         )
     (directory / "a").mkdir()
     (directory / "b").mkdir()
     b, b_ports = start_node_ports(
-        directory / "b", stack, deadline, txbridge_config("b", frame, core=True), profiled
+        directory / "b",
+        stack,
+        deadline,
+        txbridge_config("b", frame, core=True),
+        profiled,
+        prefix=traced("node B"),
     )
     bridge = bridge_table(
         f"tcp://127.0.0.1:{b_ports['core']}",
         BridgeSettings(duplicate_detection=options.duplicate_detection),
     )
     a, a_ports = start_node_ports(
-        directory / "a", stack, deadline, txbridge_config("a", frame) + bridge, profiled
+        directory / "a",
+        stack,
+        deadline,
+        txbridge_config("a", frame) + bridge,
+        profiled,
+        prefix=traced("node A"),
     )
     return Deployment(
         a_ports["stomp"],
         b_ports["stomp"],
         {"node A": a.pid, "node B": b.pid},
-        [lambda: a.stop(signal.SIGTERM), lambda: b.stop(signal.SIGTERM)],
+        [lambda: a.stop(signal.SIGTERM, STOPPING), lambda: b.stop(signal.SIGTERM, STOPPING)],
         profiles=(
             {"node A": directory / "a" / PROFILE, "node B": directory / "b" / PROFILE}
             if profiled
             else {}
         ),
+        traces=traces,
     )
 
 
 PROFILE = "calls.pstats"
 """Where a node run with ``--count-calls`` writes its statistics, in its folder."""
+
+STOPPING = 120.0
+"""Seconds a node has to stop once told (SIGTERM): one under callgrind writes its
+output then."""
+
+
+def instructions(traces: dict[str, Path]) -> dict[str, int]:
+    """By process, the instructions its callgrind output counts (start-up and stopping
+    included: two runs of different counts give those per message)."""
+    counted = {}
+    for name, path in traces.items():
+        if not path.exists():
+            raise RuntimeError(f"{name} wrote no callgrind output to {path}")
+        totals = re.search(r"^totals: (\d+)", path.read_text(errors="replace"), re.MULTILINE)
+        if totals is None:
+            raise RuntimeError(f"{path} has no totals line")
+        counted[name] = int(totals.group(1))
+    return counted
 
 
 def calls_per_message(profiles: dict[str, Path], messages: int) -> dict[str, dict[str, float]]:
@@ -348,6 +398,7 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
         for stop in deployment.stops:
             stop()
         calls = calls_per_message(deployment.profiles, received["received"])
+        counted = instructions(deployment.traces)
     elapsed = received["last"] - done["first_send"]
     delivered = received["received"]
     figures = {
@@ -384,6 +435,8 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
     )
     if calls:
         figures["calls_per_message_by_process"] = calls
+    if counted:
+        figures["instructions_by_process"] = counted
     problems = []
     if figures["wrong_size"]:
         problems.append(f"{figures['wrong_size']} bodies not of {size} bytes")
@@ -588,6 +641,8 @@ def run(
                         f"({calls['all']:.1f} with C functions)",
                         flush=True,
                     )
+                for name, counted in result.get("instructions_by_process", {}).items():
+                    print(f"    {name}: {counted:,} instructions (callgrind)", flush=True)
         report = {case.name: case_report(case, runs[case.name], options) for case in cases}
         after_round(report, round_number + 1)
     return report
@@ -651,6 +706,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run txbridge's nodes under cProfile and print the calls each makes per "
         "message (a count, not a rate)",
     )
+    parser.add_argument(
+        "--callgrind",
+        type=Path,
+        help="run txbridge's nodes under valgrind's callgrind, its outputs in this folder, "
+        "and print the instructions each executes (a count, not a rate)",
+    )
     args = parser.parse_args(argv)
     wanted = [name for name in args.brokers.split(",") if name]
     case_names = [name for name in args.cases.split(",") if name]
@@ -676,9 +737,11 @@ def main(argv: list[str] | None = None) -> int:
         profile=args.profile,
         duplicate_detection=not args.txbridge_no_duplicate_detection,
         count_calls=args.count_calls,
+        callgrind=args.callgrind,
     )
-    if args.profile is not None:
-        args.profile.mkdir(parents=True, exist_ok=True)
+    for folder in (args.profile, args.callgrind):
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
     skipped = {name: reason for name in wanted if (reason := MISSING[name]())}
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", flush=True)
@@ -704,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
             "goal": {"ratio": RATIO_GOAL, "rss_ratio": RSS_GOAL},
             "txbridge_duplicate_detection": options.duplicate_detection,
             "count_calls": args.count_calls,
+            "callgrind": args.callgrind is not None,
             "cases": report,
         }
         # (a counting run's rates are not figures, and a variant is not the table's:
@@ -711,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
         name = (
             "peers_stomp_calls"
             if args.count_calls
+            else "peers_stomp_instructions"
+            if args.callgrind is not None
             else "peers_stomp"
             if options.duplicate_detection
             else "peers_stomp_no_duplicate_detection"

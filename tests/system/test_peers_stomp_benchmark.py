@@ -310,3 +310,49 @@ def test_the_bridge_table_says_whether_it_detects_duplicates(detection: bool) ->
     table = bridge_table("tcp://127.0.0.1:1", BridgeSettings(duplicate_detection=detection))
     config = tomllib.loads(table)
     assert config["bridge"][0]["use-duplicate-detection"] is detection
+
+
+def test_callgrind_runs_each_node_under_valgrind_and_reads_its_totals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--callgrind DIR``: each node's command runs under valgrind's callgrind, its
+    output named by case and node in DIR, and the run reads the instructions each
+    counted from its ``totals`` line (a missing output is an error, not a zero)."""
+    started: list[tuple[Path, list[str]]] = []
+
+    class Node:
+        pid = 1
+
+        def stop(self, *args: object) -> None:
+            pass
+
+    def start(directory: Path, *args: Any, prefix: list[str]) -> tuple[Node, dict[str, int]]:
+        started.append((directory, list(prefix)))
+        return Node(), {"stomp": 1, "core": 2}
+
+    monkeypatch.setattr(peers_stomp, "start_node_ports", start)
+    options = peers_stomp.Options(
+        count=10,
+        large_count=1,
+        large_size=1,
+        seconds=1.0,
+        txbridge_max_frame_size=None,
+        callgrind=tmp_path / "traces",
+    )
+    case = peers_stomp.CASES["a-to-b-persistent"]
+    deployment = peers_stomp.deploy_txbridge(case, tmp_path, None, 0.0, options)  # type: ignore[arg-type]
+    traces = {
+        "node A": tmp_path / "traces" / "a-to-b-persistent-node-A.out",
+        "node B": tmp_path / "traces" / "a-to-b-persistent-node-B.out",
+    }
+    assert deployment.traces == traces
+    assert [prefix for _, prefix in started] == [
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={traces[name]}"]
+        for name in ("node B", "node A")
+    ]
+    traces["node A"].parent.mkdir()
+    traces["node A"].write_text("events: Ir\nsummary: 1200\ntotals: 1234\n")
+    with pytest.raises(RuntimeError, match="node B wrote no callgrind output"):
+        peers_stomp.instructions(traces)
+    traces["node B"].write_text("events: Ir\ntotals: 99\n")
+    assert peers_stomp.instructions(traces) == {"node A": 1234, "node B": 99}
