@@ -41,6 +41,17 @@ CREATE TABLE live_lock (
 INSERT INTO live_lock (name, holder, epoch) VALUES ('live', '', 0);
 """
 
+_DUPLICATE_IDS = """
+CREATE TABLE {table} (
+    address TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    duplicate_id BLOB NOT NULL,
+    PRIMARY KEY (address, slot)
+) WITHOUT ROWID;
+"""
+"""The duplicate ids' table (version 4), under the name ``table``."""
+
 SCHEMA = (
     """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -61,16 +72,10 @@ CREATE TABLE message_refs (
     delivery_count INTEGER NOT NULL,
     PRIMARY KEY (queue, message_id)
 ) WITHOUT ROWID;
-CREATE TABLE duplicate_ids (
-    address TEXT NOT NULL,
-    slot INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    duplicate_id BLOB NOT NULL,
-    PRIMARY KEY (address, slot)
-) WITHOUT ROWID;
 INSERT INTO store_state (key, value) VALUES ('highest_message_id', 0);
 INSERT INTO store_state (key, value) VALUES ('clean_stop', 1);
 """
+    + _DUPLICATE_IDS.format(table="duplicate_ids")
     + _LIVE_LOCK
 )
 
@@ -196,14 +201,8 @@ def _migrate_3_to_4(connection: sqlite3.Connection) -> None:
     afresh the first time it stores an id there, when it knows the ``keep``."""
     _statements(
         connection,
-        """
-CREATE TABLE duplicate_ids_ring (
-    address TEXT NOT NULL,
-    slot INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    duplicate_id BLOB NOT NULL,
-    PRIMARY KEY (address, slot)
-) WITHOUT ROWID;
+        _DUPLICATE_IDS.format(table="duplicate_ids_ring")
+        + """
 INSERT INTO duplicate_ids_ring (address, slot, seq, duplicate_id)
     SELECT address, -seq, seq, duplicate_id FROM duplicate_ids;
 DROP TABLE duplicate_ids;
