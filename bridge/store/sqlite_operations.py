@@ -169,25 +169,28 @@ def _ring(cursor: sqlite3.Cursor, state: WriterState, address: str, keep: int) -
 
 
 def _read_ring(cursor: sqlite3.Cursor, address: str, keep: int) -> DuplicateRing:
-    """``address``'s ring as stored; laid out afresh, its newest ``keep`` ids kept, where
-    its slots are not those of ``keep`` (it had another size, or it was migrated)."""
+    """``address``'s ring as stored; laid out afresh where its slots are not those of
+    ``keep`` (it had another size, or it was migrated): its newest ``keep`` ids kept, in
+    order, numbered again from 0 (a migrated table's numbers have gaps, which would give
+    two ids one slot)."""
     rows = cursor.execute(
         "SELECT seq, slot FROM duplicate_ids WHERE address = ? ORDER BY seq DESC", (address,)
     ).fetchall()
-    if len(rows) > keep or any(slot != seq % keep for seq, slot in rows):
-        kept = cursor.execute(
-            "SELECT seq, duplicate_id FROM duplicate_ids WHERE address = ?"
-            " ORDER BY seq DESC LIMIT ?",
-            (address, keep),
-        ).fetchall()
-        cursor.execute("DELETE FROM duplicate_ids WHERE address = ?", (address,))
-        if kept:
-            _insert(
-                cursor,
-                "duplicate_ids (address, slot, seq, duplicate_id)",
-                [(address, seq % keep, seq, duplicate_id) for seq, duplicate_id in kept],
-            )
-    return DuplicateRing(keep, rows[0][0] + 1 if rows else 0)
+    if len(rows) <= keep and all(slot == seq % keep for seq, slot in rows):
+        return DuplicateRing(keep, rows[0][0] + 1 if rows else 0)
+    kept = cursor.execute(
+        "SELECT duplicate_id FROM duplicate_ids WHERE address = ? ORDER BY seq DESC LIMIT ?",
+        (address, keep),
+    ).fetchall()
+    kept.reverse()
+    cursor.execute("DELETE FROM duplicate_ids WHERE address = ?", (address,))
+    if kept:
+        _insert(
+            cursor,
+            "duplicate_ids (address, slot, seq, duplicate_id)",
+            [(address, seq, seq, duplicate_id) for seq, (duplicate_id,) in enumerate(kept)],
+        )
+    return DuplicateRing(keep, len(kept))
 
 
 def _commit_transaction(cursor: sqlite3.Cursor, state: WriterState, op: CommitTransaction) -> None:

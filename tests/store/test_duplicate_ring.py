@@ -159,20 +159,31 @@ INSERT INTO schema_version (version) VALUES (3);
 
 def test_a_version_3_store_keeps_its_ids_in_rings(tmp_path: Path) -> None:
     """Migrated, a store recovers the ids its version-3 table held, in order; the first
-    id stored lays the ring out for its ``keep`` and the oldest beyond it go."""
+    id stored lays the ring out for its ``keep`` and the oldest beyond it go. The old
+    table numbered the ids of every address in one sequence, and an id stored again
+    took a new number: an address's numbers have gaps, which the ring does not keep."""
     path = tmp_path / "messages.sqlite"
     old = sqlite3.connect(path)
     old.executescript(OLD_SCHEMA)
     old.executemany(
-        "INSERT INTO duplicate_ids (address, duplicate_id) VALUES (?, ?)",
-        [("a", b"%d" % n) for n in range(10)] + [("b", b"b0")],
+        "INSERT OR REPLACE INTO duplicate_ids (address, duplicate_id) VALUES (?, ?)",
+        [(address, b"%s%d" % (address.encode(), n)) for n in range(10) for address in "ab"]
+        + [("a", b"a3")],
     )
     old.commit()
     old.close()
     writer = Writer(path)
     assert writer.connection.execute("SELECT version FROM schema_version").fetchone() == (4,)
-    assert writer.recovered() == {"a": [b"%d" % n for n in range(10)], "b": [b"b0"]}
-    writer.run([StoreDuplicateId("a", b"10", 4), CreateQueue(QueueRecord("q", "q", "anycast"))])
+    a = [b"a%d" % n for n in (0, 1, 2, 4, 5, 6, 7, 8, 9, 3)]
+    b = [b"b%d" % n for n in range(10)]
+    assert writer.recovered() == {"a": a, "b": b}
+    writer.run([StoreDuplicateId("a", b"a10", 4), CreateQueue(QueueRecord("q", "q", "anycast"))])
     assert writer.rows("a") == 4
+    assert writer.recovered() == {"a": [b"a8", b"a9", b"a3", b"a10"], "b": b}
+    writer.run([StoreDuplicateId("b", b"b10", 7), StoreDuplicateId("a", b"a11", 4)])
     writer.reopen()
-    assert writer.recovered() == {"a": [b"7", b"8", b"9", b"10"], "b": [b"b0"]}
+    assert writer.recovered() == {
+        "a": [b"a9", b"a3", b"a10", b"a11"],
+        "b": [b"b%d" % n for n in range(4, 11)],
+    }
+    assert (writer.rows("a"), writer.rows("b")) == (4, 7)
