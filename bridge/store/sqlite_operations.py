@@ -174,21 +174,18 @@ def _read_ring(cursor: sqlite3.Cursor, address: str, keep: int) -> DuplicateRing
     order, numbered again from 0 (a migrated table's numbers have gaps, which would give
     two ids one slot)."""
     rows = cursor.execute(
-        "SELECT seq, slot FROM duplicate_ids WHERE address = ? ORDER BY seq DESC", (address,)
+        "SELECT seq, slot, duplicate_id FROM duplicate_ids WHERE address = ? ORDER BY seq DESC",
+        (address,),
     ).fetchall()
-    if len(rows) <= keep and all(slot == seq % keep for seq, slot in rows):
+    if len(rows) <= keep and all(slot == seq % keep for seq, slot, _ in rows):
         return DuplicateRing(keep, rows[0][0] + 1 if rows else 0)
-    kept = cursor.execute(
-        "SELECT duplicate_id FROM duplicate_ids WHERE address = ? ORDER BY seq DESC LIMIT ?",
-        (address, keep),
-    ).fetchall()
-    kept.reverse()
+    kept = [duplicate_id for _, _, duplicate_id in reversed(rows[:keep])]
     cursor.execute("DELETE FROM duplicate_ids WHERE address = ?", (address,))
     if kept:
         _insert(
             cursor,
             "duplicate_ids (address, slot, seq, duplicate_id)",
-            [(address, seq, seq, duplicate_id) for seq, (duplicate_id,) in enumerate(kept)],
+            [(address, seq, seq, duplicate_id) for seq, duplicate_id in enumerate(kept)],
         )
     return DuplicateRing(keep, len(kept))
 
