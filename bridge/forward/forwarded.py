@@ -11,8 +11,11 @@ The bridge adds two headers:
   A drain's bridge leaves it off a message that has its producer's duplicate id: that id
   then finds the repeats on the target, the producer's own resend there among them (a
   send whose confirmation the drain's closing of its connection cut off).
-- ``_TXB_DELIVERY_COUNT``, from a drain's bridge only: how many times a durable message
-  was delivered on the node it leaves, so that the target delivers it as a redelivery.
+- ``_TXB_DELIVERY_COUNT``, on a message delivered before on the node it leaves, so that
+  the target delivers it as a redelivery if it does not drop it as a repeat. A drain's
+  message was delivered to consumers there. Any other bridge's was sent before and not
+  confirmed: the target may have delivered it to an ``ack:auto`` consumer and been
+  killed before its id was written (``Router._add_early_bridged``).
 - ``_TXB_BRIDGE_PATH``: the ids of the nodes whose bridges forwarded it, in order. A
   bridge never forwards a message to a node on that path, so a cycle (A -> B -> A) ends
   after one round and a chain (A -> B -> C) goes on.
@@ -78,7 +81,7 @@ class Forwarder:
     def forward(self, message: Message, delivered_before: int = 0) -> Message | None:
         """The message to send for ``message``, or None when it must not go: it has been
         through the target node already, or the transformer dropped it (returned None).
-        ``delivered_before``: the times a drain's message was delivered here."""
+        ``delivered_before``: the times the message was delivered here before."""
         path = message.headers.get(BRIDGE_PATH)
         first_hop = not (isinstance(path, str) and path)
         if isinstance(path, str) and path:

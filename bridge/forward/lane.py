@@ -217,10 +217,11 @@ class Lane:
         assert client is not None and forwarder is not None, "a closed lane's delivery"
         assert consumer == self._consumer, "a closed consumer's delivery"
         message = delivery.message
-        before = 0
-        if bridge.moving and delivery.delivery_count > 1:
-            before = delivery.delivery_count - 1
-        sent = None if before and not message.durable else forwarder.forward(message, before)
+        # Delivered here before: a drain's message was delivered to a consumer, any other
+        # was sent to the target, which may have delivered it before a crash lost its id.
+        before = delivery.delivery_count - 1
+        moved_again = before and bridge.moving and not message.durable
+        sent = None if moved_again else forwarder.forward(message, before)
         if sent is None:
             # A drain moves a non-durable message delivered here before nowhere: it was
             # delivered once, and is never delivered again.

@@ -159,6 +159,7 @@ class Consumer(Generic[T]):
             credits=self._window,
             filter=filter,
             held=claimed is not None,
+            auto_ack=self._auto_acks is not None,
         )
         if claimed is not None:
             queue = self.broker.queue(self.queue)

@@ -63,9 +63,10 @@ class Delivery:
         credits: int = UNLIMITED,
         filter: str | None = None,
         held: bool = False,
+        auto_ack: bool = False,
     ) -> None:
         self._router.queue(queue_name).add_consumer(
-            consumer_id, sink, credits, compile_filter(filter), held
+            consumer_id, sink, credits, compile_filter(filter), held=held, auto_ack=auto_ack
         )
 
     def acknowledge(

@@ -113,6 +113,8 @@ class Consumer:
     ready: bool = True
     held: bool = False
     """Its head is streaming a large delivery: nothing more until it is done."""
+    auto_ack: bool = False
+    """Acknowledges what it is handed as it is handed (STOMP ``ack:auto``)."""
     next_delivery_id: int = 1
     in_flight: OrderedDict[int, Entry] = attrs.Factory(OrderedDict)
 
@@ -138,6 +140,8 @@ class Queue:
     _loading: bool = False
     _last_page_in: int = 0
     _consumers: dict[int, Consumer] = attrs.Factory(dict)
+    _acking: int = 0
+    """Consumers that acknowledge what they were handed later, if at all (not auto_ack)."""
     _turn: int = 0
     _dispatching: bool = False
     _added: int = 0
@@ -176,6 +180,12 @@ class Queue:
     @property
     def consumer_ids(self) -> tuple[int, ...]:
         return tuple(self._consumers)
+
+    @property
+    def consumed_when_delivered(self) -> bool:
+        """Whether it has consumers and every one acknowledges what it is handed as it is
+        handed (``auto_ack``): nothing it delivers waits for an acknowledgement."""
+        return not self._acking and bool(self._consumers)
 
     def browse(self) -> Iterator[Entry]:
         """The waiting messages in memory, oldest first, without taking them (paged ones
@@ -264,16 +274,23 @@ class Queue:
         sink: Sink,
         credits: int = UNLIMITED,
         filter: Filter | None = None,
+        *,
         held: bool = False,
+        auto_ack: bool = False,
     ) -> None:
         """Start delivering to ``sink``, with ``credits`` bytes (UNLIMITED: no window);
-        ``held``: not before ``hold(consumer_id, False)`` (it claims messages first)."""
+        ``held``: not before ``hold(consumer_id, False)`` (it claims messages first);
+        ``auto_ack``: it acknowledges each delivery as it is handed it."""
         if consumer_id in self._consumers:
             raise QueueError(f"queue {self.name!r} already has consumer {consumer_id}")
         if credits < UNLIMITED:
             raise ValueError(f"credits must be -1 (unlimited) or more, got {credits}")
         window = None if credits == UNLIMITED else credits
-        self._consumers[consumer_id] = Consumer(consumer_id, sink, window, filter, held=held)
+        self._consumers[consumer_id] = Consumer(
+            consumer_id, sink, window, filter, held=held, auto_ack=auto_ack
+        )
+        if not auto_ack:
+            self._acking += 1
         self.dispatch()
 
     def claim(self, consumer_id: int, message_ids: Sequence[int]) -> Claim:
@@ -319,6 +336,8 @@ class Queue:
         Returns the returned entries (the node persists their delivery counts)."""
         consumer = self._consumer(consumer_id)
         del self._consumers[consumer_id]
+        if not consumer.auto_ack:
+            self._acking -= 1
         returned = list(consumer.in_flight.values())
         if dead_letters:
             returned = self._take_back(returned)

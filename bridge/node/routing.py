@@ -29,6 +29,7 @@ from bridge.node.address import (
     routing_names,
     settle,
 )
+from bridge.node.duplicates import DuplicateIdCache
 from bridge.node.errors import AddressFull, AddressNotFound, NodeError, QueueNotFound
 from bridge.node.large import LargeMessages
 from bridge.node.memory import AddressMemory, NodeMemory
@@ -430,6 +431,16 @@ class Router:
                     message = message.with_id(self.next_id)
                     self.next_id += 1
                 cache.add(bridge_id)
+                if (
+                    early
+                    and only.queue.consumed_when_delivered
+                    and DELIVERY_COUNT not in message.headers
+                    and (
+                        message.id <= self._ids_reserved - ID_BLOCK // 2
+                        or self._id_reserved(message.id)
+                    )
+                ):
+                    return self._add_early_bridged(message, only.queue, address, bridge_id, then)
                 held = message.size
                 memory.add(held)
                 cache.hold(bridge_id)
@@ -602,6 +613,49 @@ class Router:
             return None
         enqueue(message, bindings)
         return QUEUED
+
+    def _add_early_bridged(
+        self, message: Message, queue: Queue, address: Address, bridge_id: bytes, then: Then
+    ) -> Queued | None:
+        """Queue a core bridge's first send of a message at once, its write (with its
+        bridge id) under way, where every consumer of its queue acknowledges what it is
+        handed as it is handed (``ack:auto``): one that took it before its write began
+        leaves only its id to write. A repeat waits for the write, then is a duplicate
+        (the message is on its queue even if the write failed). A kill -9 before the write
+        loses the id, not the message: the bridge sends it again, marked as sent before
+        (``DELIVERY_COUNT``), and it is delivered as a redelivery, as an ``ack:auto``
+        delivery the crash cut off its acknowledgement would be. A consumer that
+        acknowledges later gets its queue's bridged messages only once they are written
+        (``_add_then``), so for it a kill -9 of the node never repeats one."""
+        cache = address.bridge_duplicates
+        cache.hold(bridge_id)
+        written = partial(self._early_bridged_written, message, cache, bridge_id, then)
+        try:
+            self.store.add_early(
+                message,
+                (queue.name,),
+                written,
+                duplicate=(address.bridge_key, bridge_id, cache.size),
+            )
+        except StoreError as error:
+            cache.settle(bridge_id, committed=False)
+            then(Failure(error))
+            return None
+        queue.add(message)
+        return QUEUED
+
+    def _early_bridged_written(
+        self,
+        message: Message,
+        cache: DuplicateIdCache,
+        bridge_id: bytes,
+        then: Then,
+        failure: Failure | None,
+    ) -> None:
+        """An early bridged send's write ended. Its id stays known either way: the message
+        is on its queue, so a repeat is a duplicate."""
+        cache.settle(bridge_id, committed=True)
+        self._early_written(message, then, failure)
 
     def _id_reserved(self, message_id: int) -> bool:
         """Whether ``message_id`` is reserved in the store, so that it may be seen before

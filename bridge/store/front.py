@@ -81,6 +81,8 @@ class _EarlyAdd:
 
     message: Message
     queues: list[str]
+    duplicate: StoreDuplicateId | None = None
+    """Stored whatever the queues do: a repeat must be known even once consumed."""
 
 
 def _encode_add(
@@ -95,6 +97,14 @@ def _encode_add(
     if large is None:
         return AddMessage(message.id, queues, data, duplicate=duplicate)
     return AddMessage(message.id, queues, data, large.size, large.path, duplicate)
+
+
+def _duplicate_id(address: str, duplicate_id: bytes, keep: int) -> StoreDuplicateId:
+    """The operation storing a message's duplicate id with it; ``InvalidOperation`` for a
+    cache that keeps nothing."""
+    if keep < 1:
+        raise InvalidOperation(f"duplicate ids of {address!r}: keep must be at least 1")
+    return StoreDuplicateId(address, duplicate_id, keep)
 
 
 def _spread(results: Outcomes, places: list[int], outcomes: list[BaseException | None]) -> Outcomes:
@@ -206,7 +216,14 @@ class MessageStore:
             return
         self._batches.submit_then(operation, then)
 
-    def add_early(self, message: Message, queues: Sequence[str], then: Then) -> None:
+    def add_early(
+        self,
+        message: Message,
+        queues: Sequence[str],
+        then: Then,
+        *,
+        duplicate: tuple[str, bytes, int] | None = None,
+    ) -> None:
         if (
             self._state is not _OPEN
             or not message.durable
@@ -216,7 +233,9 @@ class MessageStore:
             self._check_add(message, queues)
             if message.large is not None:
                 raise InvalidOperation(f"add message {message.id}: a large message is never early")
-        early = _EarlyAdd(message, list(queues))
+        early = _EarlyAdd(
+            message, list(queues), None if duplicate is None else _duplicate_id(*duplicate)
+        )
         self._early[message.id] = early
         self._early_items += 1
         self._batches.submit_then(early, then)
@@ -230,12 +249,7 @@ class MessageStore:
         """The operation that adds ``message`` (with ``duplicate``, as ``add_then`` says);
         ``StoreError`` if it may not be added."""
         self._check_add(message, queues)
-        stored_id = None
-        if duplicate is not None:
-            address, duplicate_id, keep = duplicate
-            if keep < 1:
-                raise InvalidOperation(f"duplicate ids of {address!r}: keep must be at least 1")
-            stored_id = StoreDuplicateId(address, duplicate_id, keep)
+        stored_id = None if duplicate is None else _duplicate_id(*duplicate)
         return _encode_add(message, tuple(queues), stored_id)
 
     def _check_add(self, message: Message, queues: Sequence[str]) -> None:
@@ -455,7 +469,8 @@ class MessageStore:
 
     def _hand_over(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:
         """The batch's early adds encoded, or left out where every queue acknowledged
-        them already (their outcome: done), and the batch handed to the writer."""
+        them already (their outcome: done; their duplicate id, if any, still stored), and
+        the batch handed to the writer."""
         early = self._early
         outcomes: list[BaseException | None] = [None] * len(items)
         operations: list[Operation] = []
@@ -463,12 +478,17 @@ class MessageStore:
         for place, item in enumerate(items):
             if type(item) is _EarlyAdd:
                 early.pop(item.message.id, None)  # (handed over: no more taken off)
-                if not item.queues:
-                    continue
-                try:
-                    operations.append(_encode_add(item.message, tuple(item.queues), None))
-                except InvalidOperation as error:
-                    outcomes[place] = error
+                if item.queues:
+                    try:
+                        operations.append(
+                            _encode_add(item.message, tuple(item.queues), item.duplicate)
+                        )
+                    except InvalidOperation as error:
+                        outcomes[place] = error
+                        continue
+                elif item.duplicate is not None:
+                    operations.append(item.duplicate)  # consumed: its id alone
+                else:
                     continue
             else:
                 operations.append(cast(Operation, item))

@@ -52,13 +52,17 @@ class IMessageStore(Interface):
         ``store_duplicate_id`` would store it: both or neither."""
 
     def add_early(
-        message: Message, queues: Sequence[str], then: Callable[[Failure | None], object]
+        message: Message,
+        queues: Sequence[str],
+        then: Callable[[Failure | None], object],
+        *,
+        duplicate: tuple[str, bytes, int] | None = None,
     ) -> None:
-        """``add_then`` for a message already on its queues (no duplicate id, not large):
-        until its add is handed to the writer, an ``acknowledge`` of it outside a
-        transaction takes its queue off the add instead of being written, and an add no
-        queue holds any more is never written (``then`` still hears None in its turn).
-        ``StoreError`` at once if the add is refused."""
+        """``add_then`` for a message already on its queues (not large): until its add is
+        handed to the writer, an ``acknowledge`` of it outside a transaction takes its
+        queue off the add instead of being written, and an add no queue holds any more is
+        never written (``then`` still hears None in its turn) but for its ``duplicate``,
+        which is always stored. ``StoreError`` at once if the add is refused."""
 
     def new_body(message_id: int) -> IBodyWriter:
         """Start a large message's body, written in chunks before ``add``; a body no

@@ -40,11 +40,18 @@ async def test_a_full_target_under_fail_is_retried_until_it_has_room(nodes: Node
     assert bridges.snapshots()[0].state is BridgeState.STARTED
     consumer = await (await nodes.client(b)).consumer("orders")
     numbers = []
+    redelivered = set()
     while len(numbers) < total:
         message = await consumer.receive().addTimeout(30, reactor)
         message.ack()
         numbers.append(message.headers["n"])
+        if message.redelivered:
+            redelivered.add(message.headers["n"])
     assert sorted(numbers) == list(range(total))
+    # A send refused (or cut off by a refusal before it) is sent again, marked as sent
+    # before: the target delivers it as a redelivery. The first was confirmed at once.
+    assert redelivered, "no resend was delivered as a redelivery"
+    assert 0 not in redelivered
     await eventually(lambda: a.depth("orders") == 0)
     assert b.broker is not None and b.broker.queue("orders").waiting == 0, "a duplicate at B"
     await eventually(lambda: b.depth("orders") == 0)  # the consumer's last acks arrive

@@ -207,3 +207,19 @@ def test_a_claim_leaves_what_the_consumer_filter_refuses_and_what_is_in_flight()
     assert (queue.waiting, queue.in_flight) == (1, 1)
     with pytest.raises(QueueError):
         queue.claim(3, [1])
+
+
+def test_consumed_when_delivered_only_while_every_consumer_acknowledges_on_delivery():
+    queue = Queue("orders", "orders")
+    assert not queue.consumed_when_delivered  # no consumer: a message waits
+    queue.add_consumer(1, lambda delivery: None, auto_ack=True)
+    queue.add_consumer(2, lambda delivery: None, auto_ack=True)
+    assert queue.consumed_when_delivered
+    queue.add_consumer(3, lambda delivery: None)
+    assert not queue.consumed_when_delivered
+    queue.remove_consumer(1)
+    assert not queue.consumed_when_delivered
+    queue.remove_consumer(3)
+    assert queue.consumed_when_delivered
+    queue.remove_consumer(2)
+    assert not queue.consumed_when_delivered

@@ -24,6 +24,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.last_fresh: dict[int, int] = {}  # consumer -> last first-time message id seen
         self.next_consumer = 1
         self.sizes: dict[int, int] = {}
+        self.acking: set[int] = set()  # consumers that acknowledge later (not auto_ack)
 
     def _sink(self, consumer_id: int):  # type: ignore[no-untyped-def]
         def sink(delivery: Delivery) -> None:
@@ -50,13 +51,17 @@ class QueueMachine(RuleBasedStateMachine):
         self.next_id += 1
         self.queue.add(message)
 
-    @rule(window=st.sampled_from([UNLIMITED, 0, 60, 200]))
-    def add_consumer(self, window):
+    @rule(window=st.sampled_from([UNLIMITED, 0, 60, 200]), auto_ack=st.booleans())
+    def add_consumer(self, window, auto_ack):
         consumer_id = self.next_consumer
         self.next_consumer += 1
         self.in_flight[consumer_id] = {}
         self.credits[consumer_id] = None if window == UNLIMITED else window
-        self.queue.add_consumer(consumer_id, self._sink(consumer_id), credits=window)
+        if not auto_ack:
+            self.acking.add(consumer_id)
+        self.queue.add_consumer(
+            consumer_id, self._sink(consumer_id), credits=window, auto_ack=auto_ack
+        )
 
     @rule(data=st.data(), window=st.sampled_from([UNLIMITED, 0, 60, 200]))
     def reattach(self, data, window):
@@ -69,6 +74,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.next_consumer += 1
         self.in_flight[consumer_id] = {}
         self.credits[consumer_id] = None if window == UNLIMITED else window
+        self.acking.add(consumer_id)  # (a core consumer: it acknowledges later)
         self.queue.add_consumer(consumer_id, self._sink(consumer_id), window, held=True)
         claim = self.queue.claim(consumer_id, ids)
         assert [m for m, _ in claim.claimed] == [i for i in ids if i in waiting]
@@ -86,6 +92,7 @@ class QueueMachine(RuleBasedStateMachine):
         consumer_id = data.draw(st.sampled_from(sorted(self.in_flight)))
         had = sorted(self.in_flight.pop(consumer_id).values())  # before: others may get them
         del self.credits[consumer_id]
+        self.acking.discard(consumer_id)
         returned = self.queue.remove_consumer(consumer_id)
         assert sorted(e.message.id for e in returned) == had
 
@@ -136,6 +143,11 @@ class QueueMachine(RuleBasedStateMachine):
         assert len(waiting) == len(set(waiting))
         assert sorted(waiting + flying) == sorted(self.added - self.gone)
         assert self.queue.depth == len(self.added - self.gone)
+
+    @invariant()
+    def consumed_when_delivered_while_every_consumer_acknowledges_on_delivery(self):
+        expected = bool(self.in_flight) and not self.acking
+        assert self.queue.consumed_when_delivered == expected
 
     @invariant()
     def the_waiting_messages_keep_their_order(self):
