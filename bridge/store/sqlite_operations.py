@@ -1,7 +1,8 @@
 """How each store operation (``bridge.store.operations``) is written to the SQLite file.
 
-Python pays per statement, so ``apply_all`` hands a run of consecutive adds, or of
-consecutive acknowledgements, to SQLite as one multi-row statement per table (up to
+Python pays per statement, so ``apply_all`` hands a run of consecutive adds, of
+consecutive acknowledgements or of consecutive duplicate ids, to SQLite as one multi-row
+statement per table (up to
 ``MAX_STATEMENT_ROWS`` rows each); should one of them be invalid, the run is undone (a
 savepoint) and applied one by one, so that one alone fails. Multi-row statements, not
 ``executemany``: the sqlite3 module lets go of the GIL around every step into SQLite,
@@ -230,6 +231,11 @@ def apply_all(
             outcomes += _add_run(cursor, state, [op for op in run if isinstance(op, AddMessage)])
         elif len(run) > 1 and kind is Acknowledge:
             outcomes += _ack_run(cursor, state, [op for op in run if isinstance(op, Acknowledge)])
+        elif len(run) > 1 and kind is StoreDuplicateId:
+            # (a bridge's target writes a run of these for messages consumed before their
+            # write; none can be refused: ``keep`` was checked as each was made)
+            _store_duplicates(cursor, state, [op for op in run if isinstance(op, StoreDuplicateId)])
+            outcomes += [None] * len(run)
         else:
             outcomes += _one_by_one(cursor, state, run)
     return outcomes
