@@ -14,7 +14,7 @@ from twisted.internet.task import LoopingCall
 from benchmarks.activation import QUEUE, fill
 from bridge.config.node import parse_node_config
 from bridge.node.broker import Broker
-from bridge.node.recovery import SLICE
+from bridge.node.recovery import SLICE, YOUNG_COLLECTION
 from bridge.store.sqlite import SQLiteMessageStore
 
 MESSAGES = 20 * SLICE
@@ -43,3 +43,23 @@ async def test_a_stored_queue_comes_back_whole_in_slices_and_frozen_until_closed
     finally:
         await broker.close()
     assert gc.get_freeze_count() == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_young_collections_are_rarer_while_a_broker_is_open(tmp_path: Path) -> None:
+    """Raised by the first broker that opens, Python's thresholds again once the last
+    one closes, whatever the order."""
+    before = gc.get_threshold()
+    brokers = []
+    for name in ("a", "b"):
+        config = parse_node_config(
+            {"node": {"name": name, "data-dir": f"data-{name}"}}, tmp_path / f"{name}.toml"
+        )
+        broker = Broker(config, SQLiteMessageStore(config.store_dir, reactor))
+        await broker.open()
+        brokers.append(broker)
+        assert gc.get_threshold() == (YOUNG_COLLECTION, *before[1:])
+    await brokers[0].close()
+    assert gc.get_threshold() == (YOUNG_COLLECTION, *before[1:])
+    await brokers[1].close()
+    assert gc.get_threshold() == before
