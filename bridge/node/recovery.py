@@ -39,9 +39,9 @@ YOUNG_COLLECTION = 50_000
 """Net new objects that start a collection of the youngest generation while a broker is
 open (Python's default: 700)."""
 
-_open_brokers: list[tuple[int, int, int]] = []
-"""The collector's thresholds from before each open broker raised them (the first
-one's are put back when the last closes)."""
+_before_open: list[tuple[int, int, int]] = []
+"""One entry per open broker that raised the collector's thresholds: the thresholds from
+before the first of them, put back when the last closes."""
 
 SLICE = 256
 """Messages put back between two looks at the cooperator's clock."""
@@ -70,9 +70,9 @@ class Recovery:
         finally:
             if collecting:
                 gc.enable()
-        thresholds = gc.get_threshold()
-        _open_brokers.append(thresholds)
-        gc.set_threshold(YOUNG_COLLECTION, *thresholds[1:])
+        before = _before_open[0] if _before_open else gc.get_threshold()
+        _before_open.append(before)
+        gc.set_threshold(YOUNG_COLLECTION, *before[1:])
         self._collecting_less = True
 
     def closed(self) -> None:
@@ -81,10 +81,9 @@ class Recovery:
         gc.unfreeze()
         if self._collecting_less:
             self._collecting_less = False
-            first = _open_brokers[0]
-            _open_brokers.pop()
-            if not _open_brokers:
-                gc.set_threshold(*first)
+            before = _before_open.pop()
+            if not _before_open:
+                gc.set_threshold(*before)
 
     async def _open(self) -> None:
         router = self._router
