@@ -135,8 +135,14 @@ def _store_duplicates(
             )
 
 
-def _store_duplicate_id(cursor: PgCursor, state: WriterState, op: StoreDuplicateId) -> None:
-    _store_duplicates(cursor, state, [op])
+def _duplicate_run(
+    cursor: PgCursor, state: WriterState, run: Sequence[StoreDuplicateId]
+) -> list[Outcome]:
+    """A run of lone ids (a bridge's target writes one for the messages its consumers
+    took before their write) in one statement; none can be refused, ``keep`` having been
+    checked as each was made."""
+    _store_duplicates(cursor, state, run)
+    return [None] * len(run)
 
 
 def _page(cursor: PgCursor, state: WriterState, op: PageMessage) -> None:
@@ -254,6 +260,7 @@ def _commit_transaction(cursor: PgCursor, state: WriterState, op: CommitTransact
 _RUNS: dict[type[Any], Callable[[PgCursor, WriterState, Any], list[Outcome]]] = {
     AddMessage: _add_run,
     Acknowledge: _ack_run,
+    StoreDuplicateId: _duplicate_run,
 }
 """Kinds written a whole run at a time."""
 
@@ -264,7 +271,6 @@ _APPLY: dict[type[Any], Callable[[PgCursor, WriterState, Any], None]] = {
     UpdateDeliveryCount: _update_delivery_count,
     CreateQueue: _create_queue,
     DeleteQueue: _delete_queue,
-    StoreDuplicateId: _store_duplicate_id,
     ReserveIds: lambda cursor, state, op: reserve_ids(state, op),
     CommitTransaction: _commit_transaction,
 }

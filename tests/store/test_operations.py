@@ -151,6 +151,22 @@ async def test_duplicate_id_caches_keep_the_newest_per_address(stores):
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_batch_of_lone_duplicate_ids_keeps_each_newest_last(stores):
+    """A bridge's target writes a run of ids alone (its consumers took their messages
+    before the write), one batch: each id is kept at its newest place, per address."""
+    store, _ = await stores.open()
+    writes = [store.store_duplicate_id("orders", b"o%d" % n, keep=8) for n in range(12)]
+    writes.append(store.store_duplicate_id("other", b"x", keep=8))
+    writes.append(store.store_duplicate_id("orders", b"o5", keep=8))  # again: the newest
+    await gatherResults(writes)
+    _, recovered = await stores.reopen(store)
+    kept = recovered.duplicate_ids["orders"]
+    assert kept[-7:] == [b"o6", b"o7", b"o8", b"o9", b"o10", b"o11", b"o5"]
+    assert len(kept) == len(set(kept))
+    assert recovered.duplicate_ids["other"] == [b"x"]
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_large_cache_is_trimmed_every_eighth_of_its_size(stores):
     store, _ = await stores.open()
     for n in range(40):
