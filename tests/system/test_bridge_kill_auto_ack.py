@@ -26,12 +26,12 @@ import pytest_twisted
 import stomp
 from twisted.internet.threads import deferToThread
 
+from tests.forward.conftest import eventually
 from tests.system.bridges import (
     Producers,
     bridge_table,
     core_acceptor,
     free_port,
-    pause,
     wait_queue_empty,
 )
 from tests.system.nodes import node_document
@@ -129,7 +129,7 @@ async def test_every_message_arriving_again_after_a_kill_is_flagged_as_a_redeliv
     ).start()
     try:
         for kill in range(1, KILLS + 1):
-            await _until(lambda n=kill: consumer.distinct() >= n * STEP, f"kill {kill}")
+            await eventually(lambda n=kill: consumer.distinct() >= n * STEP, 60)
             assert not producers.finished, f"the producer finished before kill {kill}"
             await b.stop(signal.SIGKILL)
             b = await nodes(b_document, name="b").wait_started()
@@ -151,10 +151,3 @@ async def test_every_message_arriving_again_after_a_kill_is_flagged_as_a_redeliv
     unflagged = [key for key, flags in twice.items() if not all(flags[1:])]
     assert not unflagged, f"arrived again without redelivered:true: {sorted(unflagged)[:5]}"
     assert len(arrivals) >= producers.total_confirmed * 0.9, "few messages arrived"
-
-
-async def _until(condition: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not enough messages on B before {what}"
-        await pause(0.02)
