@@ -46,7 +46,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,9 @@ class Options:
     """Record txbridge's processes with py-spy into this folder (a profile, not a figure)."""
     duplicate_detection: bool = True
     """txbridge's core bridge with ``use-duplicate-detection`` (its default)."""
+    block: str | None = None
+    """txbridge's ``bench`` address with this ``max-size-bytes`` under ``BLOCK``: producer
+    flow control, the address's memory bounded (a variant; by default it has no limit)."""
     count_calls: bool = False
     """Run txbridge's nodes under cProfile, for the calls each makes per message (their
     rates are then not figures)."""
@@ -140,10 +143,16 @@ class Options:
 # -- the brokers ----------------------------------------------------------------------------
 
 
-def txbridge_config(name: str, max_frame_size: str | None, core: bool = False) -> str:
+def txbridge_config(name: str, options: Options, core: bool = False) -> str:
     """A node with a STOMP acceptor (and a core one for a bridge to reach), address
-    ``bench`` anycast, security off."""
+    ``bench`` anycast (under ``BLOCK`` at ``options.block``, if given), security off."""
+    max_frame_size = options.txbridge_max_frame_size
     frame = f'max-frame-size = "{max_frame_size}"\n' if max_frame_size else ""
+    block = (
+        f'max-size-bytes = "{options.block}"\naddress-full-policy = "BLOCK"\n'
+        if options.block
+        else ""
+    )
     core_acceptor = (
         '\n[[acceptor]]\nname = "core"\nurl = "tcp://127.0.0.1:0"\nprotocols = ["core"]\n'
         if core
@@ -162,7 +171,7 @@ protocols = ["stomp"]
 [[address]]
 name = "bench"
 routing = "anycast"
-
+{block}
 [security]
 enabled = false
 """
@@ -172,7 +181,6 @@ def deploy_txbridge(
     case: Case, directory: Path, stack: ExitStack, deadline: float, options: Options
 ) -> Deployment:
     """One node; or node B, then node A with a core bridge of its queue to B."""
-    frame = options.txbridge_max_frame_size
     profiled = ["--profile", PROFILE] if options.count_calls else []
     traces: dict[str, Path] = {}
 
@@ -188,7 +196,7 @@ def deploy_txbridge(
             directory,
             stack,
             deadline,
-            txbridge_config("one", frame),
+            txbridge_config("one", options),
             profiled,
             prefix=traced("node"),
         )
@@ -206,19 +214,21 @@ def deploy_txbridge(
         directory / "b",
         stack,
         deadline,
-        txbridge_config("b", frame, core=True),
+        txbridge_config("b", options, core=True),
         profiled,
         prefix=traced("node B"),
     )
-    bridge = bridge_table(
-        f"tcp://127.0.0.1:{b_ports['core']}",
-        BridgeSettings(duplicate_detection=options.duplicate_detection),
-    )
+    settings = BridgeSettings(duplicate_detection=options.duplicate_detection)
+    if options.block:
+        # under BLOCK, the window is at most the address's max-size-bytes (bridges.md)
+        window = min(settings.confirmation_window, parse_size(options.block))
+        settings = replace(settings, confirmation_window=window)
+    bridge = bridge_table(f"tcp://127.0.0.1:{b_ports['core']}", settings)
     a, a_ports = start_node_ports(
         directory / "a",
         stack,
         deadline,
-        txbridge_config("a", frame) + bridge,
+        txbridge_config("a", options) + bridge,
         profiled,
         prefix=traced("node A"),
     )
@@ -701,6 +711,12 @@ def main(argv: list[str] | None = None) -> int:
         "crash is delivered again, as through a shovel (a variant, saved apart)",
     )
     parser.add_argument(
+        "--txbridge-block",
+        metavar="SIZE",
+        help="txbridge's address with max-size-bytes = SIZE under address-full-policy BLOCK: "
+        "a producer waits while the address holds that much (a variant, saved apart)",
+    )
+    parser.add_argument(
         "--count-calls",
         action="store_true",
         help="run txbridge's nodes under cProfile and print the calls each makes per "
@@ -728,6 +744,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cases and --brokers each name at least one")
     if args.count < 1 or args.large_count < 1 or args.repeat < 1:
         parser.error("--count, --large-count and --repeat must be positive")
+    if args.txbridge_block is not None:
+        try:
+            parse_size(args.txbridge_block)
+        except ValueError as error:
+            parser.error(f"--txbridge-block: {error}")
     options = Options(
         count=args.count,
         large_count=args.large_count,
@@ -736,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         txbridge_max_frame_size=args.txbridge_max_frame_size,
         profile=args.profile,
         duplicate_detection=not args.txbridge_no_duplicate_detection,
+        block=args.txbridge_block,
         count_calls=args.count_calls,
         callgrind=args.callgrind,
     )
@@ -766,6 +788,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average": {"before": load_before, "after": os.getloadavg()},
             "goal": {"ratio": RATIO_GOAL, "rss_ratio": RSS_GOAL},
             "txbridge_duplicate_detection": options.duplicate_detection,
+            "txbridge_block": options.block,
             "count_calls": args.count_calls,
             "callgrind": args.callgrind is not None,
             "cases": report,
@@ -778,8 +801,8 @@ def main(argv: list[str] | None = None) -> int:
             else "peers_stomp_instructions"
             if args.callgrind is not None
             else "peers_stomp"
-            if options.duplicate_detection
-            else "peers_stomp_no_duplicate_detection"
+            + ("" if options.duplicate_detection else "_no_duplicate_detection")
+            + ("_block" if options.block else "")
         )
         return save(name, figures, args.output)
 

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks import peers_stomp, rabbitmq
 from benchmarks.bridge_throughput import BridgeSettings, bridge_table
+from bridge.config.node import AddressFullPolicy, parse_node_config
 from tests.processes import ROOT
 
 COUNT = 200
@@ -303,6 +304,50 @@ def test_the_bridge_runs_without_duplicate_detection_when_asked(tmp_path: Path) 
     assert figures["txbridge_duplicate_detection"] is False
     (run,) = figures["cases"]["a-to-b-persistent"]["brokers"]["txbridge"]["runs"]
     assert_clean_run(run, COUNT)
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_the_block_variant_bounds_the_address_and_is_saved_apart(tmp_path: Path) -> None:
+    """``--txbridge-block SIZE``: every node's address under BLOCK at SIZE, the variant
+    named in the JSON, which goes to its own file unless ``--output`` says where."""
+    figures = run_benchmark(
+        tmp_path / "peers.json",
+        "--brokers",
+        "txbridge",
+        "--cases",
+        "persistent,a-to-b-persistent",
+        "--txbridge-block",
+        "16KiB",
+    )
+    assert figures["txbridge_block"] == "16KiB"
+    for case in figures["cases"].values():
+        (run,) = case["brokers"]["txbridge"]["runs"]
+        assert_clean_run(run, COUNT)
+
+
+def test_the_block_variant_configures_every_node_and_the_default_does_not() -> None:
+    plain = peers_stomp.Options(1, 1, 1, 1.0, None)
+    blocked = peers_stomp.Options(1, 1, 1, 1.0, None, block="1MiB")
+    for core in (False, True):
+        (address,) = parse_node_config(
+            tomllib.loads(peers_stomp.txbridge_config("a", blocked, core=core)), Path("n.toml")
+        ).addresses
+        assert address.overrides.max_size_bytes == 1024 * 1024
+        assert address.overrides.address_full_policy is AddressFullPolicy.BLOCK
+        (address,) = parse_node_config(
+            tomllib.loads(peers_stomp.txbridge_config("a", plain, core=core)), Path("n.toml")
+        ).addresses
+        assert address.overrides.max_size_bytes is None
+        assert address.overrides.address_full_policy is None
+
+
+def test_a_block_size_that_is_not_a_size_is_refused_by_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        peers_stomp.main(["--txbridge-block", "lots"])
+    assert "--txbridge-block: expected" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("detection", [True, False])
