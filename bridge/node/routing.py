@@ -405,7 +405,6 @@ class Router:
         elif (
             message.durable
             and message.duplicate_id is None
-            and message.large is None
             and type(bridge_id := message.headers.get(BRIDGE_DUPLICATE_ID)) is bytes
             and (address := self._addresses.get(message.address)) is not None
             and address.only is not None
@@ -414,7 +413,8 @@ class Router:
             # ``route`` and ``_add_then`` route and store it, their tests made in one go:
             # one binding, a bridge id neither seen nor in a cache of size 0, not paging
             # nor full, its queue durable. Its id is stored with it, and until its write
-            # ends a repeat waits for the outcome.
+            # ends a repeat waits for the outcome. A large one comes this way only to be
+            # queued early (its body file then needs no sync if it is consumed first).
             only = address.only
             name = only.queue.name
             memory = address.memory
@@ -427,10 +427,10 @@ class Router:
                 and not memory.full
                 and (_ANYCAST not in address.routing_types or address.name in self._queues)
             ):
-                if not numbered:
+                large = message.large
+                if not numbered and large is None:
                     message = message.with_id(self.next_id)
                     self.next_id += 1
-                cache.add(bridge_id)
                 if (
                     early
                     and only.queue.consumed_when_delivered
@@ -440,7 +440,13 @@ class Router:
                         or self._id_reserved(message.id)
                     )
                 ):
+                    cache.add(bridge_id)
+                    if large is not None:
+                        self._large.refs[message.id] = 1
                     return self._add_early_bridged(message, only.queue, address, bridge_id, then)
+                if large is not None:
+                    return self._route_then(message, then, early, numbered)
+                cache.add(bridge_id)
                 held = message.size
                 memory.add(held)
                 cache.hold(bridge_id)
@@ -459,6 +465,12 @@ class Router:
                     message, (name,), written, duplicate=(address.bridge_key, bridge_id, cache.size)
                 )
                 return None
+        return self._route_then(message, then, early, numbered)
+
+    def _route_then(
+        self, message: Message, then: Then, early: bool, numbered: bool
+    ) -> Routed | Queued | None:
+        """``publish_then`` through ``route``: every send its fast paths do not take."""
         routed = self.route(message, None, then, early, numbered)
         if routed is QUEUED or routed is None or isinstance(routed, Routed):
             return routed  # (the hot path first; an isinstance of Deferred costs more)

@@ -225,14 +225,9 @@ class MessageStore:
         duplicate: tuple[str, bytes, int] | None = None,
     ) -> None:
         if (
-            self._state is not _OPEN
-            or not message.durable
-            or len(queues) != 1
-            or message.large is not None
+            self._state is not _OPEN or not message.durable or len(queues) != 1
         ):  # (the hot path's checks in one test; the reasons below)
             self._check_add(message, queues)
-            if message.large is not None:
-                raise InvalidOperation(f"add message {message.id}: a large message is never early")
         early = _EarlyAdd(
             message, list(queues), None if duplicate is None else _duplicate_id(*duplicate)
         )

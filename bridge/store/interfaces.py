@@ -58,11 +58,13 @@ class IMessageStore(Interface):
         *,
         duplicate: tuple[str, bytes, int] | None = None,
     ) -> None:
-        """``add_then`` for a message already on its queues (not large): until its add is
-        handed to the writer, an ``acknowledge`` of it outside a transaction takes its
-        queue off the add instead of being written, and an add no queue holds any more is
-        never written (``then`` still hears None in its turn) but for its ``duplicate``,
-        which is always stored. ``StoreError`` at once if the add is refused."""
+        """``add_then`` for a message already on its queues: until its add is handed to
+        the writer, an ``acknowledge`` of it outside a transaction takes its queue off the
+        add instead of being written, and an add no queue holds any more is never written
+        (``then`` still hears None in its turn) but for its ``duplicate``, which is always
+        stored. A large message's body is then neither synced nor stored: the caller
+        discards it, as after any last acknowledgement. ``StoreError`` at once if the add
+        is refused."""
 
     def new_body(message_id: int) -> IBodyWriter:
         """Start a large message's body, written in chunks before ``add``; a body no

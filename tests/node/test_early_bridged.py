@@ -6,16 +6,18 @@ sent before (the bridge's resend) is delivered as a redelivery."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet.defer import Deferred, fail
 
-from bridge.message import BRIDGE_DUPLICATE_ID, DELIVERY_COUNT, HeaderValue, Message
+from bridge.message import BRIDGE_DUPLICATE_ID, DELIVERY_COUNT, HeaderValue, LargeBody, Message
 from bridge.node.broker import Broker, Routed
 from bridge.node.queue import Delivery
 from bridge.node.routing import QUEUED
+from bridge.store import sqlite_operations
 from bridge.store.errors import StoreError, Unsettled
 from tests.node.test_broker import Brokers, brokers
 from tests.node.test_early_delivery import reserved
@@ -157,3 +159,93 @@ async def test_a_resend_marked_as_sent_before_is_written_first_and_redelivered(
     assert routed is None
     await written
     assert [(d.message.body, d.delivery_count) for d in deliveries][-1] == (b"resent", 2)
+
+
+def large_bridged(broker: Broker, body: bytes) -> tuple[Any, Deferred[None], str]:
+    """The bridge's large send of ``body`` as the core head routes it once its last chunk
+    is in (its id allocated, its body a file): what ``publish_then`` returned, its
+    write's outcome, and the file."""
+    message_id = broker.allocate_id()
+    path = Path(broker.store.large_body_path(message_id))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body)
+    then, written = told()
+    message = Message(
+        message_id,
+        "orders",
+        True,
+        {BRIDGE_DUPLICATE_ID: ID},
+        b"",
+        large=LargeBody(str(path), len(body)),
+    )
+    return broker.publish_then(message, then, early=True), written, str(path)
+
+
+def synced(monkeypatch: Any) -> list[str]:
+    """The large bodies the SQLite store's writer syncs from now on."""
+    paths: list[str] = []
+    sync = sqlite_operations.sync_body
+
+    def recorded(path: str) -> None:
+        paths.append(path)
+        sync(path)
+
+    monkeypatch.setattr(sqlite_operations, "sync_body", recorded)
+    return paths
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_one_consumed_before_its_write_leaves_its_body_unsynced(
+    brokers: Brokers, monkeypatch: Any
+) -> None:
+    """Its body file is deleted as any consumed body is, never synced: the target of a
+    bridge of large messages to an ``ack:auto`` consumer writes no body to its disk."""
+    broker = await brokers()
+    await reserved(broker)
+    deliveries = consume(broker, auto_ack=True)
+    syncs = synced(monkeypatch)
+    routed, written, path = large_bridged(broker, b"L" * 300_000)
+    assert routed is QUEUED
+    assert deliveries[-1].message.large is not None  # delivered before its write
+    await written
+    assert await brokers.gone(path)
+    assert syncs == []
+
+    broker = await brokers.restart(broker)
+    deliveries = consume(broker, auto_ack=False)
+    assert deliveries == [], "a large message consumed before its write was written"
+    assert bridged(broker)[0] == Routed((), duplicate=True), "its id was not written"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_one_not_consumed_before_its_write_is_written_with_its_body(
+    brokers: Brokers, monkeypatch: Any
+) -> None:
+    broker = await brokers()
+    await reserved(broker)
+    broker.consume("orders", 1, lambda delivery: None, auto_ack=True)  # acknowledges none
+    syncs = synced(monkeypatch)
+    routed, written, path = large_bridged(broker, b"K" * 300_000)
+    assert routed is QUEUED
+    await written
+    assert syncs == [path]
+
+    broker = await brokers.restart(broker)
+    deliveries = consume(broker, auto_ack=False)
+    (kept,) = [d.message for d in deliveries if d.message.large is not None]
+    assert kept.large is not None and Path(kept.large.path).read_bytes() == b"K" * 300_000
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_one_for_a_consumer_that_acknowledges_later_waits_for_its_write(
+    brokers: Brokers,
+) -> None:
+    broker = await brokers()
+    await reserved(broker)
+    deliveries = consume(broker, auto_ack=False)
+    routed, written, _ = large_bridged(broker, b"W" * 300_000)
+    assert routed is None, "a large message queued before its write for a later ack"
+    assert [d.message.body for d in deliveries] == [b"first"]
+    await written
+    assert deliveries[-1].message.large is not None
+    assert bridged(broker)[0] == Routed((), duplicate=True)
