@@ -4,12 +4,15 @@ to :class:`~security.interfaces.ISecurityAuth`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
-from cryptography import x509
 from zope.interface import implementer
 
 from security.interfaces import ISecurityAuth
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 
 @implementer(ISecurityAuth)

@@ -21,11 +21,9 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 from zope.interface import implementer
 
 from security.errors import ConfigError
@@ -42,6 +40,12 @@ from security.validate import (
 )
 from security.watched import WatchedFile
 
+if TYPE_CHECKING:
+    from cryptography import x509
+
+# cryptography is imported where a DN or a certificate is read, not here: a node that
+# uses no TLS certificates then never loads it (bridge.ctl.lean).
+
 ENTRY_KEYS = frozenset({"subject", "san", "user", "roles"})
 SAN_KINDS = ("dns", "email", "uri", "ip")
 
@@ -52,8 +56,8 @@ _SEPARATOR_SPACES = re.compile(r"\s*(?<!\\)([,+=])\s*")
 _ATTRIBUTE_TYPE = re.compile(r"(^|(?<!\\)[,+])([A-Za-z][A-Za-z0-9-]*)=")
 
 
-_EXTRA_TYPES = {"EMAILADDRESS": NameOID.EMAIL_ADDRESS, "E": NameOID.EMAIL_ADDRESS}
-_KNOWN_TYPES = frozenset({"CN", "L", "ST", "O", "OU", "C", "STREET", "DC", "UID", *_EXTRA_TYPES})
+_EMAIL_TYPES = ("EMAILADDRESS", "E")
+_KNOWN_TYPES = frozenset({"CN", "L", "ST", "O", "OU", "C", "STREET", "DC", "UID", *_EMAIL_TYPES})
 
 
 def _upper_type(found: re.Match[str]) -> str:
@@ -68,7 +72,10 @@ def normalize_dn(text: str) -> str:
     """
     compact = _SEPARATOR_SPACES.sub(r"\1", text.strip())
     compact = _ATTRIBUTE_TYPE.sub(_upper_type, compact)
-    return x509.Name.from_rfc4514_string(compact, _EXTRA_TYPES).rfc4514_string()
+    from cryptography import x509  # noqa: PLC0415 (see above)
+
+    extra_types = dict.fromkeys(_EMAIL_TYPES, x509.NameOID.EMAIL_ADDRESS)
+    return x509.Name.from_rfc4514_string(compact, extra_types).rfc4514_string()
 
 
 def certificate_dn(certificate: x509.Certificate) -> str:
@@ -95,6 +102,8 @@ def normalize_san(text: str) -> str:
 
 def certificate_sans(certificate: x509.Certificate) -> list[str]:
     """The subject alternative names of ``certificate`` as normalized ``kind:value``."""
+    from cryptography import x509  # noqa: PLC0415 (see above)
+
     try:
         extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:

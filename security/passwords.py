@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
+import hashlib
 import hmac
 import os
 import re
+from collections.abc import Callable
 
 import attrs
-from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 SCHEME = "scrypt"
 # OWASP's recommended minimum for scrypt: N=2**17 (128 MiB), r=8, p=1.
@@ -83,9 +85,16 @@ def cost_problem(n: int, r: int, p: int) -> str | None:
     return None
 
 
-def _kdf(salt: bytes, length: int, n: int, r: int, p: int) -> Scrypt:
-    # The one place a key is derived: tests spy on it to see which parameters were used.
-    return Scrypt(salt=salt, length=length, n=n, r=r, p=p)
+def _kdf(salt: bytes, length: int, n: int, r: int, p: int) -> Callable[[bytes], bytes]:
+    """The key derivation for these parameters, a password's bytes to its key.
+
+    The one place a key is derived: tests spy on it to see which parameters were used.
+    The standard library's scrypt (OpenSSL's, not cryptography's, so that a node loads
+    cryptography only for TLS) needs the memory it may use allowed: 128 * r bytes for
+    each of n + 2 blocks and p lanes, exactly; ``cost_problem`` bounded it."""
+    return functools.partial(
+        hashlib.scrypt, salt=salt, n=n, r=r, p=p, dklen=length, maxmem=128 * r * (n + p + 2)
+    )
 
 
 @attrs.frozen
@@ -129,7 +138,7 @@ class PasswordHash:
 
     def verify(self, password: str) -> bool:
         """Whether ``password`` derives this hash (compared in constant time)."""
-        derived = _kdf(self.salt, len(self.digest), self.n, self.r, self.p).derive(
+        derived = _kdf(self.salt, len(self.digest), self.n, self.r, self.p)(
             password.encode("utf-8")
         )
         return hmac.compare_digest(derived, self.digest)
@@ -149,7 +158,7 @@ def hash_password(
     if problem is not None:
         raise ValueError(problem)
     salt = os.urandom(SALT_BYTES)
-    digest = _kdf(salt, HASH_BYTES, n, r, p).derive(password.encode("utf-8"))
+    digest = _kdf(salt, HASH_BYTES, n, r, p)(password.encode("utf-8"))
     return PasswordHash(n, r, p, salt, digest).encode()
 
 

@@ -7,10 +7,9 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 
 from security.audit import audit, audit_logger
 from security.authenticators import ChainAuthenticator
@@ -27,6 +26,9 @@ from security.roles import RoleMapper
 from security.subject import AuthMethod, Identity, Subject
 from security.users_file import UsersFileAuthenticator
 from security.validate import key_path
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 _AuthKey = tuple[str | None, bytes | None, bytes | None]
 _AuthzKey = tuple[frozenset[str], str, str, str | None]
@@ -174,7 +176,7 @@ class SecurityStore:
             else None
         )
         chain: Sequence[x509.Certificate] = auth.peer_certificates
-        fingerprint = chain[0].fingerprint(hashes.SHA256()) if chain else None
+        fingerprint = _fingerprint(chain[0]) if chain else None
         return (auth.user, digest, fingerprint)
 
     def login_delay(self, remote_address: str) -> float:
@@ -334,3 +336,11 @@ class SecurityStore:
             match=found[0].text if found is not None else None,
         )
         raise PermissionDenied(subject.user, permission, address, queue)
+
+
+def _fingerprint(certificate: x509.Certificate) -> bytes:
+    """The certificate's SHA-256 fingerprint. (cryptography is imported here, where it is
+    loaded already: a certificate came over TLS. A node without TLS never loads it.)"""
+    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
+
+    return certificate.fingerprint(hashes.SHA256())

@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-DEFAULT_SANS = ("localhost", "127.0.0.1", "::1")
+from transport.tls import DEFAULT_SANS
+
 CA_DAYS = 3650
 LEAF_DAYS = 825
 

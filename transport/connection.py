@@ -12,10 +12,8 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from OpenSSL import SSL
-from service_identity import VerificationError
 from twisted.internet import error as tx_error
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IAddress, IReactorTime
@@ -38,8 +36,12 @@ from transport.interfaces import IFrameConnection, IFrameReceiver, WritabilityLi
 from transport.partial import BudgetExhausted
 from transport.settings import ConnectionSettings
 from transport.stream import StreamConnection
-from transport.tls import describe_tls_failure
 from transport.wire import peer_certificates
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+_TLS_ERRORS = ("OpenSSL.SSL.Error", "service_identity.exceptions.VerificationError")
 
 log = Logger()
 
@@ -316,7 +318,10 @@ class FrameConnection(StreamConnection):
         if self._close_reason is not None:
             return self._close_reason
         value = reason.value if reason.value is not None else tx_error.ConnectionLost()
-        if reason.check(SSL.Error, VerificationError):
+        # (by name: a process that never used TLS never loads OpenSSL, nor this error)
+        if reason.check(*_TLS_ERRORS):
+            from transport.tls_failures import describe_tls_failure  # noqa: PLC0415
+
             tls = describe_tls_failure(value, self.peer, self._is_client)
             log.warn("{text}", text=str(tls))
             return tls

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+import attrs
 from twisted.internet import endpoints
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import (
     IListeningPort,
+    IOpenSSLClientConnectionCreator,
+    IOpenSSLServerConnectionCreator,
+    IProtocol,
+    IProtocolFactory,
     IReactorTime,
     IStreamClientEndpoint,
     IStreamServerEndpoint,
 )
+from zope.interface import implementer
 
 from transport.connection import FrameConnection, FrameFactory
 from transport.interfaces import IFrameReceiver
 from transport.settings import ConnectionSettings
 from transport.tls import TLSConfig
 from transport.urls import URL, parse_url
+
+if TYPE_CHECKING:
+    from twisted.internet import ssl
 
 
 def _url(url: str | URL) -> URL:
@@ -31,12 +40,52 @@ def server_endpoint(
 ) -> IStreamServerEndpoint:
     """An endpoint listening where ``url`` says (port 0 picks a free port)."""
     parsed = _url(url)
-    if parsed.is_tls:
-        options = parsed.tls_config(tls).server_options()
-        return endpoints.SSL4ServerEndpoint(reactor, parsed.port, options, interface=parsed.host)
+    tcp: IStreamServerEndpoint
     if isIPv6Address(parsed.host):
-        return endpoints.TCP6ServerEndpoint(reactor, parsed.port, interface=parsed.host)
-    return endpoints.TCP4ServerEndpoint(reactor, parsed.port, interface=parsed.host)
+        tcp = endpoints.TCP6ServerEndpoint(reactor, parsed.port, interface=parsed.host)
+    else:
+        tcp = endpoints.TCP4ServerEndpoint(reactor, parsed.port, interface=parsed.host)
+    if parsed.is_tls:
+        return TLSServerEndpoint(tcp, parsed.tls_config(tls).server_options())
+    return tcp
+
+
+@implementer(IStreamServerEndpoint)
+@attrs.frozen
+class TLSServerEndpoint:
+    """TLS over a TCP endpoint, done in memory by ``TLSMemoryBIOFactory``. Not Twisted's
+    ``SSL4ServerEndpoint`` nor its ``wrapClientTLS``: those need the TLS support that
+    ``twisted.internet.tcp`` and ``endpoints`` load, with OpenSSL, into every process
+    that imports them, TLS or not, unless kept from it (as the ``txbridge`` command
+    does); these two load OpenSSL only when a TLS endpoint is used."""
+
+    tcp: IStreamServerEndpoint
+    options: IOpenSSLServerConnectionCreator | ssl.CertificateOptions
+
+    def listen(self, factory: IProtocolFactory) -> Deferred[IListeningPort]:
+        from twisted.protocols.tls import TLSMemoryBIOFactory  # noqa: PLC0415 (OpenSSL)
+
+        return self.tcp.listen(TLSMemoryBIOFactory(self.options, False, factory))
+
+
+@implementer(IStreamClientEndpoint)
+@attrs.frozen
+class TLSClientEndpoint:
+    """TLS over a TCP endpoint for a connector, as ``TLSServerEndpoint`` for an acceptor."""
+
+    tcp: IStreamClientEndpoint
+    options: IOpenSSLClientConnectionCreator
+
+    def connect(self, factory: IProtocolFactory) -> Deferred[IProtocol]:
+        from twisted.protocols.tls import TLSMemoryBIOFactory  # noqa: PLC0415 (OpenSSL)
+
+        connecting = self.tcp.connect(TLSMemoryBIOFactory(self.options, True, factory))
+        return connecting.addCallback(_wrapped)
+
+
+def _wrapped(tls: IProtocol) -> IProtocol:
+    """The protocol a TLS connection carries: what the factory the caller gave built."""
+    return cast("IProtocol", tls.wrappedProtocol)  # type: ignore[attr-defined]
 
 
 def client_endpoint(
@@ -55,7 +104,7 @@ def client_endpoint(
     else:
         tcp = endpoints.HostnameEndpoint(reactor, parsed.host, parsed.port, timeout=timeout)
     if parsed.is_tls:
-        return endpoints.wrapClientTLS(parsed.tls_config(tls).client_options(parsed.host), tcp)
+        return TLSClientEndpoint(tcp, parsed.tls_config(tls).client_options(parsed.host))
     return tcp
 
 

@@ -12,12 +12,11 @@ changed: the connection decides who hears it.
 from __future__ import annotations
 
 import socket
+import sys
 import typing
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
-from cryptography import x509
-from OpenSSL import SSL
 from twisted.internet.abstract import FileDescriptor
 from twisted.internet.interfaces import (
     IAddress,
@@ -31,6 +30,9 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from transport.outbound import OutboundQueue
+
+if typing.TYPE_CHECKING:
+    from cryptography import x509
 
 log = Logger()
 
@@ -298,7 +300,12 @@ def tune_socket_io(
 
 
 def peer_certificates(transport: object) -> list[x509.Certificate]:
-    """The peer's verified TLS certificate chain, leaf first; empty without TLS."""
+    """The peer's verified TLS certificate chain, leaf first; empty without TLS, and at
+    once in a process that never loaded OpenSSL (none of its connections is TLS)."""
+    if "OpenSSL.SSL" not in sys.modules:
+        return []
+    from OpenSSL import SSL  # noqa: PLC0415 (loaded already)
+
     handle: object = (
         ISystemHandle(transport).getHandle() if ISystemHandle.providedBy(transport) else None
     )

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from transport.certs import DEFAULT_SANS, DevelopmentCA
+from transport.tls import DEFAULT_SANS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -58,6 +58,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # (here, not at the top: every txbridge command registers this one, and cryptography
+    # costs a node that uses no TLS 14 MiB; bridge.ctl.lean)
+    from transport.certs import DevelopmentCA  # noqa: PLC0415
+
     ca = DevelopmentCA.open_or_create(args.dir)
     print(f"CA        {ca.cert_path}")
     for name in args.node:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import cast
 
+from bridge.ctl.lean import import_twisted_without_tls
+
 SUBCOMMANDS = (
     "bridge.audit.cli",
     "bridge.ctl.bench",
@@ -73,6 +75,7 @@ def walk(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import_twisted_without_tls()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = cast(Handler, args.handler)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,20 +61,15 @@ def test_wrong_password_and_unknown_user_look_the_same(
     assert str(wrong_password.value) == "authentication failed"
 
 
-class FakeScrypt:
-    def derive(self, data: bytes) -> bytes:
-        return bytes(32)
-
-
 @pytest.fixture
 def kdf_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     """The (n, r, p) of every key derived; costly ones are recorded, not computed."""
     calls: list[tuple[int, int, int]] = []
     original = passwords._kdf
 
-    def spy(salt: bytes, length: int, n: int, r: int, p: int) -> object:
+    def spy(salt: bytes, length: int, n: int, r: int, p: int) -> Callable[[bytes], bytes]:
         calls.append((n, r, p))
-        return original(salt, length, n, r, p) if n * r * p <= 1024 else FakeScrypt()
+        return original(salt, length, n, r, p) if n * r * p <= 1024 else lambda _: bytes(32)
 
     monkeypatch.setattr(passwords, "_kdf", spy)
     return calls

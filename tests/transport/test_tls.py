@@ -13,7 +13,8 @@ from twisted.internet.defer import Deferred
 from tests.transport.memory import APP, Recorder
 from transport.endpoints import connect, listen
 from transport.errors import TLSConfigError, TLSHandshakeError
-from transport.tls import TLSConfig, describe_tls_failure
+from transport.tls import TLSConfig
+from transport.tls_failures import describe_tls_failure
 
 
 class Server:

@@ -19,9 +19,9 @@ out.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import attrs
-from cryptography import x509
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IAddress, IListeningPort
 from twisted.internet.protocol import Factory, connectionDone
@@ -55,6 +55,9 @@ from transport.stream import StreamConnection, StreamSettings
 from transport.tls import TLSConfig
 from transport.urls import URL
 from transport.wire import peer_certificates
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 log = Logger()
 
