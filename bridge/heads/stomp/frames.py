@@ -204,6 +204,21 @@ _unescape_11 = _unescaping(Version.V1_1, _UNESCAPES_11)
 _unescape_12 = _unescaping(Version.V1_2, _UNESCAPES_12)
 
 
+_Head = tuple[Command, tuple[tuple[str, str], ...], int | None]
+"""A frame's command, headers and content-length (None without one)."""
+
+
+@attrs.frozen
+class _LastHead:
+    """A parser's last head as it was parsed, and under which version and limits."""
+
+    head: bytes
+    version: Version | None
+    limits: Limits
+    parsed: _Head
+    streamed: bool
+
+
 class FrameParser:
     """Bytes to events, one event per ``next_event`` call."""
 
@@ -221,11 +236,12 @@ class FrameParser:
         self._pos = 0
         self._scan = 0
         """Where the search for the end of the headers or body goes on from."""
-        self._head: tuple[Command, tuple[tuple[str, str], ...], int | None] | None = None
+        self._head: _Head | None = None
         self._stream_left: int | None = None
         """Body bytes of the streamed frame still to come (None: not streaming)."""
         self._head_streamed = False
         """Whether the last head parsed with a content-length is a streamed frame's."""
+        self._last: _LastHead | None = None
 
     @property
     def buffered(self) -> int:
@@ -292,7 +308,7 @@ class FrameParser:
         stop = end.start()
         if stop - pos > limit:
             raise self._headers_too_long()
-        self._head = self._parse_head(buffer[pos:stop])
+        self._head = self._parsed_head(buffer[pos:stop])
         self._pos = self._scan = end.end()
         command, headers, length = self._head
         if length is not None and self._head_streamed:
@@ -349,9 +365,25 @@ class FrameParser:
             f"{self.limits.max_header_bytes} bytes",
         )
 
-    def _parse_head(
-        self, head: bytearray
-    ) -> tuple[Command, tuple[tuple[str, str], ...], int | None]:
+    def _parsed_head(self, head: bytearray) -> _Head:
+        """The head parsed, or the last head's parse again where the bytes, the version
+        and the limits are the same: a producer's SENDs to one destination with the
+        same headers (no receipt) have the same head, and parsing it took a third of
+        the parser's time per frame."""
+        last = self._last
+        if (
+            last is not None
+            and last.head == head
+            and last.version is self.version
+            and last.limits is self.limits
+        ):
+            self._head_streamed = last.streamed
+            return last.parsed
+        parsed = self._parse_head(head)
+        self._last = _LastHead(bytes(head), self.version, self.limits, parsed, self._head_streamed)
+        return parsed
+
+    def _parse_head(self, head: bytearray) -> _Head:
         """A frame's command and headers: the head decoded at once (one copy of it), then
         split as text."""
         try:
