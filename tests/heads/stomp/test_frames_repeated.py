@@ -11,28 +11,19 @@ from hypothesis import strategies as st
 from bridge.heads.stomp.frames import (
     SERVER_COMMANDS,
     Command,
-    Event,
     Frame,
     FrameError,
     FrameParser,
     LargeFrame,
     Limits,
-    NeedData,
     Version,
     serialize_bytes,
 )
 from tests.heads.stomp.test_frames import frames
+from tests.heads.stomp.test_frames_streaming import events_of
 
 
-def events_of(parser: FrameParser, data: bytes) -> list[Event]:
-    parser.feed(data)
-    events: list[Event] = []
-    while not isinstance(event := parser.next_event(), NeedData):
-        events.append(event)
-    return events
-
-
-def afresh(data: bytes, version: Version | None, limits: Limits) -> list[Event]:
+def afresh(data: bytes, version: Version | None, limits: Limits) -> list[object]:
     return events_of(FrameParser(limits, commands=SERVER_COMMANDS, version=version), data)
 
 
