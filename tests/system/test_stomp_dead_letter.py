@@ -24,7 +24,8 @@ SETTINGS = {
 
 def refuse(port: int) -> list[tuple[str, str]]:
     """Send two persistent messages to /queue/work; NACK the first twice (requeued), the
-    second once without requeue. Returns (body, delivery-count) of what it was given."""
+    second once without requeue. Returns (body, delivery-count) of what it was given (a
+    first delivery carries no ``delivery-count``: 1)."""
     conn, listener = connect(port)
     conn.send("/queue/work", b"poison", headers={"persistent": "true", "kind": "bad"})
     conn.send("/queue/work", b"unwanted", headers={"persistent": "true", "receipt": "sent"})
@@ -37,7 +38,7 @@ def refuse(port: int) -> list[tuple[str, str]]:
     listener.wait(lambda: len(listener.messages) >= 3, "the second message")
     conn.nack(listener.messages[2].headers["ack"], requeue="false")
     conn.disconnect(receipt="bye")
-    return [(m.body.decode(), m.headers["delivery-count"]) for m in listener.messages]
+    return [(m.body.decode(), m.headers.get("delivery-count", "1")) for m in listener.messages]
 
 
 def dead_letters(port: int) -> list[dict[str, str]]:
@@ -71,5 +72,5 @@ async def test_refused_messages_reach_the_dead_letter_address_and_survive_a_rest
     ]
     for letter in letters:
         assert (letter["_TXB_ORIG_ADDRESS"], letter["_TXB_ORIG_QUEUE"]) == ("work", "work")
-        assert letter["persistent"] == "true" and letter["delivery-count"] == "1"
+        assert letter["persistent"] == "true" and "delivery-count" not in letter
     assert letters[0]["kind"] == "bad"

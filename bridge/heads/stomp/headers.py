@@ -17,8 +17,8 @@ from bridge.message import BRIDGE_HEADERS, DELIVERY_COUNT, HeaderValue
 SERVER = "txbridge/0.1.0"
 VERSIONS = (Version.V1_2, Version.V1_1, Version.V1_0)
 DELIVERY_COUNT_HEADER = "delivery-count"
-"""On every MESSAGE: how many times the node has handed the message out (1 the first
-time); above 1 the MESSAGE also says ``redelivered:true``."""
+"""On a redelivery's MESSAGE, with ``redelivered:true``: how many times the node has
+handed the message out. A first delivery carries neither (it is 1)."""
 
 SET_BY_NODE = frozenset({"message-id", "subscription", "ack", "redelivered", DELIVERY_COUNT_HEADER})
 """Headers the node sets on MESSAGE frames: a SEND that sets one is refused."""

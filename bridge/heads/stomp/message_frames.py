@@ -19,7 +19,6 @@ _V1_2 = Version.V1_2
 _MESSAGE = Command.MESSAGE
 _NEEDS_ESCAPE = ("\\", "\r", "\n", ":")
 
-_FIRST = "redelivered:false\ndelivery-count:"
 _AGAIN = "redelivered:true\ndelivery-count:"
 _PERSISTENT = "persistent:true\n"
 
@@ -43,11 +42,9 @@ def message_frame(
     ]
     if subscription.ack is not _AUTO and version is _V1_2:
         headers.append(("ack", f"{subscription.key}-{delivery_id}"))
-    headers += (
-        ("content-length", str(size)),
-        ("redelivered", "true" if count > 1 else "false"),
-        (DELIVERY_COUNT_HEADER, str(count)),
-    )
+    headers.append(("content-length", str(size)))
+    if count > 1:
+        headers += (("redelivered", "true"), (DELIVERY_COUNT_HEADER, str(count)))
     if message.durable:
         headers.append(("persistent", "true"))
     if message.headers:
@@ -80,10 +77,10 @@ def message_head(
                 return None
     start, destination = lines
     ack = "" if subscription.ack is _AUTO else f"ack:{subscription.key}-{delivery_id}\n"
+    again = f"{_AGAIN}{count}\n" if count > 1 else ""
     return (
         f"{start}{message.id}\n{destination}{ack}content-length:{len(message.body)}\n"
-        f"{_AGAIN if count > 1 else _FIRST}{count}\n"
-        f"{_PERSISTENT if message.durable else ''}{own}\n"
+        f"{again}{_PERSISTENT if message.durable else ''}{own}\n"
     ).encode()
 
 

@@ -125,8 +125,8 @@ class AckMachine(RuleBasedStateMachine):
             if frame.command != "MESSAGE":
                 continue
             message_id = int(frame.header("message-id") or "")
-            count = int(frame.header("delivery-count") or "")
-            assert frame.header("redelivered") == ("true" if count > 1 else "false")
+            count = int(frame.header("delivery-count") or "1")
+            assert frame.header("redelivered") == ("true" if count > 1 else None)
             name = frame.header("ack") if self.version == "1.2" else str(message_id)
             assert name is not None
             self.held.append((message_id, name, count))

@@ -73,3 +73,22 @@ def test_a_header_that_needs_an_escape_takes_the_frame() -> None:
     assert message_head(plain, 1, 1, Message(7, "a", True, {"note": "ab"}, b"x")) is not None
     named = _subscription("s:1", "/queue/a", AckMode.AUTO, 1)
     assert message_head(named, 1, 1, Message(7, "a", True, {}, b"x")) is None
+
+
+def test_only_a_redelivery_says_so_and_counts_its_deliveries() -> None:
+    """A first delivery carries neither ``redelivered`` nor ``delivery-count`` (ActiveMQ
+    Classic sends ``redelivered:true`` only on a redelivery): two headers fewer for every
+    client to parse. A redelivery carries both, in the template and in the frame."""
+    auto = _subscription("s", "/queue/a", AckMode.AUTO, 1)
+    message = Message(7, "a", True, {}, b"x")
+    first = message_head(auto, 1, 1, message)
+    assert first == (
+        b"MESSAGE\nsubscription:s\nmessage-id:7\ndestination:/queue/a\ncontent-length:1\n"
+        b"persistent:true\n\n"
+    )
+    again = message_head(auto, 2, 3, message)
+    assert again is not None and b"\nredelivered:true\ndelivery-count:3\n" in again
+    for count in (1, 3):
+        frame = message_frame(auto, 1, count, message, Version.V1_0, body=b"x", size=1)
+        names = [name for name, _ in frame.headers]
+        assert ("redelivered" in names, "delivery-count" in names) == (count > 1,) * 2

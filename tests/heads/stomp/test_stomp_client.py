@@ -24,8 +24,8 @@ async def test_each_version_connects_sends_receives_and_disconnects_with_receipt
     [message] = await client.messages(1)
     assert message.body == b"hello\x00world"
     assert message.headers["destination"] == "/queue/orders"
-    assert message.headers["redelivered"] == "false"
-    assert message.headers["delivery-count"] == "1"
+    assert "redelivered" not in message.headers  # a first delivery (as ActiveMQ's)
+    assert "delivery-count" not in message.headers
     assert message.headers["persistent"] == "true"
     await client.ack(message)
     await client.disconnect()
@@ -68,7 +68,7 @@ async def test_unacknowledged_messages_come_back_flagged_after_a_disconnect(stom
     first = await stomp_node.client(version)
     await first.call("subscribe", "/queue/jobs", id="1", ack="client")
     messages = await first.messages(3)
-    assert [m.headers["redelivered"] for m in messages] == ["false"] * 3
+    assert [m.headers.get("redelivered") for m in messages] == [None] * 3
     await first.ack(messages[0])  # cumulative in client mode: only the first
     await first.disconnect()
     second = await stomp_node.client(version)
