@@ -21,8 +21,10 @@ class StompSettings:
     """Unacknowledged messages per subscription when SUBSCRIBE names none (0: no limit)."""
     high_water: int = 128 * 1024
     low_water: int = 32 * 1024
-    max_unstored: int = 8 * 1024 * 1024
-    """Body bytes of persistent sends waiting for the store before reading pauses."""
+    max_unstored: int = 512 * 1024
+    """Body bytes of persistent sends waiting for the store before reading pauses (about
+    Artemis's journal buffer, 490 KiB): a producer goes at the store's pace, and what
+    waits for the writer (each message twice: itself and its encoded row) stays small."""
     io_size: int | None = 256 * 1024
     """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
     read_size: int | None = None
