@@ -24,7 +24,8 @@ class StompSettings:
     max_unstored: int = 512 * 1024
     """Body bytes of persistent sends waiting for the store before reading pauses (about
     Artemis's journal buffer, 490 KiB): a producer goes at the store's pace, and what
-    waits for the writer (each message twice: itself and its encoded row) stays small."""
+    waits for the writer stays small (a message handed to it is in memory twice: itself
+    and its encoded row)."""
     io_size: int | None = 256 * 1024
     """Bytes read or sent per socket call (as the core transport's ``io_size``)."""
     read_size: int | None = None
