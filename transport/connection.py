@@ -242,6 +242,9 @@ class FrameConnection(StreamConnection):
     def _frame_overdue(self, why: str) -> None:
         self._protocol_error(ProtocolError(why))
 
+    def _missing(self) -> int:
+        return self._decoder.missing
+
     def _discard_buffered(self) -> None:
         self._decoder.discard()
 

@@ -109,6 +109,14 @@ class FrameDecoder:
         return self._size
 
     @property
+    def missing(self) -> int:
+        """Bytes still to come of the frame begun (its header's, while that is partial);
+        0 between frames."""
+        if self._header is not None:
+            return self._header[1] - self._size
+        return HEADER_SIZE - self._size if self._size else 0
+
+    @property
     def max_frame_size(self) -> int:
         """The largest payload a header may announce (raised once the peer logged in)."""
         return self._max

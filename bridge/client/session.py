@@ -66,6 +66,7 @@ from bridge.message import Message, MessageFormatError, encode_message
 from bridge.protocol import (
     BATCH_BYTES,
     FRAME_SIZE_UNSTATED,
+    LARGE_CHUNK_SIZE,
     PROTOCOL_VERSION,
     REATTACH_VERSION,
     SEND_MANY_OVERHEAD,
@@ -105,6 +106,7 @@ from bridge.protocol import (
     decode_packet,
     encode_packet,
     encode_sends,
+    large_chunk_size,
 )
 from bridge.protocol import AddressInfo as AddressInfoPacket
 
@@ -114,8 +116,9 @@ DEFAULT_CONSUMER_WINDOW_SIZE = 1024 * 1024
 """A consumer's credit in bytes (Artemis's ``consumer-window-size``); -1 unlimited, 0 none."""
 DEFAULT_MIN_LARGE_MESSAGE_SIZE = 100 * 1024
 """Bodies of this many bytes or more are sent as large messages (``min-large-message-size``)."""
-DEFAULT_CHUNK_SIZE = 256 * 1024
-"""Bytes read from a large body's file per SEND_LARGE_CHUNK."""
+DEFAULT_CHUNK_SIZE = LARGE_CHUNK_SIZE
+"""Bytes read from a large body's file per SEND_LARGE_CHUNK (fewer if the node reads
+smaller frames)."""
 DEFAULT_SPOOL_MEMORY = 1024 * 1024
 """Bytes of a received large body kept in memory before its spool file goes to disk."""
 
@@ -177,7 +180,7 @@ class ClientSession:
         self._password = password
         self.confirmation_window_size = confirmation_window_size
         self.min_large_message_size = min_large_message_size
-        self._chunk_size = chunk_size
+        self._chunk_size = self._chunk_limit = chunk_size
         self._spool = spool
         self.max_frame_size = max_frame_size
         """The largest frame payload this client reads, stated in CONNECT."""
@@ -382,6 +385,7 @@ class ClientSession:
     def _accepted(self, packet: Connected) -> None:
         self._is_ready = True
         self._run_limit = min(BATCH_BYTES, packet.max_frame_size - SEND_MANY_OVERHEAD)
+        self._chunk_limit = min(self._chunk_size, large_chunk_size(packet.max_frame_size))
         self.node_name, self.node_id = packet.node_name, packet.node_id
         self._version = packet.protocol_version
         granted = packet.producer_window_size
@@ -798,7 +802,7 @@ class ClientSession:
             return
         file = send.file
         assert file is not None
-        data = file.read(min(self._chunk_size, send.remaining))
+        data = file.read(min(self._chunk_limit, send.remaining))
         # A file shorter than it was at the send ends the body early; the node refuses it.
         send.remaining = send.remaining - len(data) if data else 0
         last = send.remaining == 0

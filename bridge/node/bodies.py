@@ -18,8 +18,8 @@ from bridge.node.broker import Broker
 from bridge.store.interfaces import IBodyWriter
 
 CHUNK_SIZE = 256 * 1024
-"""Bytes of a large body read per chunk delivered (a DELIVER_LARGE_CHUNK's, or a STOMP
-body's per write to the connection)."""
+"""Bytes of a large body read per chunk delivered unless the head asks for others (a STOMP
+body's per write to the connection; the core head asks for its DELIVER_LARGE_CHUNK's)."""
 
 
 class BodySink:
@@ -64,10 +64,10 @@ class BodySource:
         self._broker = broker
         self._file: IO[bytes] = broker.open_body(body)  # open until the end
 
-    def read(self) -> bytes:
-        """The next chunk (``CHUNK_SIZE``, or what remains); OSError if the file ends
+    def read(self, size: int = CHUNK_SIZE) -> bytes:
+        """The next chunk (``size`` bytes, or what remains); OSError if the file ends
         before the body does."""
-        want = min(CHUNK_SIZE, self.remaining)
+        want = min(size, self.remaining)
         data = self._file.read(want)
         if len(data) < want:
             raise OSError(f"the body file {self._file.name!r} is short")

@@ -32,7 +32,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from zope.interface import Interface
+from zope.interface import Attribute, Interface
 
 from bridge.message import LargeBody, Message
 from bridge.node.bodies import BodySource
@@ -60,6 +60,8 @@ class IStreamListener(IConsumerListener):
     ) -> None:
         """A streamed large delivery starts: its message without the body, and the body's
         size; its chunks follow."""
+
+    chunk_size = Attribute("The most body bytes the head takes per chunk.")
 
     def chunk(consumer: Consumer[Any], delivery_id: int, data: bytes, last: bool) -> None:
         """The next chunk of a streamed large delivery's body."""
@@ -265,7 +267,7 @@ class Consumer(Generic[T]):
         while self._is_writable() and self._has_credit():
             source = stream.source
             try:
-                data = source.read()
+                data = source.read(stream.streamer.chunk_size)
             except OSError:
                 self._end_stream()
                 stream.streamer.stream_failed(self, stream.delivery_id)

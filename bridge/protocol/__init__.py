@@ -12,6 +12,8 @@ from bridge.protocol.packets import (
     CLAIM_LIMIT,
     DELIVER_MANY_OVERHEAD,
     FRAME_SIZE_UNSTATED,
+    LARGE_CHUNK_OVERHEAD,
+    LARGE_CHUNK_SIZE,
     PACKET_CLASSES,
     PACKET_TYPES,
     PROTOCOL_VERSION,
@@ -60,6 +62,7 @@ from bridge.protocol.packets import (
     TxBegin,
     TxCommit,
     TxRollback,
+    large_chunk_size,
 )
 
 __all__ = [
@@ -67,6 +70,8 @@ __all__ = [
     "CLAIM_LIMIT",
     "DELIVER_MANY_OVERHEAD",
     "FRAME_SIZE_UNSTATED",
+    "LARGE_CHUNK_OVERHEAD",
+    "LARGE_CHUNK_SIZE",
     "PACKET_CLASSES",
     "PACKET_TYPES",
     "PROTOCOL_VERSION",
@@ -119,4 +124,5 @@ __all__ = [
     "decode_packet",
     "encode_packet",
     "encode_sends",
+    "large_chunk_size",
 ]

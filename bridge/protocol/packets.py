@@ -46,6 +46,20 @@ BATCH_BYTES = 64 * 1024
 DELIVER_MANY, less if its peer reads smaller frames: enough to spare most of the per-frame
 work, small enough not to hold a turn's first message back behind a long batch."""
 
+LARGE_CHUNK_SIZE = 1024 * 1024
+"""The most body bytes a sender puts in one SEND_LARGE_CHUNK or DELIVER_LARGE_CHUNK, less
+if its peer reads smaller frames (``large_chunk_size``): each chunk costs both ends a
+frame, a file read or write and a reactor turn, so a 10 MiB body goes in ten, not forty."""
+
+LARGE_CHUNK_OVERHEAD = 17
+"""SEND_LARGE_CHUNK's and DELIVER_LARGE_CHUNK's bytes besides their data, at most."""
+
+
+def large_chunk_size(max_frame_size: int) -> int:
+    """Body bytes per large chunk to a peer that reads frames of ``max_frame_size``."""
+    return max(1, min(LARGE_CHUNK_SIZE, max_frame_size - LARGE_CHUNK_OVERHEAD))
+
+
 SEND_MANY_OVERHEAD = 21
 """SEND_MANY's bytes besides its messages, at most: sequence, transaction, count."""
 

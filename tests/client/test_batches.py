@@ -4,11 +4,14 @@ DELIVER_MANY is a delivery per message."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from bridge.client.events import Delivery
 from bridge.client.session import ClientSession
 from bridge.protocol import (
+    LARGE_CHUNK_OVERHEAD,
     Ack,
     ClusterConnect,
     Connected,
@@ -17,6 +20,7 @@ from bridge.protocol import (
     PacketFormatError,
     Send,
     SendConfirmed,
+    SendLargeChunk,
     SendMany,
     TxBegin,
     encode_packet,
@@ -107,6 +111,17 @@ def test_the_client_states_its_frame_size_and_keeps_within_the_nodes():
     packets = driver.packets()
     assert [len(p.messages) if isinstance(p, SendMany) else 1 for p in packets] == [4, 4, 2]
     assert all(len(encode_packet(p)[1]) <= 2048 for p in packets)
+
+
+def test_large_chunks_keep_within_the_nodes_frame_size():
+    driver = Driver(ClientSession(client_id="small"))
+    driver.session.connection_made()
+    driver.sent()
+    driver.feed(Connected("n", "i", 2, -1, 2048))
+    driver.session.send(message(body=b""), body_file=io.BytesIO(b"y" * 5000))
+    chunks = [p for p in driver.all_sent() if isinstance(p, SendLargeChunk)]
+    assert [len(c.data) for c in chunks] == [2048 - LARGE_CHUNK_OVERHEAD] * 2 + [5000 - 4062]
+    assert all(len(encode_packet(c)[1]) <= 2048 for c in chunks)
 
 
 def test_a_deliver_many_is_one_delivery_per_message():

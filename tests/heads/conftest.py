@@ -224,9 +224,13 @@ class Node:
         return self
 
     async def peer(
-        self, *, connect_as: tuple[str | None, str | None] | None = (None, None)
+        self,
+        *,
+        connect_as: tuple[str | None, str | None] | None = (None, None),
+        max_frame_size: int = p.FRAME_SIZE_UNSTATED,
     ) -> Peer:
-        """A connected peer; with ``connect_as`` it has sent CONNECT and got the answer."""
+        """A connected peer; with ``connect_as`` it has sent CONNECT (stating
+        ``max_frame_size``) and got the answer."""
         assert self.port is not None
         peer = Peer()
         address = self.port.getHost()
@@ -234,7 +238,9 @@ class Node:
         self.peers.append(peer)
         if connect_as is not None:
             user, password = connect_as
-            peer.send(p.Connect(p.PROTOCOL_VERSION, "test", user, password, 1 << 20))
+            peer.send(
+                p.Connect(p.PROTOCOL_VERSION, "test", user, password, 1 << 20, max_frame_size)
+            )
             await peer.until(lambda: bool(peer.of(p.Connected) or peer.of(p.Failed)))
         return peer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest_twisted
 
+from bridge.protocol import encode_packet
 from bridge.protocol import packets as p
 from tests.heads.conftest import message
 
@@ -175,15 +176,16 @@ async def test_consuming_from_a_new_anycast_name_creates_its_queue(node):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_large_message_is_delivered_in_chunks(node):
+async def test_a_large_message_is_delivered_in_chunks_that_fit_the_clients_frames(node):
     producer = await node.peer()
     body = b"L" * 300_000
     await fill(producer, "orders", body)
-    consumer = await node.peer()
+    consumer = await node.peer(max_frame_size=100_000)
     consumer.send(p.CreateConsumer(1, 1, "orders", None, False, -1))
     begin = await consumer.next(p.DeliverLargeBegin)
     assert (begin.total_size, begin.message.body) == (300_000, b"")
     await consumer.until(lambda: any(c.last for c in consumer.of(p.DeliverLargeChunk)))
     chunks = consumer.of(p.DeliverLargeChunk)
-    assert len(chunks) > 1
+    assert [len(c.data) for c in chunks] == [100_000 - p.LARGE_CHUNK_OVERHEAD] * 3 + [51]
+    assert all(len(encode_packet(c)[1]) <= 100_000 for c in chunks)
     assert b"".join(c.data for c in chunks) == body

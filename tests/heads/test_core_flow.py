@@ -131,12 +131,12 @@ async def test_a_large_delivery_goes_no_faster_than_the_consumers_credit(
     flow_node: Node,
 ) -> None:
     producer = await flow_node.peer()
-    body = bytes(range(256)) * 4096  # 1 MiB: four chunks
+    body = bytes(range(256)) * 4096  # 1 MiB: four chunks of the consumer's frame size
     producer.send(p.SendLargeBegin(1, None, message("orders", b""), len(body)))
     producer.send(p.SendLargeChunk(1, body, True))
     producer.send(p.Send(2, None, message("orders", b"small")))
     await producer.confirmed(2)
-    consumer = await flow_node.peer()
+    consumer = await flow_node.peer(max_frame_size=256 * 1024 + p.LARGE_CHUNK_OVERHEAD)
     consumer.send(p.CreateConsumer(1, 1, "orders", None, False, 300_000))
     await consumer.until(lambda: len(consumer.of(p.DeliverLargeChunk)) == 2)
     # 300,000 bytes of credit: the begin and two 256 KiB chunks, then nothing (a request

@@ -38,6 +38,7 @@ class _Head:
     writable: bool = True
     stop_after_chunks: int | None = None
     failed: list[int] = attrs.Factory(list)
+    chunk_size: int = CHUNK_SIZE
 
     def deliver(
         self, consumer: Consumer[Any], delivery_id: int, count: int, message: Message
@@ -211,3 +212,15 @@ async def test_refused_deliveries_go_back_unless_settled_since(brokers: Brokers)
     consumer.settled([second, third])
     # Back in the queue, the refused two come again as the prefetch frees.
     assert bodies(head) == [b"0000", b"0001", b"0002", b"0001", b"0002"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_body_is_streamed_in_chunks_the_head_asks_for(brokers: Brokers) -> None:
+    broker = await brokers()
+    sink = sink_of(broker, b"z" * 2500, 1000)
+    broker.publish(Message(sink.message_id, "orders", False, {}, b"", large=sink.finish()))
+    head = _Head(chunk_size=1000)
+    consumer = Consumer(broker, "orders", head, "c", streamer=head, is_writable=lambda: True)
+    consumer.start()
+    assert head.chunks == [(1, 1000, False), (1, 1000, False), (1, 500, True)]
+    await consumer.close()

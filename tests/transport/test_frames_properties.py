@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transport.errors import ProtocolError
-from transport.frames import ControlType, Frame, FrameDecoder, encode_frame
+from transport.frames import HEADER_SIZE, ControlType, Frame, FrameDecoder, encode_frame
 
 APP_TYPES = list(range(16, 40))
 MAX = 4096
@@ -87,3 +87,27 @@ def test_a_hostile_length_allocates_nothing_for_its_payload(length):
     header = b"TX\x01\x10" + length.to_bytes(4, "big")
     peak = _peak_while(_decode_all, [header])
     assert peak <= OVERHEAD
+
+
+def _lacking(sent: list[Frame], position: int) -> int:
+    """What the decoder lacks after ``position`` bytes of ``sent``'s stream: the rest of the
+    header begun, else of the payload begun, else nothing."""
+    start = 0
+    for frame in sent:
+        end = start + HEADER_SIZE + len(frame.payload)
+        if start < position < end:
+            into = position - start
+            return HEADER_SIZE - into if into < HEADER_SIZE else end - position
+        start = end
+    return 0
+
+
+@given(st.lists(frames, min_size=1, max_size=10), st.lists(st.integers(min_value=0), max_size=30))
+def test_missing_is_what_the_frame_begun_still_lacks(sent, cuts):
+    stream = b"".join(encode_frame(f) for f in sent)
+    decoder = FrameDecoder(APP_TYPES, max_frame_size=MAX)
+    position = 0
+    for chunk in _split(stream, cuts):
+        decoder.feed(chunk)
+        position += len(chunk)
+        assert decoder.missing == _lacking(sent, position)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from twisted.internet.abstract import FileDescriptor
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
-from transport.stream import StreamConnection, StreamSettings
+from transport.stream import FRAME_READ_LIMIT, StreamConnection, StreamSettings
 
 
 class Lines(StreamConnection):
@@ -19,6 +20,8 @@ class Lines(StreamConnection):
         self.buffer = b""
         self.lines: list[bytes] = []
         self.silences: list[float] = []
+        self.frame_lacks = 0
+        """What ``_missing`` says: bytes still to come of a frame begun."""
 
     def _announce(self) -> None:
         self._out.changes_to_announce()
@@ -31,6 +34,9 @@ class Lines(StreamConnection):
         while b"\n" in self.buffer and not self._paused:
             line, self.buffer = self.buffer.split(b"\n", 1)
             self.lines.append(line)
+
+    def _missing(self) -> int:
+        return self.frame_lacks
 
     def _discard_buffered(self) -> None:
         self.buffer = b""
@@ -142,3 +148,16 @@ def test_when_the_connection_is_lost_its_timers_and_partial_bytes_go() -> None:
     connection._stream_lost()
     assert connection.buffer == b""
     assert clock.getDelayedCalls() == []
+
+
+def test_reads_grow_to_what_a_frame_lacks_and_shrink_once_it_is_whole():
+    connection = Lines(Clock(), StreamSettings(read_size=4096), None)
+    wire = StringTransport()
+    socket = wire.transport = FileDescriptor()  # what a TCP transport is, beneath the wire
+    connection.makeConnection(wire)
+    sizes = []
+    for lacks in (0, 4096, 100_000, 5 * FRAME_READ_LIMIT, 10, 0):
+        connection.frame_lacks = lacks
+        connection.dataReceived(b"x")
+        sizes.append(socket.bufferSize)
+    assert sizes == [4096, 4096, 100_000, FRAME_READ_LIMIT, 4096, 4096]

@@ -17,7 +17,6 @@ import attrs
 from zope.interface import implementer
 
 from bridge.message import Message
-from bridge.node.bodies import CHUNK_SIZE
 from bridge.node.consumer import Consumer, IStreamListener
 from bridge.protocol import packets as p
 
@@ -25,9 +24,6 @@ MIN_LARGE_MESSAGE_SIZE = 100 * 1024
 """Bodies of this many bytes or more are delivered in chunks (Artemis's
 ``min-large-message-size`` default), fixed until the node has that setting."""
 
-LARGE_CHUNK_SIZE = CHUNK_SIZE
-"""Bytes of body per DELIVER_LARGE_CHUNK (a body in memory cut as one read from the store
-is)."""
 
 Emit = Callable[[p.Packet], None]
 BeforeFlush = Callable[[Callable[[], None]], None]
@@ -51,6 +47,9 @@ class Outbox:
         self._run_bytes = 0
         self.run_limit = 0
         """Bytes a run may hold (set from the client's frame size at CONNECT)."""
+        self.chunk_size = p.LARGE_CHUNK_SIZE
+        """Body bytes per DELIVER_LARGE_CHUNK (set from the client's frame size at
+        CONNECT), whether cut from memory or read from the store."""
 
     def emit(self, packet: p.Packet) -> None:
         """Send ``packet`` after the deliveries gathered before it."""
@@ -74,8 +73,9 @@ class Outbox:
         body = memoryview(message.body)
         header = attrs.evolve(message, body=b"")
         self.emit(p.DeliverLargeBegin(consumer_id, delivery_id, count, header, len(body)))
-        for start in range(0, len(body), LARGE_CHUNK_SIZE):
-            end = start + LARGE_CHUNK_SIZE
+        step = self.chunk_size
+        for start in range(0, len(body), step):
+            end = start + step
             chunk = bytes(body[start:end])
             self.emit(p.DeliverLargeChunk(consumer_id, delivery_id, chunk, end >= len(body)))
 

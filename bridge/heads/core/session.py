@@ -216,6 +216,7 @@ class CoreSession:
         self.protocol_version = packet.protocol_version
         self.client_id = packet.client_id
         self._out.run_limit = min(p.BATCH_BYTES, packet.max_frame_size - p.DELIVER_MANY_OVERHEAD)
+        self._out.chunk_size = p.large_chunk_size(packet.max_frame_size)
         self._node.log_in(self._authenticate(packet))
 
     def logged_in(self, subject: Subject) -> None:

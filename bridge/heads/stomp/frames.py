@@ -248,6 +248,18 @@ class FrameParser:
         """Bytes fed and not yet returned as events."""
         return len(self._buffer) - self._pos
 
+    @property
+    def missing(self) -> int:
+        """Bytes still to come of the body begun (with its NUL); 0 between frames and
+        while a frame's headers come in."""
+        left = self._stream_left
+        if left is None:
+            head = self._head
+            if head is None or head[2] is None:
+                return 0
+            left = head[2]
+        return max(0, left + 1 - (len(self._buffer) - self._pos))
+
     def discard(self) -> None:
         """Let go of every byte fed and not yet returned, at once (the connection is
         closing; nothing of it will be parsed)."""

@@ -304,6 +304,9 @@ class StompProtocol(StreamConnection):
     def _read_on(self) -> None:
         self._pump()
 
+    def _missing(self) -> int:
+        return self._parser.missing
+
     def _pump(self) -> None:
         """Hand the session every whole event, while nothing pauses reading."""
         if self._pumping:

@@ -150,3 +150,15 @@ def test_any_split_of_the_byte_stream_gives_the_same_frames_and_bodies(bodies, c
     ]
     assert whole == expected
     assert parser.next_event() is NEED_DATA
+
+
+def test_missing_is_what_the_body_begun_still_lacks_with_its_nul():
+    parser = FrameParser(LIMITS, version=Version.V1_2)
+    events_of(parser, b"SEND\ncontent-length:40\n\n" + b"x" * 10)  # streamed
+    assert parser.missing == 31
+    events_of(parser, b"x" * 30)
+    assert parser.missing == 1
+    events_of(parser, b"\x00SEND\ncontent-length:20\n\n" + b"y" * 5)  # held whole
+    assert parser.missing == 16
+    events_of(parser, b"y" * 15 + b"\x00SEND\n")
+    assert parser.missing == 0  # (headers: as many as the header limit allows, no more)
