@@ -241,12 +241,15 @@ class FrameParser:
         """Body bytes of the streamed frame still to come (None: not streaming)."""
         self._head_streamed = False
         """Whether the last head parsed with a content-length is a streamed frame's."""
+        self._read: bytes | None = None
+        """A read fed while a streamed body's bytes were due and nothing was buffered: its
+        body bytes are handed on as they are, not copied into the buffer and out again."""
         self._last: _LastHead | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes fed and not yet returned as events."""
-        return len(self._buffer) - self._pos
+        return len(self._buffer) - self._pos + (len(self._read) if self._read else 0)
 
     @property
     def missing(self) -> int:
@@ -258,7 +261,7 @@ class FrameParser:
             if head is None or head[2] is None:
                 return 0
             left = head[2]
-        return max(0, left + 1 - (len(self._buffer) - self._pos))
+        return max(0, left + 1 - self.buffered)
 
     def discard(self) -> None:
         """Let go of every byte fed and not yet returned, at once (the connection is
@@ -266,12 +269,19 @@ class FrameParser:
         self._buffer = bytearray()
         self._pos = self._scan = 0
         self._head = None
+        self._read = None
 
     def feed(self, data: bytes) -> None:
         if self._pos and self._pos == len(self._buffer):
             self._buffer.clear()
             self._scan -= self._pos
             self._pos = 0
+        if self._read is not None:
+            self._buffer += self._read
+            self._read = None
+        elif self._stream_left and not self._buffer and data:
+            self._read = data
+            return
         self._buffer += data
 
     def next_event(self) -> Event | NeedData:
@@ -344,6 +354,17 @@ class FrameParser:
         """The streamed body's bytes that are here, or its end once its NUL is."""
         left = self._stream_left
         assert left is not None
+        read = self._read
+        if read is not None:
+            self._read = None
+            if len(read) <= left:
+                self._stream_left = left - len(read)
+                return BodyChunk(read, False)
+            self._buffer += memoryview(read)[left:]  # (the NUL and the frames after it)
+            self._pos = self._scan = 0
+            self._stream_left = 0
+            self._end_stream()
+            return BodyChunk(read[:left], True)
         buffer, pos = self._buffer, self._pos
         available = len(buffer) - pos
         if not available:

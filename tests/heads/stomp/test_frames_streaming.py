@@ -152,6 +152,31 @@ def test_any_split_of_the_byte_stream_gives_the_same_frames_and_bodies(bodies, c
     assert parser.next_event() is NEED_DATA
 
 
+@given(
+    bodies=st.lists(st.binary(max_size=120), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(min_value=0), max_size=12),
+    drains=st.lists(st.booleans(), max_size=12),
+)
+def test_reads_fed_before_the_last_was_parsed_give_the_same_frames(bodies, cuts, drains):
+    """Reading paused part-way: several reads come before the events of the first are
+    taken, whether or not the parser holds a read's body bytes uncopied."""
+    version = Version.V1_2
+    wire = b"".join(
+        serialize_bytes(Frame(Command.SEND, (("content-length", str(len(b))),), b), version)
+        for b in bodies
+    )
+    whole = _collected(events_of(FrameParser(LIMITS, version=version), wire))
+    parser = FrameParser(LIMITS, version=version)
+    pieces: list[object] = []
+    for index, piece in enumerate(_split(wire, cuts)):
+        parser.feed(piece)
+        if index >= len(drains) or drains[index]:
+            pieces += events_of(parser, b"")
+    pieces += events_of(parser, b"")
+    assert _collected(pieces) == whole
+    assert parser.buffered == 0
+
+
 def test_missing_is_what_the_body_begun_still_lacks_with_its_nul():
     parser = FrameParser(LIMITS, version=Version.V1_2)
     events_of(parser, b"SEND\ncontent-length:40\n\n" + b"x" * 10)  # streamed
@@ -162,3 +187,12 @@ def test_missing_is_what_the_body_begun_still_lacks_with_its_nul():
     assert parser.missing == 16
     events_of(parser, b"y" * 15 + b"\x00SEND\n")
     assert parser.missing == 0  # (headers: as many as the header limit allows, no more)
+
+
+def test_a_read_of_body_bytes_alone_is_handed_on_uncopied():
+    parser = FrameParser(LIMITS, version=Version.V1_2)
+    events_of(parser, b"SEND\ncontent-length:40\n\n" + b"x" * 10)
+    read = bytes(b"y" * 30)
+    [chunk] = events_of(parser, read)
+    assert isinstance(chunk, BodyChunk)
+    assert chunk == BodyChunk(read, False) and chunk.data is read
