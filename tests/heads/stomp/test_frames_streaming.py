@@ -125,18 +125,21 @@ def _collected(events: list[object]) -> list[object]:
     return joined
 
 
+def _sends(bodies: list[bytes]) -> bytes:
+    """SEND frames with ``bodies`` and their content-length, as STOMP 1.2 puts them."""
+    return b"".join(
+        serialize_bytes(Frame(Command.SEND, (("content-length", str(len(b))),), b), Version.V1_2)
+        for b in bodies
+    )
+
+
 @given(
     bodies=st.lists(st.binary(max_size=120), min_size=1, max_size=5),
     cuts=st.lists(st.integers(min_value=0), max_size=12),
 )
 def test_any_split_of_the_byte_stream_gives_the_same_frames_and_bodies(bodies, cuts):
-    version = Version.V1_2
-    wire = b"".join(
-        serialize_bytes(Frame(Command.SEND, (("content-length", str(len(b))),), b), version)
-        for b in bodies
-    )
-    whole = _collected(events_of(FrameParser(LIMITS, version=version), wire))
-    parser = FrameParser(LIMITS, version=version)
+    wire, parser = _sends(bodies), FrameParser(LIMITS, version=Version.V1_2)
+    whole = _collected(events_of(FrameParser(LIMITS, version=Version.V1_2), wire))
     pieces: list[object] = []
     for piece in _split(wire, cuts):
         pieces += events_of(parser, piece)
@@ -160,13 +163,8 @@ def test_any_split_of_the_byte_stream_gives_the_same_frames_and_bodies(bodies, c
 def test_reads_fed_before_the_last_was_parsed_give_the_same_frames(bodies, cuts, drains):
     """Reading paused part-way: several reads come before the events of the first are
     taken, whether or not the parser holds a read's body bytes uncopied."""
-    version = Version.V1_2
-    wire = b"".join(
-        serialize_bytes(Frame(Command.SEND, (("content-length", str(len(b))),), b), version)
-        for b in bodies
-    )
-    whole = _collected(events_of(FrameParser(LIMITS, version=version), wire))
-    parser = FrameParser(LIMITS, version=version)
+    wire, parser = _sends(bodies), FrameParser(LIMITS, version=Version.V1_2)
+    whole = _collected(events_of(FrameParser(LIMITS, version=Version.V1_2), wire))
     pieces: list[object] = []
     for index, piece in enumerate(_split(wire, cuts)):
         parser.feed(piece)
