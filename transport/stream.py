@@ -73,7 +73,8 @@ class StreamConnection(Protocol):
         self._abort_call: IDelayedCall | None = None
         self._wire: Wire | None = None
         self._socket: FileDescriptor | None = None
-        self._read_size = self._reading = 0
+        self._read_size = 0
+        """Bytes per socket call between large frames (the socket's own, once connected)."""
         self.peer = "?"
 
     # -- what subclasses provide ----------------------------------------------------------
@@ -121,10 +122,9 @@ class StreamConnection(Protocol):
     def _size_reads(self, missing: int) -> None:
         """Read what the frame being received lacks, up to ``FRAME_READ_LIMIT``, while
         that is more than the read size; the read size otherwise."""
-        size = self._read_size if missing <= self._read_size else min(missing, FRAME_READ_LIMIT)
-        if size != self._reading:
-            assert self._socket is not None
-            self._socket.bufferSize = self._reading = size
+        assert self._socket is not None
+        read = self._read_size
+        self._socket.bufferSize = read if missing <= read else min(missing, FRAME_READ_LIMIT)
 
     def _pause(self, reason: str) -> None:
         first = not self._paused
@@ -218,7 +218,7 @@ class StreamConnection(Protocol):
         )
         self._socket = socket_beneath(self.transport)
         if self._socket is not None:
-            self._read_size = self._reading = self._socket.bufferSize
+            self._read_size = self._socket.bufferSize
         self.writer.attach(wire)
         self._watch_silence(self._silence_limit)
         partial = stream.partial_frames
