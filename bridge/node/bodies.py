@@ -75,6 +75,6 @@ class BodySource:
         return data
 
     def close(self) -> None:
-        """Done reading: the file is closed, off the reactor thread if the message was
-        acknowledged (and its file deleted) meanwhile, since that close frees it."""
+        """Done reading: the file is closed, and deleted now if the message was
+        acknowledged (its body discarded) meanwhile."""
         self._broker.close_body(self._file)

@@ -32,8 +32,8 @@ class LargeMessages:
         return self._store.open_body(body)
 
     def close_body(self, file: IO[bytes]) -> None:
-        """A body ``open_body`` gave is read: closed, off the reactor thread where that
-        frees a discarded body's file (see ``IMessageStore.close_body``)."""
+        """A body ``open_body`` gave is read: closed, and, if it was discarded meanwhile,
+        deleted now (see ``IMessageStore.close_body``)."""
         self._store.close_body(file)
 
     def discard(self, message: Message) -> Deferred[None]:

@@ -35,7 +35,7 @@ from bridge.store.errors import (
     UnknownTransaction,
 )
 from bridge.store.interfaces import IBodyWriter, IMessageStore, IReplication, IStoreWriter
-from bridge.store.large import BodyFile, close_body, deleted_while_open, open_body
+from bridge.store.large import BodyFile, BodyReaders, close_body, open_body
 from bridge.store.operations import (
     Acknowledge,
     AcknowledgeMany,
@@ -161,6 +161,7 @@ class MessageStore:
         self._close_waiters: list[Deferred[None]] = []
         self.replication: IReplication | None = None
         """With HA replication on the live node: where each batch goes too."""
+        self._readers = BodyReaders()
 
     @property
     def commits(self) -> int:
@@ -261,15 +262,19 @@ class MessageStore:
             )
 
     def new_body(self, message_id: int) -> IBodyWriter:
-        return BodyFile(self._writer.body_files.path_for(message_id))
+        writer = self._writer
+        return BodyFile(writer.body_files.path_for(message_id), writer.free_bodies)
 
     def open_body(self, body: LargeBody) -> IO[bytes]:
-        return open_body(body)
+        file = open_body(body)
+        self._readers.opened(body.path)
+        return file
 
     def close_body(self, file: IO[bytes]) -> Deferred[None]:
-        if self._state is _OPEN and deleted_while_open(file):
-            return deferToThreadPool(self._threads, self._pool, close_body, file)
         close_body(file)
+        waiting = self._readers.closed(file.name)
+        if waiting:
+            self._delete(file.name).addBoth(_settle, waiting)
         return succeed(None)
 
     def large_body_path(self, message_id: int) -> str:
@@ -278,10 +283,18 @@ class MessageStore:
     def discard_body(self, path: str) -> Deferred[None]:
         if self.replication is not None:
             self.replication.discarded(path)
+        if self._state is _OPEN and (waiting := self._readers.wait(path)) is not None:
+            return waiting
+        return self._delete(path)
+
+    def _delete(self, path: str) -> Deferred[None]:
+        """Delete (or keep to be written over) a body file nothing reads any more: on the
+        writer thread, after the operations already issued; at once once the store is
+        closing (its thread may be gone)."""
         if self._state is not _OPEN:
-            self._writer.delete_body(path)
+            self._writer.delete_body(path, False)
             return succeed(None)
-        return deferToThreadPool(self._threads, self._pool, self._writer.delete_body, path)
+        return deferToThreadPool(self._threads, self._pool, self._writer.delete_body, path, True)
 
     def page(
         self, message: Message, queues: Sequence[str], tx: TxId | None = None
@@ -410,6 +423,11 @@ class MessageStore:
             )
             _settle(Failure(rolled_back), transaction.waiters)
         await self._batches.when_idle()
+        for path, waiting in self._readers.take_waiting().items():
+            done = deferToThreadPool(
+                self._threads, self._pool, self._writer.delete_body, path, False
+            )
+            await done.addBoth(_settle, waiting)
         try:
             await deferToThreadPool(self._threads, self._pool, self._writer.close)
         finally:

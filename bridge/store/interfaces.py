@@ -75,10 +75,9 @@ class IMessageStore(Interface):
         cannot be read."""
 
     def close_body(file: IO[bytes]) -> Deferred[None]:
-        """Close what ``open_body`` gave. Where the body was discarded meanwhile (its file
-        deleted while it was still being read), this close frees the file, which keeps
-        the file system busy for milliseconds: it then runs off the reactor thread, as
-        ``discard_body`` does. Fires once closed; a failure is logged, not passed on."""
+        """Close what ``open_body`` gave; where the body was discarded meanwhile and this
+        was its last reader, the discard goes on now. Fires once closed; a failure is
+        logged, not passed on."""
 
     def large_body_path(message_id: int) -> str:
         """Where a large message's body file goes, for tools and tests that inspect the
@@ -86,10 +85,12 @@ class IMessageStore(Interface):
         ``open_body`` only."""
 
     def discard_body(path: str) -> Deferred[None]:
-        """Delete a large body file no message needs any more, off the reactor thread
-        (freeing a large file keeps the file system busy for milliseconds), after the
-        operations already issued; fires once it is gone. A failure is logged, not
-        passed on: the file is then deleted at the next open, as no stored message owns it."""
+        """Delete a large body file no message needs any more, or keep it to be written
+        over by a new body (``IStoreWriter.delete_body``), off the reactor thread (freeing
+        a large file keeps the file system busy for milliseconds), after the operations
+        already issued and once ``open_body``'s readers of it closed it; fires once it is
+        gone. A failure is logged, not passed on: the file is then deleted at the next
+        open, as no stored message owns it."""
 
     def page(message: Message, queues: Sequence[str], tx: TxId | None = None) -> Deferred[None]:
         """Keep a message that paging takes out of memory (a non-durable one, or a durable
@@ -196,6 +197,10 @@ class IStoreWriter(Interface):
         " node writes and reads on the reactor thread: the bodies themselves on SQLite, a"
         " cache of the rows that hold them on PostgreSQL."
     )
+    free_bodies = Attribute(
+        "Discarded bodies' files kept to be written over by new bodies"
+        " (``bridge.store.large.FreeBodies``), emptied when the store opens."
+    )
 
     def open(load_limit: int) -> Recovered:
         """Connect (creating or migrating the schema), note that a node runs on the store,
@@ -209,8 +214,10 @@ class IStoreWriter(Interface):
     def read(message_ids: Sequence[int], paged_ids: Sequence[int]) -> dict[int, Message]:
         """Stored and paged messages by id; ``StoreError`` if one is missing."""
 
-    def delete_body(path: str) -> None:
-        """Delete a large body file no message needs; a failure is logged, not raised."""
+    def delete_body(path: str, reusable: bool) -> None:
+        """Delete a large body file no message needs, or, where ``reusable`` (nothing
+        reads it) and ``free_bodies`` has room, keep it to be written over; a failure is
+        logged, not raised."""
 
     def close() -> None:
         """Record the clean stop and disconnect."""

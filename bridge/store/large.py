@@ -6,16 +6,23 @@ The node writes a large message's body chunk by chunk through a ``BodyFile``
 committed. Files no stored
 message owns (bodies of non-durable messages, of sends cut off mid-message) are removed
 when the store opens, so a half-written body is never delivered.
+
+A discarded body's file is kept for the next body to be written over (``FreeBodies``),
+up to a bound, rather than deleted: see there why.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import threading
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
 import attrs
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -25,6 +32,15 @@ from bridge.store.interfaces import IBodyWriter
 
 LARGE_MESSAGES = "large-messages"
 """The folder beside the store holding large messages' bodies."""
+
+FREE_BODIES = "large-messages-free"
+"""The folder beside the store holding discarded bodies' files, kept to be written over."""
+
+FREE_FILES = 16
+"""The most discarded bodies' files kept for reuse."""
+
+FREE_BYTES = 256 * 1024 * 1024
+"""The most bytes those files hold together."""
 
 log = Logger()
 
@@ -87,16 +103,121 @@ class BodyFiles:
                 file.unlink(missing_ok=True)
 
 
+@attrs.define(eq=False)
+class BodyReaders:
+    """Large bodies' files open for reading, by path, and the discards waiting for their
+    last reader. A body discarded while it is read goes only once its readers are done:
+    so its file is never freed by a reader's close on the reactor thread, nor written over
+    (``FreeBodies``) while still read. On the reactor thread."""
+
+    _open: Counter[str] = attrs.field(factory=Counter, init=False)
+    _waiting: dict[str, list[Deferred[None]]] = attrs.field(factory=dict, init=False)
+
+    def opened(self, path: str) -> None:
+        self._open[path] += 1
+
+    def closed(self, path: str) -> list[Deferred[None]]:
+        """One reader of ``path`` is done: the discards of it that now may go."""
+        self._open[path] -= 1
+        if self._open[path] > 0:
+            return []
+        del self._open[path]
+        return self._waiting.pop(path, [])
+
+    def wait(self, path: str) -> Deferred[None] | None:
+        """A discard of ``path``, to go once its readers are done (it fires then); None
+        if nothing reads it."""
+        if path not in self._open:
+            return None
+        waiting: Deferred[None] = Deferred()
+        self._waiting.setdefault(path, []).append(waiting)
+        return waiting
+
+    def take_waiting(self) -> dict[str, list[Deferred[None]]]:
+        """Every discard still waiting (the store closes: they go now)."""
+        waiting, self._waiting = self._waiting, {}
+        return waiting
+
+
+@attrs.define(eq=False)
+class FreeBodies:
+    """Files of discarded large bodies, kept for the next bodies to be written over.
+
+    A new file costs the file system its blocks and the page cache its pages, and deleting
+    it gives both back (and, on a disk mounted with ``discard``, trims its blocks): writing
+    over a kept file whose blocks and pages are there costs about half the CPU, syncs
+    sooner, and deletes nothing (Artemis keeps its journal's files for the same reason,
+    ``journal-pool-files``). At most ``files`` files holding ``max_bytes`` together; a file
+    another name links to (a replication snapshot's, a batch's pin) is not kept, since its
+    bytes are still read there. None outlive the store: ``clear`` empties the folder when
+    the store opens. ``keep`` runs on the writer thread, ``take`` on the reactor thread."""
+
+    folder: Path
+    files: int = FREE_FILES
+    max_bytes: int = FREE_BYTES
+    _free: list[tuple[Path, int]] = attrs.field(factory=list, init=False)
+    _bytes: int = attrs.field(default=0, init=False)
+    _named: int = attrs.field(default=0, init=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+
+    def clear(self) -> None:
+        """Delete every kept file (the store opens: none is known)."""
+        with self._lock:
+            self._free.clear()
+            self._bytes = 0
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def keep(self, path: str) -> bool:
+        """Keep the discarded body file at ``path`` (it is moved here); False where it
+        may not be kept (no room, linked elsewhere, gone), to be deleted instead."""
+        try:
+            stat = os.stat(path)
+            with self._lock:
+                if (
+                    stat.st_nlink != 1
+                    or len(self._free) >= self.files
+                    or self._bytes + stat.st_size > self.max_bytes
+                ):
+                    return False
+                self._named += 1
+                free = self.folder / f"{self._named}.free"
+                self.folder.mkdir(exist_ok=True)
+                os.rename(path, free)
+                self._free.append((free, stat.st_size))
+                self._bytes += stat.st_size
+        except OSError:
+            return False
+        return True
+
+    def take(self, path: Path) -> int | None:
+        """Move a kept file to ``path`` to be written over: the bytes it holds, or None
+        where none is kept (or it cannot be moved)."""
+        with self._lock:
+            if not self._free:
+                return None
+            free, size = self._free.pop()  # (the latest: its pages the likeliest cached)
+            self._bytes -= size
+        try:
+            os.rename(free, path)
+        except OSError:
+            Path(free).unlink(missing_ok=True)
+            return None
+        return size
+
+
 @implementer(IBodyWriter)
 class BodyFile:
     """A large body being written to its file, chunk by chunk (unbuffered: a chunk is
-    already large)."""
+    already large): a new file, or, where ``free`` keeps one, a discarded body's file
+    written over and cut to this body's size at the end."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, free: FreeBodies | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._path = path
         self.name = str(path)
-        self._file: IO[bytes] | None = open(path, "wb", buffering=0)  # noqa: SIM115
+        self._reused = None if free is None else free.take(path)
+        mode = "wb" if self._reused is None else "r+b"
+        self._file: IO[bytes] | None = open(path, mode, buffering=0)  # noqa: SIM115
         self.size = 0
 
     def write(self, data: bytes) -> None:
@@ -105,6 +226,8 @@ class BodyFile:
         self.size += len(data)
 
     def finish(self) -> LargeBody:
+        if self._file is not None and self._reused is not None and self._reused > self.size:
+            self._file.truncate(self.size)
         self._close()
         return LargeBody(str(self._path), self.size)
 
@@ -122,15 +245,6 @@ class BodyFile:
 def open_body(body: LargeBody) -> IO[bytes]:
     """A stored large body, to read in chunks; ``OSError`` if it cannot be opened."""
     return open(body.path, "rb")
-
-
-def deleted_while_open(file: IO[bytes]) -> bool:
-    """Whether ``file``'s name is gone (its body discarded while it was read), so that
-    closing it frees the file."""
-    try:
-        return os.fstat(file.fileno()).st_nlink == 0
-    except (OSError, ValueError):  # (closed already: nothing to free)
-        return False
 
 
 def close_body(file: IO[bytes]) -> None:

@@ -22,7 +22,7 @@ from bridge.ha.lock import LeaseToken
 from bridge.message import Message
 from bridge.store.errors import CommitFailed, Fenced, StoreError
 from bridge.store.interfaces import IStoreWriter
-from bridge.store.large import BodyFiles, delete_body
+from bridge.store.large import FREE_BODIES, BodyFiles, FreeBodies, delete_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.pg_bodies import PgBodies
 from bridge.store.pg_operations import apply_all, load_state, save_state
@@ -56,6 +56,7 @@ class PostgreSQLWriter:
         except StoreError:
             self.name = "postgresql (a malformed URL)"  # open() says what is wrong
         self.body_files = BodyFiles(data_dir)
+        self.free_bodies = FreeBodies(data_dir / FREE_BODIES)
         self._bodies = PgBodies(self.body_files)
         self._connection: Connection | None = None
         self._state = WriterState(queues=set(), highest_message_id=0)
@@ -72,6 +73,7 @@ class PostgreSQLWriter:
             self._check_token(cursor)
             connection.commit()
             self.body_files.remove_orphans(message_id for (message_id,) in owned)
+            self.free_bodies.clear()
         except psycopg.Error as error:
             connection.close()
             raise StoreError(f"{self.name}: cannot load the store: {one_line(error)}") from None
@@ -121,8 +123,9 @@ class PostgreSQLWriter:
             connection.rollback()  # ends the read's transaction; writes none
         return found
 
-    def delete_body(self, path: str) -> None:
-        delete_body(path)
+    def delete_body(self, path: str, reusable: bool) -> None:
+        if not (reusable and self.free_bodies.keep(path)):
+            delete_body(path)
         self._bodies.forget(path)
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from bridge.ha.lock import LeaseToken
 from bridge.message import Message
 from bridge.store.errors import CommitFailed, Fenced
 from bridge.store.interfaces import IStoreWriter
-from bridge.store.large import BodyFiles, delete_body
+from bridge.store.large import FREE_BODIES, BodyFiles, FreeBodies, delete_body
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.records import Recovered
 from bridge.store.recovery import load, missing, stored_message
@@ -48,6 +48,7 @@ class Writer:
         checks just before its commit (:mod:`bridge.store.file_lock`)."""
         self.name = str(path)
         self.body_files = BodyFiles(path.parent)
+        self.free_bodies = FreeBodies(path.parent / FREE_BODIES)
         self._busy_timeout = busy_timeout
         self._connection: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
@@ -76,6 +77,7 @@ class Writer:
                     "SELECT id FROM messages WHERE large IS NOT NULL"
                 )
             )
+            self.free_bodies.clear()
         except BaseException:
             connection.close()
             raise
@@ -129,8 +131,9 @@ class Writer:
         assert self._cursor is not None, "the writer is not open"
         return self._read(self._cursor, message_ids, transient)
 
-    def delete_body(self, path: str) -> None:
-        delete_body(path)
+    def delete_body(self, path: str, reusable: bool) -> None:
+        if not (reusable and self.free_bodies.keep(path)):
+            delete_body(path)
 
     def _read(
         self, cursor: sqlite3.Cursor, message_ids: Sequence[int], transient: Sequence[int]

@@ -129,9 +129,9 @@ async def test_a_bridge_repeat_is_confirmed_and_dropped_even_after_a_restart(nod
     checked = threading.Event()
     delete = sqlite_writer.delete_body
 
-    def late_delete(path: str) -> None:
+    def late_delete(path: str, reusable: bool) -> None:
         checked.wait(timeout=10)
-        delete(path)
+        delete(path, reusable)
 
     monkeypatch.setattr(sqlite_writer, "delete_body", late_delete)
     peer = await node.peer()

@@ -90,7 +90,7 @@ async def test_a_body_is_written_and_read_in_chunks_through_the_store(stores: St
         assert [reading.read(100_000) for _ in chunks] == chunks
         assert reading.read(1) == b""
     finally:
-        reading.close()
+        await store.close_body(reading)
     await store.acknowledge("orders", 1)
     await store.discard_body(large.path)
     for gone in (
@@ -186,9 +186,9 @@ async def test_a_discarded_body_goes_on_the_writer_thread(stores: Stores, monkey
     threads: list[str] = []
     delete = store._writer.delete_body
 
-    def recording(path: str) -> None:
+    def recording(path: str, reusable: bool) -> None:
         threads.append(threading.current_thread().name)
-        delete(path)
+        delete(path, reusable)
 
     monkeypatch.setattr(store._writer, "delete_body", recording)
     await store.discard_body(path)
@@ -208,20 +208,49 @@ class _RecordedClose(io.FileIO):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_body_read_while_it_was_discarded_is_closed_on_the_writer_thread(
-    stores: Stores,
+async def test_a_body_discarded_while_it_is_read_goes_once_its_last_reader_closed_it(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """That close frees the file (milliseconds for a large body): not on the reactor."""
+    """Then on the writer thread, as every discard: so no reader's close frees the file
+    (milliseconds for a large body) on the reactor, and no new body is written over it
+    while it is read."""
     store, _ = await stores.open()
     path = store.large_body_path(10)
+    large = LargeBody(path, 100_000)
     large_message(10, b"r" * 100_000, path)
-    reading = _RecordedClose(path, "r")
-    await store.discard_body(path)
-    assert not reading.closed
+    threads: list[str] = []
+    delete = store._writer.delete_body
+
+    def recording(path: str, reusable: bool) -> None:
+        threads.append(threading.current_thread().name)
+        delete(path, reusable)
+
+    monkeypatch.setattr(store._writer, "delete_body", recording)
+    first, second = store.open_body(large), store.open_body(large)
+    discarded = store.discard_body(path)
+    await store.close_body(first)
+    assert not discarded.called and Path(path).exists()
+    assert second.read() == b"r" * 100_000
+    await store.close_body(second)
+    await discarded
+    assert not Path(path).exists()
+    assert threads and threads[0] != threading.main_thread().name
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_discard_waiting_for_its_readers_goes_when_the_store_closes(
+    stores: Stores,
+) -> None:
+    store, _ = await stores.open()
+    path = store.large_body_path(12)
+    large_message(12, b"q" * 1000, path)
+    reading = store.open_body(LargeBody(path, 1000))
+    discarded = store.discard_body(path)
+    await store.close()
+    await discarded
+    assert not Path(path).exists()
+    assert reading.read() == b"q" * 1000  # its reader still has it
     await store.close_body(reading)
-    assert reading.closed
-    assert reading.closed_on is not None
-    assert reading.closed_on != threading.main_thread().name
 
 
 @pytest_twisted.ensureDeferred

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import threading
 from pathlib import Path
-from typing import IO
 
 import pytest_twisted
 from twisted.internet import reactor
@@ -16,8 +15,6 @@ from twisted.internet import reactor
 from bridge.client.api import connect
 from bridge.heads.stomp import StompSettings
 from bridge.heads.stomp.frames import Limits
-from bridge.store import front
-from bridge.store.large import close_body
 from tests.heads.conftest import eventually
 from tests.heads.stomp.conftest import StompNode
 
@@ -91,19 +88,22 @@ async def test_frames_sent_while_a_large_body_goes_out_follow_it_intact(stomp_no
 
 
 @pytest_twisted.ensureDeferred
-async def test_an_auto_acknowledged_body_deleted_while_read_out_is_freed_off_the_reactor(
+async def test_an_auto_acknowledged_body_read_out_goes_once_sent_off_the_reactor(
     stomp_node, monkeypatch
 ):
-    """An ``ack:auto`` delivery is acknowledged as it starts, so its body file is deleted
-    while it is still being read out: the last close, which frees the file, is left to
-    the store's writer thread (about 2 ms per 10 MiB the reactor does not wait for)."""
-    closed_on: list[str] = []
+    """An ``ack:auto`` delivery is acknowledged as it starts, so its body is discarded
+    while it is still being read out: the file stays until the body is out, then goes on
+    the store's writer thread (freeing 10 MiB takes about 2 ms the reactor does not wait
+    for; a file kept to be written over must not be written over while it is read)."""
+    store = stomp_node.broker.store
+    deleted_on: list[str] = []
+    delete = store._writer.delete_body
 
-    def recording(file: IO[bytes]) -> None:
-        closed_on.append(threading.current_thread().name)
-        close_body(file)
+    def recording(path: str, reusable: bool) -> None:
+        deleted_on.append(threading.current_thread().name)
+        delete(path, reusable)
 
-    monkeypatch.setattr(front, "close_body", recording)
+    monkeypatch.setattr(store._writer, "delete_body", recording)
     raw = await stomp_node.raw()
     await raw.connect()
     raw.send("SUBSCRIBE", {"id": "1", "destination": "/queue/auto", "receipt": "sub"})
@@ -113,13 +113,14 @@ async def test_an_auto_acknowledged_body_deleted_while_read_out_is_freed_off_the
     body = body_of(24 * MIB)
     producer = await stomp_node.client()
     await producer.confirmed_send("/queue/auto", body, persistent="true")
-    await eventually(lambda: large_files(stomp_node) == [])
-    assert closed_on == []  # deleted, and still being read out
+    queue = stomp_node.broker.queue("auto")
+    await eventually(lambda: queue.depth == 0)  # acknowledged, still being read out
+    assert len(large_files(stomp_node)) == 1 and deleted_on == []
     raw.transport.resumeProducing()
     message = await raw.next("MESSAGE")
     assert hashlib.sha256(message.body).digest() == hashlib.sha256(body).digest()
-    await eventually(lambda: closed_on != [])
-    assert closed_on == [closed_on[0]] and closed_on[0] != threading.main_thread().name
+    await eventually(lambda: deleted_on != [] and large_files(stomp_node) == [])
+    assert deleted_on == [deleted_on[0]] and deleted_on[0] != threading.main_thread().name
 
 
 @pytest_twisted.ensureDeferred
