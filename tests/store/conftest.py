@@ -6,6 +6,7 @@ and once in a fresh schema of the machine's PostgreSQL server (dropped afterward
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -115,3 +116,18 @@ def sqlite_stores(tmp_path: Path) -> Iterator[Stores]:
 def postgresql_stores(tmp_path: Path, pg_schema: str) -> Iterator[Stores]:
     """For what only PostgreSQL has."""
     yield from _stores(tmp_path / "data", pg_schema)
+
+
+def deletion_threads(store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads on which ``store``'s writer deletes (or keeps) body files
+    from now on, in order."""
+    threads: list[str] = []
+    writer = store._writer
+    delete = writer.delete_body
+
+    def recording(path: str, reusable: bool) -> None:
+        threads.append(threading.current_thread().name)
+        delete(path, reusable)
+
+    monkeypatch.setattr(writer, "delete_body", recording)
+    return threads

@@ -18,7 +18,7 @@ from bridge.message import LargeBody, Message
 from bridge.store import StoreError
 from bridge.store.errors import InvalidOperation
 from bridge.store.schema import SCHEMA_VERSION
-from tests.store.conftest import Stores, anycast, message
+from tests.store.conftest import Stores, anycast, deletion_threads, message
 
 
 @pytest_twisted.ensureDeferred
@@ -183,14 +183,7 @@ async def test_a_discarded_body_goes_on_the_writer_thread(stores: Stores, monkey
     store, _ = await stores.open()
     path = store.large_body_path(7)
     large_message(7, b"d" * 100_000, path)
-    threads: list[str] = []
-    delete = store._writer.delete_body
-
-    def recording(path: str, reusable: bool) -> None:
-        threads.append(threading.current_thread().name)
-        delete(path, reusable)
-
-    monkeypatch.setattr(store._writer, "delete_body", recording)
+    threads = deletion_threads(store, monkeypatch)
     await store.discard_body(path)
     assert not Path(path).exists()
     assert threads and threads[0] != threading.main_thread().name
@@ -218,14 +211,7 @@ async def test_a_body_discarded_while_it_is_read_goes_once_its_last_reader_close
     path = store.large_body_path(10)
     large = LargeBody(path, 100_000)
     large_message(10, b"r" * 100_000, path)
-    threads: list[str] = []
-    delete = store._writer.delete_body
-
-    def recording(path: str, reusable: bool) -> None:
-        threads.append(threading.current_thread().name)
-        delete(path, reusable)
-
-    monkeypatch.setattr(store._writer, "delete_body", recording)
+    threads = deletion_threads(store, monkeypatch)
     first, second = store.open_body(large), store.open_body(large)
     discarded = store.discard_body(path)
     await store.close_body(first)

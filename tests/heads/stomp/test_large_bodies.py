@@ -17,6 +17,7 @@ from bridge.heads.stomp import StompSettings
 from bridge.heads.stomp.frames import Limits
 from tests.heads.conftest import eventually
 from tests.heads.stomp.conftest import StompNode
+from tests.store.conftest import deletion_threads
 
 MIB = 1024 * 1024
 
@@ -95,15 +96,7 @@ async def test_an_auto_acknowledged_body_read_out_goes_once_sent_off_the_reactor
     while it is still being read out: the file stays until the body is out, then goes on
     the store's writer thread (freeing 10 MiB takes about 2 ms the reactor does not wait
     for; a file kept to be written over must not be written over while it is read)."""
-    store = stomp_node.broker.store
-    deleted_on: list[str] = []
-    delete = store._writer.delete_body
-
-    def recording(path: str, reusable: bool) -> None:
-        deleted_on.append(threading.current_thread().name)
-        delete(path, reusable)
-
-    monkeypatch.setattr(store._writer, "delete_body", recording)
+    deleted_on = deletion_threads(stomp_node.broker.store, monkeypatch)
     raw = await stomp_node.raw()
     await raw.connect()
     raw.send("SUBSCRIBE", {"id": "1", "destination": "/queue/auto", "receipt": "sub"})
