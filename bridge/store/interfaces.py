@@ -199,7 +199,8 @@ class IStoreWriter(Interface):
     )
     free_bodies = Attribute(
         "Discarded bodies' files kept to be written over by new bodies"
-        " (``bridge.store.large.FreeBodies``), emptied when the store opens."
+        " (``bridge.store.large.FreeBodies``), emptied when the store opens: kept on the"
+        " writer thread (``delete_body``), taken on the reactor thread, so it locks."
     )
 
     def open(load_limit: int) -> Recovered:
