@@ -267,12 +267,12 @@ class MessageStore:
 
     def open_body(self, body: LargeBody) -> IO[bytes]:
         file = open_body(body)
-        self._readers.opened(body.path)
+        self._readers.opened(file)
         return file
 
     def close_body(self, file: IO[bytes]) -> Deferred[None]:
         close_body(file)
-        waiting = self._readers.closed(file.name)
+        waiting = self._readers.closed(file)
         if waiting:
             self._delete(file.name).addBoth(_settle, waiting)
         return succeed(None)

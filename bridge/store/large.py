@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
@@ -110,19 +109,23 @@ class BodyReaders:
     so its file is never freed by a reader's close on the reactor thread, nor written over
     (``FreeBodies``) while still read. On the reactor thread."""
 
-    _open: Counter[str] = attrs.field(factory=Counter, init=False)
+    _open: dict[str, set[IO[bytes]]] = attrs.field(factory=dict, init=False)
     _waiting: dict[str, list[Deferred[None]]] = attrs.field(factory=dict, init=False)
 
-    def opened(self, path: str) -> None:
-        self._open[path] += 1
+    def opened(self, file: IO[bytes]) -> None:
+        self._open.setdefault(file.name, set()).add(file)
 
-    def closed(self, path: str) -> list[Deferred[None]]:
-        """One reader of ``path`` is done: the discards of it that now may go."""
-        self._open[path] -= 1
-        if self._open[path] > 0:
+    def closed(self, file: IO[bytes]) -> list[Deferred[None]]:
+        """``file`` is read (closing it twice counts once, so that it never releases
+        another reader's hold): the discards of its body that now may go."""
+        readers = self._open.get(file.name)
+        if readers is None or file not in readers:
             return []
-        del self._open[path]
-        return self._waiting.pop(path, [])
+        readers.remove(file)
+        if readers:
+            return []
+        del self._open[file.name]
+        return self._waiting.pop(file.name, [])
 
     def wait(self, path: str) -> Deferred[None] | None:
         """A discard of ``path``, to go once its readers are done (it fires then); None
