@@ -289,8 +289,8 @@ class MessageStore:
 
     def _delete(self, path: str) -> Deferred[None]:
         """Delete (or keep to be written over) a body file nothing reads any more: on the
-        writer thread, after the operations already issued; at once once the store is
-        closing (its thread may be gone)."""
+        writer thread, after the operations already issued; here and now when the store
+        is closing (its thread may be gone)."""
         if self._state is not _OPEN:
             self._writer.delete_body(path, False)
             return succeed(None)

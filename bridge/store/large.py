@@ -192,6 +192,12 @@ class FreeBodies:
             return False
         return True
 
+    def discard(self, path: str, reusable: bool) -> None:
+        """A body file no message needs: kept where ``reusable`` (nothing reads it) and
+        ``keep`` takes it, deleted otherwise."""
+        if not (reusable and self.keep(path)):
+            delete_body(path)
+
     def take(self, path: Path) -> int | None:
         """Move a kept file to ``path`` to be written over: the bytes it holds, or None
         where none is kept (or it cannot be moved)."""

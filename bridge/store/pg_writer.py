@@ -22,7 +22,7 @@ from bridge.ha.lock import LeaseToken
 from bridge.message import Message
 from bridge.store.errors import CommitFailed, Fenced, StoreError
 from bridge.store.interfaces import IStoreWriter
-from bridge.store.large import FREE_BODIES, BodyFiles, FreeBodies, delete_body
+from bridge.store.large import FREE_BODIES, BodyFiles, FreeBodies
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.pg_bodies import PgBodies
 from bridge.store.pg_operations import apply_all, load_state, save_state
@@ -124,8 +124,7 @@ class PostgreSQLWriter:
         return found
 
     def delete_body(self, path: str, reusable: bool) -> None:
-        if not (reusable and self.free_bodies.keep(path)):
-            delete_body(path)
+        self.free_bodies.discard(path, reusable)
         self._bodies.forget(path)
 
     def close(self) -> None:

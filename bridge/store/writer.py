@@ -26,7 +26,7 @@ from bridge.ha.lock import LeaseToken
 from bridge.message import Message
 from bridge.store.errors import CommitFailed, Fenced
 from bridge.store.interfaces import IStoreWriter
-from bridge.store.large import FREE_BODIES, BodyFiles, FreeBodies, delete_body
+from bridge.store.large import FREE_BODIES, BodyFiles, FreeBodies
 from bridge.store.operations import Operation, Outcome, WriterState
 from bridge.store.records import Recovered
 from bridge.store.recovery import load, missing, stored_message
@@ -132,8 +132,7 @@ class Writer:
         return self._read(self._cursor, message_ids, transient)
 
     def delete_body(self, path: str, reusable: bool) -> None:
-        if not (reusable and self.free_bodies.keep(path)):
-            delete_body(path)
+        self.free_bodies.discard(path, reusable)
 
     def _read(
         self, cursor: sqlite3.Cursor, message_ids: Sequence[int], transient: Sequence[int]

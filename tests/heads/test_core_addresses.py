@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest_twisted
 
-import bridge.store.writer as sqlite_writer
 from bridge.config.node import Routing
 from bridge.message import BRIDGE_DUPLICATE_ID, ROUTING_TYPE
 from bridge.protocol import packets as p
+from bridge.store.large import FreeBodies
 from tests.heads.conftest import Node, message
 from tests.heads.test_core_handshake import error_text
 
@@ -124,16 +124,16 @@ async def test_a_bridge_repeat_is_confirmed_and_dropped_even_after_a_restart(nod
     )
     await peer.confirmed(3)
     await node.restart()
-    # The writer thread deletes the repeat's body file late, as on a busy machine: only
-    # once the test has checked the queue. The test waits for the deletion to look.
+    # The writer thread deletes (or keeps) the repeat's body file late, as on a busy
+    # machine: only once the test has checked the queue. The test waits for it to look.
     checked = threading.Event()
-    delete = sqlite_writer.delete_body
+    discard = FreeBodies.discard
 
-    def late_delete(path: str, reusable: bool) -> None:
+    def late_discard(free: FreeBodies, path: str, reusable: bool) -> None:
         checked.wait(timeout=10)
-        delete(path, reusable)
+        discard(free, path, reusable)
 
-    monkeypatch.setattr(sqlite_writer, "delete_body", late_delete)
+    monkeypatch.setattr(FreeBodies, "discard", late_discard)
     peer = await node.peer()
     body = b"L" * 300_000
     peer.send(
