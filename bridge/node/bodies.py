@@ -17,9 +17,11 @@ from bridge.message import LargeBody
 from bridge.node.broker import Broker
 from bridge.store.interfaces import IBodyWriter
 
-CHUNK_SIZE = 256 * 1024
+CHUNK_SIZE = 1024 * 1024
 """Bytes of a large body read per chunk delivered unless the head asks for others (a STOMP
-body's per write to the connection; the core head asks for its DELIVER_LARGE_CHUNK's)."""
+body's per write to the connection; the core head asks for its DELIVER_LARGE_CHUNK's). As
+the core chunks: each chunk costs a file read, a socket send and a reactor turn, and the
+kernel's loopback send costs a third less per byte in 1 MiB sends than in 256 KiB ones."""
 
 
 class BodySink:
