@@ -181,13 +181,14 @@ class Message:
     ) -> Message:
         """This message as a bridge sends it on: to ``address``, with ``added`` headers
         (none of which it has) after its own, id and timestamp 0 as a client sends.
-        ``encoded_added``, where the caller has it: ``encode_headers(added)``.
+        ``encoded_added``, where the caller has it: ``encode_headers(added)``. ``added``
+        must be the caller's own dict: it may become the forward's headers as it is.
 
         A durable message's fields are encoded (and kept, for its store row) if they are
         not already, and the forward's are made from them, the address and the header
         count changed and the added headers appended, so that the send does not encode
         all its headers again."""
-        headers = {**self.headers, **added}
+        headers = {**self.headers, **added} if self.headers else added  # (a fresh dict)
         message = Message(
             0, address, self.durable, headers, self.body, self.duplicate_id, 0, self.large
         )

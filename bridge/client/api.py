@@ -570,10 +570,11 @@ class Client:
         *,
         body_file: IO[bytes] | None = None,
         on_settled: Callable[[ClientError | None], object] | None = None,
-    ) -> None:
+    ) -> bool:
         """``send_nowait`` of a message made already (its id is ignored), with its body or
         from ``body_file``: a bridge's forward, whose encoding it keeps where it has one
-        (``Message.forwarded``)."""
+        (``Message.forwarded``). Returns ``address_writable(message.address)`` after the
+        send, worked out with it (a bridge asks after every forward)."""
         if self._trace is not None:
             body = message.body if body_file is None else body_file
             self.send_nowait(
@@ -584,9 +585,11 @@ class Client:
                 duplicate_id=message.duplicate_id,
                 on_settled=on_settled,
             )
-            return
-        self._session.send(message, callback=on_settled, body_file=body_file)
+            return self.address_writable(message.address)
+        writable = self._session.send(message, callback=on_settled, body_file=body_file)
         self._flush_sends()
+        connection = self._connection
+        return writable and connection is not None and connection.is_writable
 
     # -- queues -----------------------------------------------------------------------
 

@@ -705,16 +705,20 @@ class ClientSession:
         tx_id: int | None = None,
         callback: Settle | None = None,
         body_file: IO[bytes] | None = None,
-    ) -> None:
+    ) -> bool:
         """Send ``message`` (its id is ignored); ``callback`` hears of its confirmation.
 
         With ``body_file`` (and an empty body), or a body of ``min_large_message_size`` or
         more, it goes as a large message whose body is read in chunks as the connection and
         credits allow. A send the windows do not allow yet waits in order. A message that
         cannot be encoded raises ``PacketFormatError`` here, and nothing is sent.
+
+        Returns ``address_writable(message.address)`` as it is after the send, worked out
+        with it: a producer sending back to back asks after every send.
         """
         self._check_open()
-        self._check_tx(tx_id)
+        if tx_id is not None:
+            self._transactions.use(tx_id)
         if body_file is None and len(message.body) >= self.min_large_message_size:
             body_file = io.BytesIO(message.body)
             message = attrs.evolve(message, body=b"")
@@ -728,12 +732,22 @@ class ClientSession:
             encode_packet(SendLargeBegin(0, tx_id, message, total))  # refuse it now if bad
         else:
             send = PendingSend(message, tx_id, callback)
-        if self._is_ready and not self._waiting and self._streaming is None and self._may(send):
-            self._put_send(send)
-        else:
-            if send.file is None:
-                encode_packet(Send(0, tx_id, message))  # refuse it now if it cannot go
-            self._waiting.append(send)
+        if (
+            self._is_ready
+            and not self._waiting
+            and self._streaming is None
+            and self._unconfirmed_bytes < self.confirmation_window_size  # (``_may``)
+            and self._credit(message.address) != 0
+        ):
+            return (
+                self._put_send(send)
+                and self._streaming is None
+                and self._unconfirmed_bytes < self.confirmation_window_size
+            )
+        if send.file is None:
+            encode_packet(Send(0, tx_id, message))  # refuse it now if it cannot go
+        self._waiting.append(send)
+        return False
 
     def _credit(self, address: str) -> int:
         """Producer credit left for ``address``: positive, or 0 for none (-1: unlimited)."""
@@ -741,9 +755,13 @@ class ClientSession:
             return UNLIMITED
         return max(self._credits.get(address, self._producer_window), 0)
 
-    def _spend(self, address: str, cost: int) -> None:
-        if self._producer_window != UNLIMITED:
-            self._credits[address] = self._credits.get(address, self._producer_window) - cost
+    def _spend(self, address: str, cost: int) -> bool:
+        """Take ``cost`` off ``address``'s credit: whether some is left."""
+        window = self._producer_window
+        if window == UNLIMITED:
+            return True
+        left = self._credits[address] = self._credits.get(address, window) - cost
+        return left > 0
 
     def _may(self, send: PendingSend) -> bool:
         return (
@@ -751,7 +769,9 @@ class ClientSession:
             and self._credit(send.message.address) != 0
         )
 
-    def _put_send(self, send: PendingSend) -> None:
+    def _put_send(self, send: PendingSend) -> bool:
+        """Put ``send`` on the wire (gathered, or as the start of a large send): whether
+        its address has credit left after it."""
         sequence = self._sequence + 1
         if send.file is None:
             try:
@@ -768,7 +788,7 @@ class ClientSession:
         send.cost = send.message.size
         self._unconfirmed.append(send)
         self._unconfirmed_bytes += send.cost
-        self._spend(send.message.address, send.cost)
+        return self._spend(send.message.address, send.cost)
 
     def _gather(self, sequence: int, tx_id: int | None, data: bytes) -> None:
         """Add an encoded send to the run it continues, or start a run with it."""

@@ -69,6 +69,9 @@ class Forwarder:
     _first_path: bytes = attrs.field(init=False)
     """``encode_headers`` of the path of a message that no bridge forwarded before."""
     _encode_duplicate_id: Callable[[bytes], bytes] = attrs.field(init=False)
+    _plain: bool = attrs.field(init=False)
+    """No transformer, duplicate ids on, not a drain: every message's first hop is
+    forwarded the one way ``forward`` takes first."""
 
     def __attrs_post_init__(self) -> None:
         # A durable message keeps its id across restarts; a non-durable one's id may be
@@ -77,12 +80,25 @@ class Forwarder:
         self._transient_prefix = f"{self.origin.node_id}:{self.origin.incarnation}:".encode()
         self._first_path = encode_headers({BRIDGE_PATH: self.origin.node_id})
         self._encode_duplicate_id = bytes_header_encoder(BRIDGE_DUPLICATE_ID)
+        self._plain = self.transformer is None and self.duplicate_detection and not self.moving
 
     def forward(self, message: Message, delivered_before: int = 0) -> Message | None:
         """The message to send for ``message``, or None when it must not go: it has been
         through the target node already, or the transformer dropped it (returned None).
         ``delivered_before``: the times the message was delivered here before."""
-        path = message.headers.get(BRIDGE_PATH)
+        headers = message.headers
+        if self._plain and not delivered_before and headers.keys().isdisjoint(_BRIDGE_HEADERS):
+            # The first hop of a message delivered here for the first time (nearly
+            # every one): the path is this node, and the added headers' encoding is the
+            # path's, worked out once, and the duplicate id's.
+            prefix = self._durable_prefix if message.durable else self._transient_prefix
+            duplicate_id = b"%s%d" % (prefix, message.id)
+            return message.forwarded(
+                self.forwarding_address or message.address,
+                {BRIDGE_PATH: self.origin.node_id, BRIDGE_DUPLICATE_ID: duplicate_id},
+                self._first_path + self._encode_duplicate_id(duplicate_id),
+            )
+        path = headers.get(BRIDGE_PATH)
         first_hop = not (isinstance(path, str) and path)
         if isinstance(path, str) and path:
             if self.target_node_id in path.split(","):
@@ -118,3 +134,7 @@ class Forwarder:
             encoded = self._first_path + self._encode_duplicate_id(duplicate_id)
             return message.forwarded(address, added, encoded)
         return message.forwarded(address, added)
+
+
+_BRIDGE_HEADERS = frozenset((BRIDGE_PATH, BRIDGE_DUPLICATE_ID, DELIVERY_COUNT))
+"""The headers a bridge adds: a message with none of them is on its first hop."""

@@ -240,7 +240,7 @@ class Lane:
             size += sent.large.size
         self._pending[delivery.delivery_id] = size
         try:
-            client.send_message_nowait(
+            writable = client.send_message_nowait(
                 sent,
                 body_file=file,
                 on_settled=partial(self._settled, consumer, delivery.delivery_id, file),
@@ -250,7 +250,7 @@ class Lane:
                 bridge.broker.close_body(file)
             bridge.lane_fatal(f"message {message.id} cannot be forwarded: {error}")
             return
-        if not client.address_writable(sent.address):
+        if not writable:
             self._wait(client, sent.address)
 
     # -- flow ---------------------------------------------------------------------------

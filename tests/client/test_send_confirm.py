@@ -82,6 +82,36 @@ def test_producer_credits_per_address():
     assert driver.session.address_writable("elsewhere")
 
 
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("send"), st.sampled_from(["slow", "fast"])),
+            st.tuples(st.just("confirm"), st.just("")),
+            st.tuples(st.just("credit"), st.sampled_from(["slow", "fast"])),
+        ),
+        max_size=30,
+    ),
+    credits=st.sampled_from([-1, 1, 2, 3]),
+    window=st.integers(min_value=1, max_value=4),
+)
+def test_a_send_answers_whether_its_address_takes_another_at_once(steps, credits, window):
+    """What ``send`` returns is ``address_writable`` asked right after it, whatever the
+    windows, credits and confirmations before it."""
+    one = message(address="slow").size
+    grant = credits if credits == -1 else credits * one
+    driver = ready(producer_window_size=grant, confirmation_window_size=window * one)
+    for kind, address in steps:
+        if kind == "send":
+            answer = driver.session.send(message(address=address))
+            assert answer == driver.session.address_writable(address)
+        elif kind == "confirm":
+            sequences = [p.sequence for p in driver.sent() if isinstance(p, Send)]
+            if sequences:
+                driver.feed(SendConfirmed(sequences[-1]))
+        elif credits != -1:
+            driver.feed(ProducerCredits(address, one))
+
+
 def test_a_producer_window_below_the_nodes_grant_caps_the_credit():
     one = message(address="slow").size
     driver = ready(producer_window_size=64 * one, producer_window_size_cap=one)
