@@ -717,8 +717,7 @@ class ClientSession:
         with it: a producer sending back to back asks after every send.
         """
         self._check_open()
-        if tx_id is not None:
-            self._transactions.use(tx_id)
+        self._check_tx(tx_id)
         if body_file is None and len(message.body) >= self.min_large_message_size:
             body_file = io.BytesIO(message.body)
             message = attrs.evolve(message, body=b"")
@@ -732,18 +731,8 @@ class ClientSession:
             encode_packet(SendLargeBegin(0, tx_id, message, total))  # refuse it now if bad
         else:
             send = PendingSend(message, tx_id, callback)
-        if (
-            self._is_ready
-            and not self._waiting
-            and self._streaming is None
-            and self._unconfirmed_bytes < self.confirmation_window_size  # (``_may``)
-            and self._credit(message.address) != 0
-        ):
-            return (
-                self._put_send(send)
-                and self._streaming is None
-                and self._unconfirmed_bytes < self.confirmation_window_size
-            )
+        if self._is_ready and not self._waiting and self._streaming is None and self._may(send):
+            return self._put_send(send) and self.is_writable  # (``address_writable``)
         if send.file is None:
             encode_packet(Send(0, tx_id, message))  # refuse it now if it cannot go
         self._waiting.append(send)

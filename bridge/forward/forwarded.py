@@ -99,7 +99,6 @@ class Forwarder:
                 self._first_path + self._encode_duplicate_id(duplicate_id),
             )
         path = headers.get(BRIDGE_PATH)
-        first_hop = not (isinstance(path, str) and path)
         if isinstance(path, str) and path:
             if self.target_node_id in path.split(","):
                 return None
@@ -128,11 +127,6 @@ class Forwarder:
                 if key not in added and key != BRIDGE_DUPLICATE_ID
             }
             message = attrs.evolve(message, headers=kept)
-        elif first_hop and len(added) == 2 and BRIDGE_DUPLICATE_ID in added:
-            # The first hop of a message (nearly every one): its added headers' encoding
-            # is the path's, worked out once, and the duplicate id's.
-            encoded = self._first_path + self._encode_duplicate_id(duplicate_id)
-            return message.forwarded(address, added, encoded)
         return message.forwarded(address, added)
 
 
