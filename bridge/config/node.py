@@ -57,6 +57,8 @@ DEFAULT_PARTIAL_FRAME_BUDGET = 64 * 1024 * 1024
 DEFAULT_MAX_PRELOGIN_FRAME_SIZE = 64 * 1024
 DEFAULT_FRAME_TIMEOUT = 30.0
 DEFAULT_MAX_DELIVERY_ATTEMPTS = 10
+DEFAULT_BRIDGE_CONFIRM_WAIT = 0.05
+MAX_BRIDGE_CONFIRM_WAIT = 10.0
 """Artemis's default ``max-delivery-attempts``."""
 DEFAULT_READ_SIZE = 64 * 1024
 """An acceptor's ``read-size``: Twisted's own read size (docs/benchmarks.md says why)."""
@@ -185,6 +187,9 @@ class StoreSettings:
     url: str | None = None
     directory: Path | None = None
     """``[store] data-dir`` (SQLite only; None: the node's data directory)."""
+    bridge_confirm_wait: float = DEFAULT_BRIDGE_CONFIRM_WAIT
+    """``[store] bridge-confirm-wait``: seconds a batch whose new messages are all with
+    core bridges waits for their targets' confirmations before it is written (0: none)."""
 
 
 @attrs.frozen
@@ -302,7 +307,7 @@ _ADDRESS = (
     "max-delivery-attempts",
 )
 _MANAGEMENT = ("url",)
-_STORE = ("type", "url", "data-dir")
+_STORE = ("type", "url", "data-dir", "bridge-confirm-wait")
 
 
 def _choice(kind: type[_E], value: object, source: str, key: str) -> _E:
@@ -490,18 +495,28 @@ def _management(table: Mapping[str, Any], source: str) -> Management:
 def _store(table: Mapping[str, Any], source: str, config_file: Path) -> StoreSettings:
     check_keys(table, _STORE, source, "store")
     kind = _choice(StoreType, table.get("type", "sqlite"), source, "store.type")
+    wait = DEFAULT_BRIDGE_CONFIRM_WAIT
+    if "bridge-confirm-wait" in table:
+        wait = expect_duration(table["bridge-confirm-wait"], source, "store.bridge-confirm-wait")
+        if wait > MAX_BRIDGE_CONFIRM_WAIT:
+            raise ConfigError(
+                source,
+                "store.bridge-confirm-wait",
+                f"at most {MAX_BRIDGE_CONFIRM_WAIT:g}s (a producer's receipt may wait this "
+                f"long), got {table['bridge-confirm-wait']!r}",
+            )
     if kind is StoreType.SQLITE:
         if "url" in table:
             raise ConfigError(source, "store.url", 'is only for type = "postgresql"')
         if "data-dir" in table:
             directory = _path(table["data-dir"], source, "store.data-dir", config_file)
-            return StoreSettings(directory=directory)
-        return StoreSettings()
+            return StoreSettings(directory=directory, bridge_confirm_wait=wait)
+        return StoreSettings(bridge_confirm_wait=wait)
     if "data-dir" in table:
         raise ConfigError(source, "store.data-dir", 'is only for type = "sqlite"')
     # The URL itself is checked when the node starts, by the PostgreSQL client's rules.
     url = expect_str(required(table, "url", source, "store"), source, "store.url")
-    return StoreSettings(kind, url)
+    return StoreSettings(kind, url, bridge_confirm_wait=wait)
 
 
 def _path(value: object, source: str, key: str, config_file: Path) -> Path:

@@ -183,7 +183,11 @@ class Lane:
         bridge = self._bridge
         consumer = self._consumer = bridge.broker.next_consumer_id()
         bridge.broker.consume(
-            bridge.config.queue, consumer, partial(self._deliver, consumer), filter=bridge.filter
+            bridge.config.queue,
+            consumer,
+            partial(self._deliver, consumer),
+            filter=bridge.filter,
+            forwards=True,
         )
 
     def hold(self) -> None:

@@ -64,9 +64,16 @@ class Delivery:
         filter: str | None = None,
         held: bool = False,
         auto_ack: bool = False,
+        forwards: bool = False,
     ) -> None:
         self._router.queue(queue_name).add_consumer(
-            consumer_id, sink, credits, compile_filter(filter), held=held, auto_ack=auto_ack
+            consumer_id,
+            sink,
+            credits,
+            compile_filter(filter),
+            held=held,
+            auto_ack=auto_ack,
+            forwards=forwards,
         )
 
     def acknowledge(

@@ -115,6 +115,8 @@ class Consumer:
     """Its head is streaming a large delivery: nothing more until it is done."""
     auto_ack: bool = False
     """Acknowledges what it is handed as it is handed (STOMP ``ack:auto``)."""
+    forwards: bool = False
+    """A core bridge: acknowledges what it is handed once its target confirmed it."""
     next_delivery_id: int = 1
     in_flight: OrderedDict[int, Entry] = attrs.Factory(OrderedDict)
 
@@ -142,6 +144,8 @@ class Queue:
     _consumers: dict[int, Consumer] = attrs.Factory(dict)
     _acking: int = 0
     """Consumers that acknowledge what they were handed later, if at all (not auto_ack)."""
+    _forwarding: int = 0
+    """Consumers that are core bridges (``forwards``)."""
     _turn: int = 0
     _dispatching: bool = False
     _added: int = 0
@@ -186,6 +190,18 @@ class Queue:
         """Whether it has consumers and every one acknowledges what it is handed as it is
         handed (``auto_ack``): nothing it delivers waits for an acknowledgement."""
         return not self._acking and bool(self._consumers)
+
+    @property
+    def forwarding(self) -> bool:
+        """Whether only core bridges consume it and nothing on it waits (all is in flight
+        to them): each message leaves once a bridge's target confirmed it."""
+        consumers = len(self._consumers)
+        return (
+            bool(consumers)
+            and self._forwarding == consumers
+            and not self._waiting
+            and not self._paged
+        )
 
     def browse(self) -> Iterator[Entry]:
         """The waiting messages in memory, oldest first, without taking them (paged ones
@@ -277,20 +293,24 @@ class Queue:
         *,
         held: bool = False,
         auto_ack: bool = False,
+        forwards: bool = False,
     ) -> None:
         """Start delivering to ``sink``, with ``credits`` bytes (UNLIMITED: no window);
         ``held``: not before ``hold(consumer_id, False)`` (it claims messages first);
-        ``auto_ack``: it acknowledges each delivery as it is handed it."""
+        ``auto_ack``: it acknowledges each delivery as it is handed it; ``forwards``: it
+        is a core bridge (``forwarding``)."""
         if consumer_id in self._consumers:
             raise QueueError(f"queue {self.name!r} already has consumer {consumer_id}")
         if credits < UNLIMITED:
             raise ValueError(f"credits must be -1 (unlimited) or more, got {credits}")
         window = None if credits == UNLIMITED else credits
         self._consumers[consumer_id] = Consumer(
-            consumer_id, sink, window, filter, held=held, auto_ack=auto_ack
+            consumer_id, sink, window, filter, held=held, auto_ack=auto_ack, forwards=forwards
         )
         if not auto_ack:
             self._acking += 1
+        if forwards:
+            self._forwarding += 1
         self.dispatch()
 
     def claim(self, consumer_id: int, message_ids: Sequence[int]) -> Claim:
@@ -338,6 +358,8 @@ class Queue:
         del self._consumers[consumer_id]
         if not consumer.auto_ack:
             self._acking -= 1
+        if consumer.forwards:
+            self._forwarding -= 1
         returned = list(consumer.in_flight.values())
         if dead_letters:
             returned = self._take_back(returned)

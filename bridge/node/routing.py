@@ -104,6 +104,7 @@ class Router:
         that has one is usually about to stop serving.)"""
         self._creating: dict[str, list[Deferred[None]]] = {}
         """Queues being created (stored first), and the calls waiting for each."""
+        store.hold_forwarded(config.store.bridge_confirm_wait, self._forwarding)
 
     # -- addresses and queues -------------------------------------------------------------
 
@@ -114,6 +115,11 @@ class Router:
     @property
     def queues(self) -> Mapping[str, Queue]:
         return self._queues
+
+    def _forwarding(self, name: str) -> bool:
+        """Whether the queue ``name`` is ``Queue.forwarding`` (for the store's hold)."""
+        queue = self._queues.get(name)
+        return queue is not None and queue.forwarding
 
     @property
     def durable(self) -> set[str]:
@@ -364,7 +370,13 @@ class Router:
         return routed
 
     def publish_then(
-        self, message: Message, then: Then, *, early: bool = False, numbered: bool = False
+        self,
+        message: Message,
+        then: Then,
+        *,
+        early: bool = False,
+        numbered: bool = False,
+        on_hold: Callable[[], object] | None = None,
     ) -> Routed | Queued | None:
         """``publish`` outside a transaction without a Deferred, for the heads' hot path.
 
@@ -373,7 +385,8 @@ class Router:
         to confirm (None) or why it failed (the failure; at once, should the store refuse
         it at once). With ``early`` (nothing of its connection waits to be queued before
         it), a durable send that may be delivered before it is written (``early``) is
-        queued at once and returns ``QUEUED``; ``then`` is told as before."""
+        queued at once and returns ``QUEUED``; ``then`` is told as before, and ``on_hold``
+        if its write waits for the core bridges that have it (``hold_forwarded``)."""
         if (
             early
             and numbered
@@ -401,7 +414,7 @@ class Router:
                     or self._id_reserved(message.id)
                 )
             ):
-                return self._add_early(message, [only], (name,), then)
+                return self._add_early(message, [only], (name,), then, on_hold)
         elif (
             message.durable
             and message.duplicate_id is None
@@ -445,7 +458,7 @@ class Router:
                         self._large.refs[message.id] = 1
                     return self._add_early_bridged(message, only.queue, address, bridge_id, then)
                 if large is not None:
-                    return self._route_then(message, then, early, numbered)
+                    return self._route_then(message, then, early, numbered, on_hold)
                 cache.add(bridge_id)
                 held = message.size
                 memory.add(held)
@@ -465,13 +478,18 @@ class Router:
                     message, (name,), written, duplicate=(address.bridge_key, bridge_id, cache.size)
                 )
                 return None
-        return self._route_then(message, then, early, numbered)
+        return self._route_then(message, then, early, numbered, on_hold)
 
     def _route_then(
-        self, message: Message, then: Then, early: bool, numbered: bool
+        self,
+        message: Message,
+        then: Then,
+        early: bool,
+        numbered: bool,
+        on_hold: Callable[[], object] | None,
     ) -> Routed | Queued | None:
         """``publish_then`` through ``route``: every send its fast paths do not take."""
-        routed = self.route(message, None, then, early, numbered)
+        routed = self.route(message, None, then, early, numbered, on_hold=on_hold)
         if routed is QUEUED or routed is None or isinstance(routed, Routed):
             return routed  # (the hot path first; an isinstance of Deferred costs more)
         routed.addCallbacks(lambda _: then(None), then)  # paged, or stored with its id
@@ -484,10 +502,12 @@ class Router:
         then: Then | None,
         early: bool = False,
         numbered: bool = False,
+        *,
+        on_hold: Callable[[], object] | None = None,
     ) -> Routed | Deferred[Routed] | Queued | None:
         """``publish``; with ``then`` (and no transaction), a send that needs nothing but
-        its add returns None (or ``QUEUED``) and tells ``then``, as ``publish_then``
-        says."""
+        its add returns None (or ``QUEUED``) and tells ``then`` (and ``on_hold``), as
+        ``publish_then`` says."""
         # auto_create's work, skipped for an address that exists and needs no queue
         address = self._addresses.get(message.address)
         if address is None or (
@@ -571,7 +591,7 @@ class Router:
                     or self._id_reserved(message.id)  # first test, written out)
                 )
             ):
-                return self._add_early(message, bindings, stored, then)
+                return self._add_early(message, bindings, stored, then, on_hold)
             self._add_then(message, bindings, stored, memory, then, detection=detection)
             return None
         store_tx = tx.store_tx if tx is not None else None
@@ -609,7 +629,12 @@ class Router:
         return self.publish(message)
 
     def _add_early(
-        self, message: Message, bindings: list[Binding], stored: Sequence[str], then: Then
+        self,
+        message: Message,
+        bindings: list[Binding],
+        stored: Sequence[str],
+        then: Then,
+        on_hold: Callable[[], object] | None = None,
     ) -> Queued | None:
         """Queue a durable send at once, its store write under way, as Artemis and
         RabbitMQ deliver before the disk sync: ``then`` hears of the write. A message
@@ -619,7 +644,9 @@ class Router:
         again; with one, the send takes ``_add_then``'s path, so that a repeat is always
         known."""
         try:
-            self.store.add_early(message, stored, partial(self._early_written, message, then))
+            self.store.add_early(
+                message, stored, partial(self._early_written, message, then), on_hold=on_hold
+            )
         except StoreError as error:
             then(Failure(error))
             return None

@@ -19,7 +19,10 @@ its bookkeeping per send, on the path every persistent SEND takes.
 Body bytes waiting for the store are counted, so that a head may stop reading a client
 that sends faster than the store writes (``busy(True)`` above ``max_unstored``,
 ``busy(False)`` once half of it is written; a run's bytes count until the whole run is
-written).
+written). A send whose write the store holds for the core bridges that have it
+(``IMessageStore.hold_forwarded``) counts no more from then on: the bridges'
+confirmation windows bound those bytes, and the send is answered once written or
+confirmed as before.
 """
 
 from __future__ import annotations
@@ -139,16 +142,20 @@ class Sends(Generic[P]):
         run.members += 1
         run.pending += 1
         run.place.size += size  # (counted below, once it is published)
+        limit = self._max_unstored
         try:
             routed = self._broker.publish_then(
-                message, run.then, early=True, numbered=self._numbered
+                message,
+                run.then,
+                early=True,
+                numbered=self._numbered,
+                on_hold=partial(self._held, run.place, size) if size and limit else None,
             )
         except BaseException:
             run.members -= 1
             run.place.size -= size
             self._run_written(run)  # (an empty run is written: it keeps nothing back)
             raise
-        limit = self._max_unstored
         if size and limit is not None:
             # (``_count``'s work written out: it is called only to turn ``busy`` on)
             unstored = self._unstored = self._unstored + size
@@ -185,8 +192,13 @@ class Sends(Generic[P]):
     def _routed(self, place: P, message: Message) -> None:
         """Route ``message``: queued early only while no send of this connection waits to
         be queued once written (``late``), so that none overtakes another."""
+        size = place.size
         routed = self._broker.publish_then(
-            message, partial(self.written, place), early=not self.late, numbered=self._numbered
+            message,
+            partial(self.written, place),
+            early=not self.late,
+            numbered=self._numbered,
+            on_hold=partial(self._held, place, size) if size and self._max_unstored else None,
         )
         if routed is QUEUED:
             return
@@ -232,6 +244,11 @@ class Sends(Generic[P]):
         if size and self._max_unstored is not None:
             self._count(-size)
         self.order.written(place)
+
+    def _held(self, place: P, size: int) -> None:
+        """``size`` bytes of ``place`` are held for core bridges: no longer counted."""
+        place.size -= size
+        self._count(-size)
 
     def _count(self, size: int) -> None:
         """``size`` more body bytes wait for the store (fewer, if negative)."""

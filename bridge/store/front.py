@@ -17,7 +17,7 @@ from typing import IO, Any, TypeVar, cast
 
 import attrs
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
-from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorFromThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -83,6 +83,18 @@ class _EarlyAdd:
     queues: list[str]
     duplicate: StoreDuplicateId | None = None
     """Stored whatever the queues do: a repeat must be known even once consumed."""
+    on_hold: Callable[[], object] | None = None
+    """Told when its batch is held for the bridges that have it (``hold_forwarded``)."""
+
+
+@attrs.define(eq=False)
+class _Hold:
+    """A batch held until every queue acknowledged its early adds, or ``timer`` fires."""
+
+    waiting: set[int]
+    """The ids of its early adds some queue still holds."""
+    done: Deferred[None]
+    timer: IDelayedCall
 
 
 def _encode_add(
@@ -154,6 +166,9 @@ class MessageStore:
         may still take a queue off them."""
         self._early_items = 0
         """Early adds in the batch to come (some may be out of ``_early`` already)."""
+        self._hold_seconds = 0.0
+        self._forwarding: Callable[[str], bool] | None = None
+        self._hold: _Hold | None = None
         self._state = _State.NEW
         self._transactions: dict[TxId, _Transaction] = {}
         self._last_tx = 0
@@ -162,6 +177,15 @@ class MessageStore:
         self.replication: IReplication | None = None
         """With HA replication on the live node: where each batch goes too."""
         self._readers = BodyReaders()
+
+    def hold_forwarded(self, seconds: float, forwarding: Callable[[str], bool]) -> None:
+        """Hold a batch up to ``seconds`` before it is written while every queue that
+        still holds one of its early adds is ``forwarding``: only core bridges consume
+        it, and everything on it is in flight to them. A bridge acknowledges a message
+        once its target confirmed it, so an add every queue acknowledged meanwhile is
+        never written; the rest are written when the time is up. 0: no batch waits."""
+        self._hold_seconds = seconds
+        self._forwarding = forwarding
 
     @property
     def commits(self) -> int:
@@ -224,13 +248,17 @@ class MessageStore:
         then: Then,
         *,
         duplicate: tuple[str, bytes, int] | None = None,
+        on_hold: Callable[[], object] | None = None,
     ) -> None:
         if (
             self._state is not _OPEN or not message.durable or len(queues) != 1
         ):  # (the hot path's checks in one test; the reasons below)
             self._check_add(message, queues)
         early = _EarlyAdd(
-            message, list(queues), None if duplicate is None else _duplicate_id(*duplicate)
+            message,
+            list(queues),
+            None if duplicate is None else _duplicate_id(*duplicate),
+            on_hold,
         )
         self._early[message.id] = early
         self._early_items += 1
@@ -348,12 +376,36 @@ class MessageStore:
         if early is None:
             return False
         if tx is not None or queue not in early.queues:
-            del self._early[message_id]  # written as it is, before what refers to it
+            self._written_as_it_is(message_id)
             return False
         early.queues.remove(queue)
         if not early.queues:
             del self._early[message_id]
+            if self._hold is not None:
+                self._settled(message_id)
         return True
+
+    def _written_as_it_is(self, message_id: int) -> None:
+        """No acknowledgement takes a queue off this early add any more: it is written
+        as it is, before what refers to it (nor does its batch wait for it)."""
+        if self._early.pop(message_id, None) is not None and self._hold is not None:
+            self._settled(message_id)
+
+    def _settled(self, message_id: int) -> None:
+        """A held batch need not wait for ``message_id`` any more: written once none waits."""
+        hold = self._hold
+        assert hold is not None
+        hold.waiting.discard(message_id)
+        if not hold.waiting:
+            self._release()
+
+    def _release(self) -> None:
+        """The held batch goes to the writer now."""
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            if hold.timer.active():
+                hold.timer.cancel()
+            hold.done.callback(None)
 
     def update_delivery_count(
         self, queue: str, message_id: int, count: int, tx: TxId | None = None
@@ -361,7 +413,7 @@ class MessageStore:
         if count < 0:
             return self._refuse(f"delivery count of message {message_id}: {count} is negative")
         if self._early:
-            self._early.pop(message_id, None)  # written as it is, before its new count
+            self._written_as_it_is(message_id)  # before its new count
         return self._submit(UpdateDeliveryCount(queue, message_id, count), tx)
 
     def reserve_ids(self, upto: int) -> Deferred[None]:
@@ -422,6 +474,7 @@ class MessageStore:
                 f"transaction {tx} was rolled back: the store closed"
             )
             _settle(Failure(rolled_back), transaction.waiters)
+        self._release()  # a held batch waits for nobody now
         await self._batches.when_idle()
         for path, waiting in self._readers.take_waiting().items():
             done = deferToThreadPool(
@@ -478,7 +531,33 @@ class MessageStore:
         self._early_items = 0
         turned: Deferred[None] = Deferred()
         self._batches.clock.callLater(0, turned.callback, None)  # (the turns it batches by)
-        return turned.addCallback(lambda _: self._hand_over(items))
+        return turned.addCallback(self._held_then_handed_over, items)
+
+    def _held_then_handed_over(
+        self, _: None, items: list[Operation | _EarlyAdd]
+    ) -> Deferred[Outcomes]:
+        """``_hand_over``, once the batch's hold (``hold_forwarded``), if it has one, ended.
+        Its early adds' owners hear that they are held: with bridges, which bound them."""
+        forwarding = self._forwarding
+        if not self._hold_seconds or forwarding is None or self._state is not _OPEN:
+            return self._hand_over(items)
+        early = self._early
+        held = [
+            item
+            for item in items
+            if type(item) is _EarlyAdd and early.get(item.message.id) is item and item.queues
+        ]
+        if not held or not all(
+            forwarding(queue) for queue in {queue for item in held for queue in item.queues}
+        ):
+            return self._hand_over(items)
+        done: Deferred[None] = Deferred()
+        timer = self._batches.clock.callLater(self._hold_seconds, self._release)
+        self._hold = _Hold({item.message.id for item in held}, done, timer)
+        for item in held:
+            if item.on_hold is not None:
+                item.on_hold()
+        return done.addCallback(lambda _: self._hand_over(items))
 
     def _hand_over(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:
         """The batch's early adds encoded, or left out where every queue acknowledged

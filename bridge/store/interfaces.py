@@ -57,6 +57,7 @@ class IMessageStore(Interface):
         then: Callable[[Failure | None], object],
         *,
         duplicate: tuple[str, bytes, int] | None = None,
+        on_hold: Callable[[], object] | None = None,
     ) -> None:
         """``add_then`` for a message already on its queues: until its add is handed to
         the writer, an ``acknowledge`` of it outside a transaction takes its queue off the
@@ -64,7 +65,15 @@ class IMessageStore(Interface):
         (``then`` still hears None in its turn) but for its ``duplicate``, which is always
         stored. A large message's body is then neither synced nor stored: the caller
         discards it, as after any last acknowledgement. ``StoreError`` at once if the add
-        is refused."""
+        is refused. ``on_hold`` is told if its batch is held for the core bridges that have
+        it (``hold_forwarded``): its bytes are then the bridges' to bound."""
+
+    def hold_forwarded(seconds: float, forwarding: Callable[[str], bool]) -> None:
+        """Hold a batch up to ``seconds`` before it is written while every queue that
+        still holds one of its early adds is ``forwarding`` (only core bridges consume it,
+        and everything on it is in flight to them): an add every queue acknowledged
+        meanwhile, its bridges' targets having confirmed it, is never written. 0: no
+        batch waits."""
 
     def new_body(message_id: int) -> IBodyWriter:
         """Start a large message's body, written in chunks before ``add``; a body no

@@ -334,6 +334,10 @@ def test_the_store_is_sqlite_unless_store_says_postgresql(tmp_path):
     text = EXAMPLE + '\n[store]\ntype = "postgresql"\nurl = "postgresql://mq@db:5432/broker"\n'
     store = load_node_config(_write(tmp_path, text)).store
     assert (store.type, store.url) == (StoreType.POSTGRESQL, "postgresql://mq@db:5432/broker")
+    assert store.bridge_confirm_wait == 0.05  # the default
+    for wait, seconds in (('"0s"', 0.0), ('"200ms"', 0.2)):
+        text = f"{EXAMPLE}\n[store]\nbridge-confirm-wait = {wait}\n"
+        assert load_node_config(_write(tmp_path, text)).store.bridge_confirm_wait == seconds
 
 
 @pytest.mark.parametrize(
@@ -344,6 +348,8 @@ def test_the_store_is_sqlite_unless_store_says_postgresql(tmp_path):
         ('type = "postgresql"\nurl = 5', r"store\.url: "),
         ('url = "postgresql://db/x"', r'store\.url: is only for type = "postgresql"'),
         ('type = "sqlite"\npath = "x"', r"store\.path"),
+        ('bridge-confirm-wait = "11s"', r"store\.bridge-confirm-wait: at most 10s"),
+        ("bridge-confirm-wait = 5", r"store\.bridge-confirm-wait: expected a duration"),
     ],
 )
 def test_store_mistakes_name_the_key(tmp_path, store, error):

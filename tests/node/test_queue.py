@@ -223,3 +223,22 @@ def test_consumed_when_delivered_only_while_every_consumer_acknowledges_on_deliv
     assert queue.consumed_when_delivered
     queue.remove_consumer(2)
     assert not queue.consumed_when_delivered
+
+
+def test_forwarding_only_while_bridges_alone_consume_and_nothing_waits():
+    queue = Queue("orders", "orders")
+    assert not queue.forwarding  # no consumer
+    queue.add_consumer(1, lambda delivery: None, forwards=True)
+    assert queue.forwarding
+    queue.add(Message(1, "orders", True, {}, b"x"))
+    assert queue.forwarding  # in flight to the bridge
+    queue.add_consumer(2, lambda delivery: None, auto_ack=True)
+    assert not queue.forwarding  # not a bridge
+    queue.remove_consumer(2)
+    queue.set_ready(1, False)
+    queue.add(Message(2, "orders", True, {}, b"x"))
+    assert not queue.forwarding  # 2 waits
+    queue.set_ready(1, True)
+    assert queue.forwarding
+    queue.remove_consumer(1)
+    assert not queue.forwarding

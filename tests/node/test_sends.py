@@ -31,15 +31,18 @@ class _Broker:
         self.discarded: list[Message] = []
         self.early: list[bool] = []
         """Whether each durable send was queued early."""
+        self.holds: list[Any] = []
+        """What each durable send's write tells when the store holds it for bridges."""
 
     def publish_then(
-        self, message: Message, then: Any, *, early: bool, numbered: bool
+        self, message: Message, then: Any, *, early: bool, numbered: bool, on_hold: Any = None
     ) -> Routed | Queued | None:
         if message.address == "refused":
             raise NodeError("refused at once")
         if not message.durable:
             return Routed(())
         self.writes.append(then)
+        self.holds.append(on_hold)
         early = early and message.duplicate_id is None
         self.early.append(early)
         return QUEUED if early else None
@@ -183,7 +186,7 @@ def _refusing(publish_then: Any) -> Any:
     """A ``publish_then`` whose store refuses the add at once, inside the call (a late
     send: it returns None)."""
 
-    def refusing(message: Message, then: Any, *, early: bool, numbered: bool) -> None:
+    def refusing(message: Message, then: Any, *, early: bool, numbered: bool, on_hold: Any) -> None:
         then(Failure(OSError("refused")))
 
     return refusing
@@ -287,3 +290,46 @@ def test_a_runs_body_bytes_count_until_the_whole_run_is_written() -> None:
     assert head.heard == ["busy"]
     head.broker.writes[2](None)
     assert head.heard == ["busy", "not busy", "run"]
+
+
+def test_a_send_held_for_bridges_no_longer_counts_and_is_still_answered_once_written() -> None:
+    head = _Head(max_unstored=100)
+    for number in (1, 2, 3):
+        head.sends.publish(_Send(number, size=40), _message(True, 40))
+    assert head.heard == ["busy"]  # 120 > 100
+    head.broker.holds[0]()
+    head.broker.holds[1]()
+    assert head.heard == ["busy", "not busy"]  # 40: the bridges bound the rest
+    head.broker.writes[0](None)
+    head.broker.writes[1](None)
+    assert head.heard == ["busy", "not busy", 1, 2]  # answered once written, as before
+    head.sends.publish(_Send(4, size=40), _message(True, 40))
+    head.sends.publish(_Send(5, size=40), _message(True, 40))
+    assert head.heard[-1] == "busy"  # 120 again: 3, 4 and 5 wait, none held
+    for write in head.broker.writes[2:]:
+        write(None)
+    assert head.heard[-4:] == [3, "not busy", 4, 5]
+
+
+def test_a_runs_member_held_for_bridges_no_longer_counts() -> None:
+    head = _Head(max_unstored=100)
+    for _ in range(3):
+        head.sends.publish_silent(_message(True, 40))
+    assert head.heard == ["busy"]
+    head.broker.holds[2]()
+    head.broker.holds[0]()
+    assert head.heard == ["busy", "not busy"]
+    for write in head.broker.writes:
+        write(None)
+    assert head.heard == ["busy", "not busy", "run"]
+    head.sends.publish_silent(_message(True, 40))
+    head.sends.publish_silent(_message(True, 40))
+    head.sends.publish_silent(_message(True, 40))
+    assert head.heard[-1] == "busy"  # nothing of the written run still counts
+
+
+def test_nothing_is_told_of_holds_where_bytes_are_not_counted() -> None:
+    head = _Head()
+    head.sends.publish(_Send(1, size=40), _message(True, 40))
+    head.sends.publish_silent(_message(True, 40))
+    assert head.broker.holds == [None, None]

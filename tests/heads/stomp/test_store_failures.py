@@ -46,9 +46,9 @@ def failing_early_add(store: Any) -> Any:
     """``add_early`` of ``store`` whose write of a body b'doomed' fails on a later turn."""
     real = store.add_early
 
-    def add_early(message: Any, queues: Any, then: Any) -> None:
+    def add_early(message: Any, queues: Any, then: Any, **options: Any) -> None:
         if message.body != b"doomed":
-            real(message, queues, then)
+            real(message, queues, then, **options)
             return
         reactor.callLater(0, then, Failure(CommitFailed("disk full (injected)")))
 
