@@ -556,7 +556,10 @@ class MessageStore:
         self._hold = _Hold({item.message.id for item in held}, done, timer)
         for item in held:
             if item.on_hold is not None:
-                item.on_hold()
+                try:
+                    item.on_hold()
+                except Exception:
+                    log.failure("an early add's on_hold failed")  # the batch goes on
         return done.addCallback(lambda _: self._hand_over(items))
 
     def _hand_over(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:

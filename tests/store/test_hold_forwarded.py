@@ -143,3 +143,20 @@ async def test_closing_the_store_writes_a_held_batch_at_once(stores):
     assert time.monotonic() - started < LONG / 2
     assert added.called
     assert [s.message.id for s in recovered.messages["a"]] == [1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_on_hold_that_fails_is_logged_and_the_batch_goes_on(stores):
+    store, _ = await stores.open()
+    await store.create_queue(anycast("a"))
+    store.hold_forwarded(LONG, lambda queue: True)
+    written = watch(store)
+
+    def failing() -> None:
+        raise RuntimeError("on_hold failed (injected)")
+
+    added = settled(store.add_early, message(1), ["a"], on_hold=failing)
+    await until(lambda: store._hold is not None)
+    await store.acknowledge("a", 1)
+    await added
+    assert written == []
