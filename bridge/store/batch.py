@@ -10,15 +10,18 @@ its batch finished, in submission order. ``submit_then`` takes a plain callable 
 making a Deferred, for the hot path: the batch calls it in the same order, with None or the
 item's ``Failure``.
 
-``run_batch`` returns a Deferred of one outcome per item: None (done) or the exception that
-item alone failed with (the rest of its batch is unaffected). If the Deferred fails, the
-whole batch failed and every item of it fails with that error.
+``run_batch`` returns a Deferred of one outcome per item: None (done), the exception that
+item alone failed with (the rest of its batch is unaffected), or ``LATER``: the item is
+not done with its batch, and whoever runs the batches tells its ``then`` itself (the
+store's adds held for core bridges). If the Deferred fails, the whole batch failed and
+every item of it fails with that error.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -30,7 +33,16 @@ T = TypeVar("T")
 
 log = Logger()
 
-Outcomes = Sequence[BaseException | None]
+
+class _Later(enum.Enum):
+    LATER = "later"
+
+
+LATER: Final = _Later.LATER
+"""An item's outcome when its ``then`` is told later, by ``run_batch``'s owner."""
+
+Outcome = BaseException | _Later | None
+Outcomes = Sequence[Outcome]
 Then = Callable[[Failure | None], object]
 """Told how an item of ``submit_then`` ended: None once its batch committed, else why not."""
 
@@ -99,11 +111,14 @@ class GroupCommit(Generic[T]):
         self._schedule()
         for (_, done, then), outcome in zip(batch, outcomes, strict=True):
             if then is not None:
-                try:  # (``_call``, written out: the loop runs once per item of every batch)
+                if outcome is LATER:
+                    continue
+                try:  # (``tell``, written out: the loop runs once per item of every batch)
                     then(None if outcome is None else Failure(outcome))
                 except Exception:
                     log.failure("a group commit's callback failed")
             elif done is not None:
+                assert outcome is not LATER  # (only an item with a ``then`` waits so)
                 if outcome is None:
                     done.callback(None)
                 else:
@@ -116,7 +131,7 @@ class GroupCommit(Generic[T]):
         self._schedule()
         for _, done, then in batch:
             if then is not None:
-                _call(then, failure)
+                tell(then, failure)
             elif done is not None:
                 done.errback(failure)
         self._wake_idle_waiters()
@@ -128,7 +143,7 @@ class GroupCommit(Generic[T]):
                 waiter.callback(None)
 
 
-def _call(then: Then, outcome: Failure | None) -> None:
+def tell(then: Then, outcome: Failure | None) -> None:
     """Tell ``then``; what it raises is logged, and the batch's other items are still told."""
     try:
         then(outcome)

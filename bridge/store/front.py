@@ -25,7 +25,7 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from bridge.message import LargeBody, Message, MessageFormatError, encode_message
-from bridge.store.batch import GroupCommit, Outcomes, Then
+from bridge.store.batch import LATER, GroupCommit, Outcome, Outcomes, Then, tell
 from bridge.store.errors import (
     Fenced,
     InvalidOperation,
@@ -81,20 +81,24 @@ class _EarlyAdd:
 
     message: Message
     queues: list[str]
+    then: Then
     duplicate: StoreDuplicateId | None = None
     """Stored whatever the queues do: a repeat must be known even once consumed."""
     on_hold: Callable[[], object] | None = None
-    """Told when its batch is held for the bridges that have it (``hold_forwarded``)."""
+    """Told when it is held for the bridges that have it (``hold_forwarded``)."""
+    group: _Held | None = None
+    """While it is held: the adds held with it."""
+    was_held: bool = False
+    """Held once already: written, not held again, if it must be."""
 
 
 @attrs.define(eq=False)
-class _Hold:
-    """A batch held until every queue acknowledged its early adds, or ``timer`` fires."""
+class _Held:
+    """One batch's early adds held for core bridges, written together when ``timer``
+    fires unless every queue acknowledged them first."""
 
-    waiting: set[int]
-    """The ids of its early adds some queue still holds."""
-    done: Deferred[None]
-    timer: IDelayedCall
+    adds: dict[int, _EarlyAdd] = attrs.Factory(dict)
+    timer: IDelayedCall | None = None
 
 
 def _encode_add(
@@ -119,7 +123,7 @@ def _duplicate_id(address: str, duplicate_id: bytes, keep: int) -> StoreDuplicat
     return StoreDuplicateId(address, duplicate_id, keep)
 
 
-def _spread(results: Outcomes, places: list[int], outcomes: list[BaseException | None]) -> Outcomes:
+def _spread(results: Outcomes, places: list[int], outcomes: list[Outcome]) -> Outcomes:
     """The writer's outcomes, each in its item's place of the whole batch."""
     for place, outcome in zip(places, results, strict=True):
         outcomes[place] = outcome
@@ -168,7 +172,8 @@ class MessageStore:
         """Early adds in the batch to come (some may be out of ``_early`` already)."""
         self._hold_seconds = 0.0
         self._forwarding: Callable[[str], bool] | None = None
-        self._hold: _Hold | None = None
+        self._held: set[_Held] = set()
+        """The groups of adds held for core bridges (``hold_forwarded``)."""
         self._state = _State.NEW
         self._transactions: dict[TxId, _Transaction] = {}
         self._last_tx = 0
@@ -179,11 +184,13 @@ class MessageStore:
         self._readers = BodyReaders()
 
     def hold_forwarded(self, seconds: float, forwarding: Callable[[str], bool]) -> None:
-        """Hold a batch up to ``seconds`` before it is written while every queue that
-        still holds one of its early adds is ``forwarding``: only core bridges consume
+        """Hold a batch's early adds up to ``seconds`` before they are written where
+        every queue that still holds one is ``forwarding``: only core bridges consume
         it, and everything on it is in flight to them. A bridge acknowledges a message
         once its target confirmed it, so an add every queue acknowledged meanwhile is
-        never written; the rest are written when the time is up. 0: no batch waits."""
+        never written; the rest are written when the time is up, or as soon as
+        something refers to them. The rest of the batch goes on to the writer at once,
+        and the batches after it too. 0: nothing is held."""
         self._hold_seconds = seconds
         self._forwarding = forwarding
 
@@ -257,6 +264,7 @@ class MessageStore:
         early = _EarlyAdd(
             message,
             list(queues),
+            then,
             None if duplicate is None else _duplicate_id(*duplicate),
             on_hold,
         )
@@ -381,31 +389,41 @@ class MessageStore:
         early.queues.remove(queue)
         if not early.queues:
             del self._early[message_id]
-            if self._hold is not None:
-                self._settled(message_id)
+            if early.group is not None:
+                self._unhold(early)
+                tell(early.then, None)  # consumed: nothing to write
         return True
 
     def _written_as_it_is(self, message_id: int) -> None:
         """No acknowledgement takes a queue off this early add any more: it is written
-        as it is, before what refers to it (nor does its batch wait for it)."""
-        if self._early.pop(message_id, None) is not None and self._hold is not None:
-            self._settled(message_id)
+        as it is, before what refers to it (one held goes to the next batch now)."""
+        early = self._early.pop(message_id, None)
+        if early is not None and early.group is not None:
+            self._unhold(early)
+            self._write(early)
 
-    def _settled(self, message_id: int) -> None:
-        """A held batch need not wait for ``message_id`` any more: written once none waits."""
-        hold = self._hold
-        assert hold is not None
-        hold.waiting.discard(message_id)
-        if not hold.waiting:
-            self._release()
+    def _unhold(self, early: _EarlyAdd) -> None:
+        """``early`` is held no more; its group's timer goes once none is."""
+        group = early.group
+        assert group is not None
+        early.group = None
+        del group.adds[early.message.id]
+        if not group.adds:
+            self._held.discard(group)
+            if group.timer is not None and group.timer.active():
+                group.timer.cancel()
 
-    def _release(self) -> None:
-        """The held batch goes to the writer now."""
-        hold, self._hold = self._hold, None
-        if hold is not None:
-            if hold.timer.active():
-                hold.timer.cancel()
-            hold.done.callback(None)
+    def _write_held(self, group: _Held) -> None:
+        """Its time is up (or the store closes, or a queue goes): ``group``'s adds go
+        to the next batch, as the queues left them."""
+        for early in list(group.adds.values()):
+            self._unhold(early)
+            self._write(early)
+
+    def _write(self, early: _EarlyAdd) -> None:
+        """A held add goes to the next batch (its ``then`` told once that is written)."""
+        self._early_items += 1
+        self._batches.submit_then(early, early.then)
 
     def update_delivery_count(
         self, queue: str, message_id: int, count: int, tx: TxId | None = None
@@ -423,6 +441,8 @@ class MessageStore:
         return self._submit(CreateQueue(queue), tx)
 
     def delete_queue(self, name: str, tx: TxId | None = None) -> Deferred[None]:
+        for group in list(self._held):
+            self._write_held(group)  # before the queue goes: what they add refers to it
         return self._submit(DeleteQueue(name), tx)
 
     def store_duplicate_id(
@@ -474,7 +494,8 @@ class MessageStore:
                 f"transaction {tx} was rolled back: the store closed"
             )
             _settle(Failure(rolled_back), transaction.waiters)
-        self._release()  # a held batch waits for nobody now
+        for group in list(self._held):
+            self._write_held(group)  # nobody is waited for now
         await self._batches.when_idle()
         for path, waiting in self._readers.take_waiting().items():
             done = deferToThreadPool(
@@ -531,47 +552,60 @@ class MessageStore:
         self._early_items = 0
         turned: Deferred[None] = Deferred()
         self._batches.clock.callLater(0, turned.callback, None)  # (the turns it batches by)
-        return turned.addCallback(self._held_then_handed_over, items)
+        return turned.addCallback(lambda _: self._hand_over(items))
 
-    def _held_then_handed_over(
-        self, _: None, items: list[Operation | _EarlyAdd]
-    ) -> Deferred[Outcomes]:
-        """``_hand_over``, once the batch's hold (``hold_forwarded``), if it has one, ended.
-        Its early adds' owners hear that they are held: with bridges, which bound them."""
+    def _hold(self, items: list[Operation | _EarlyAdd]) -> None:
+        """Hold the batch's early adds whose every queue is ``forwarding`` (one group,
+        written when its time is up); each one's owner hears it is held: with bridges,
+        whose confirmation windows bound it."""
         forwarding = self._forwarding
-        if not self._hold_seconds or forwarding is None or self._state is not _OPEN:
-            return self._hand_over(items)
+        if forwarding is None or self._state is not _OPEN:
+            return
         early = self._early
-        held = [
-            item
-            for item in items
-            if type(item) is _EarlyAdd and early.get(item.message.id) is item and item.queues
-        ]
-        if not held or not all(
-            forwarding(queue) for queue in {queue for item in held for queue in item.queues}
-        ):
-            return self._hand_over(items)
-        done: Deferred[None] = Deferred()
-        timer = self._batches.clock.callLater(self._hold_seconds, self._release)
-        self._hold = _Hold({item.message.id for item in held}, done, timer)
-        for item in held:
+        asked: dict[str, bool] = {}
+        group = _Held()
+        for item in items:
+            if (
+                type(item) is _EarlyAdd
+                and item.queues
+                and not item.was_held
+                and item.duplicate is None
+                and early.get(item.message.id) is item
+                and all(
+                    asked[queue] if queue in asked else asked.setdefault(queue, forwarding(queue))
+                    for queue in item.queues
+                )
+            ):
+                item.group = group
+                item.was_held = True
+                group.adds[item.message.id] = item
+        if not group.adds:
+            return
+        group.timer = self._batches.clock.callLater(self._hold_seconds, self._write_held, group)
+        self._held.add(group)
+        for item in group.adds.values():
             if item.on_hold is not None:
                 try:
                     item.on_hold()
                 except Exception:
-                    log.failure("an early add's on_hold failed")  # the batch goes on
-        return done.addCallback(lambda _: self._hand_over(items))
+                    log.failure("an early add's on_hold failed")  # it is held all the same
 
     def _hand_over(self, items: list[Operation | _EarlyAdd]) -> Deferred[Outcomes]:
         """The batch's early adds encoded, or left out where every queue acknowledged
-        them already (their outcome: done; their duplicate id, if any, still stored), and
-        the batch handed to the writer."""
+        them already (their outcome: done; their duplicate id, if any, still stored) or
+        where they are held for core bridges (their owners are told later), and the
+        batch handed to the writer."""
+        if self._hold_seconds:
+            self._hold(items)
         early = self._early
-        outcomes: list[BaseException | None] = [None] * len(items)
+        outcomes: list[Outcome] = [None] * len(items)
         operations: list[Operation] = []
         places: list[int] = []
         for place, item in enumerate(items):
             if type(item) is _EarlyAdd:
+                if item.group is not None:
+                    outcomes[place] = LATER  # held: its queues may still take it off
+                    continue
                 early.pop(item.message.id, None)  # (handed over: no more taken off)
                 if item.queues:
                     try:

@@ -65,15 +65,16 @@ class IMessageStore(Interface):
         (``then`` still hears None in its turn) but for its ``duplicate``, which is always
         stored. A large message's body is then neither synced nor stored: the caller
         discards it, as after any last acknowledgement. ``StoreError`` at once if the add
-        is refused. ``on_hold`` is told if its batch is held for the core bridges that have
-        it (``hold_forwarded``): its bytes are then the bridges' to bound."""
+        is refused. ``on_hold`` is told if it is held for the core bridges that have it
+        (``hold_forwarded``): its bytes are then the bridges' to bound."""
 
     def hold_forwarded(seconds: float, forwarding: Callable[[str], bool]) -> None:
-        """Hold a batch up to ``seconds`` before it is written while every queue that
-        still holds one of its early adds is ``forwarding`` (only core bridges consume it,
-        and everything on it is in flight to them): an add every queue acknowledged
-        meanwhile, its bridges' targets having confirmed it, is never written. 0: no
-        batch waits."""
+        """Hold early adds whose every queue is ``forwarding`` (only core bridges consume
+        it, and everything on it is in flight to them) out of their batch, up to
+        ``seconds``: one that every queue acknowledged meanwhile, its bridges' targets
+        having confirmed it, is done and never written; the rest are written when the
+        time is up or something refers to them. Other writes do not wait. 0: none is
+        held."""
 
     def new_body(message_id: int) -> IBodyWriter:
         """Start a large message's body, written in chunks before ``add``; a body no
