@@ -191,17 +191,16 @@ class Queue:
         handed (``auto_ack``): nothing it delivers waits for an acknowledgement."""
         return not self._acking and bool(self._consumers)
 
-    @property
-    def forwarding(self) -> bool:
-        """Whether only core bridges consume it and nothing on it waits (all is in flight
-        to them): each message leaves once a bridge's target confirmed it."""
+    def forwards(self, message_id: int) -> bool:
+        """Whether only core bridges consume it and ``message_id`` does not wait on it: it
+        is in flight to a bridge (or gone), and leaves once that bridge's target confirmed
+        it. What waits is the newest, so a message older than the oldest waiting one does
+        not; one given back waits at the front, older than those behind it."""
         consumers = len(self._consumers)
-        return (
-            bool(consumers)
-            and self._forwarding == consumers
-            and not self._waiting
-            and not self._paged
-        )
+        if not consumers or self._forwarding != consumers or self._paged:
+            return False
+        waiting = self._waiting
+        return not waiting or message_id < waiting[0].message.id
 
     def browse(self) -> Iterator[Entry]:
         """The waiting messages in memory, oldest first, without taking them (paged ones
@@ -298,7 +297,7 @@ class Queue:
         """Start delivering to ``sink``, with ``credits`` bytes (UNLIMITED: no window);
         ``held``: not before ``hold(consumer_id, False)`` (it claims messages first);
         ``auto_ack``: it acknowledges each delivery as it is handed it; ``forwards``: it
-        is a core bridge (``forwarding``)."""
+        is a core bridge (``forwards``)."""
         if consumer_id in self._consumers:
             raise QueueError(f"queue {self.name!r} already has consumer {consumer_id}")
         if credits < UNLIMITED:

@@ -104,7 +104,7 @@ class Router:
         that has one is usually about to stop serving.)"""
         self._creating: dict[str, list[Deferred[None]]] = {}
         """Queues being created (stored first), and the calls waiting for each."""
-        store.hold_forwarded(config.store.bridge_confirm_wait, self._forwarding)
+        store.hold_forwarded(config.store.bridge_confirm_wait, self._forwards)
 
     # -- addresses and queues -------------------------------------------------------------
 
@@ -116,10 +116,10 @@ class Router:
     def queues(self) -> Mapping[str, Queue]:
         return self._queues
 
-    def _forwarding(self, name: str) -> bool:
-        """Whether the queue ``name`` is ``Queue.forwarding`` (for the store's hold)."""
+    def _forwards(self, name: str, message_id: int) -> bool:
+        """Whether the queue ``name`` ``forwards`` ``message_id`` (for the store's hold)."""
         queue = self._queues.get(name)
-        return queue is not None and queue.forwarding
+        return queue is not None and queue.forwards(message_id)
 
     @property
     def durable(self) -> set[str]:

@@ -171,7 +171,7 @@ class MessageStore:
         self._early_items = 0
         """Early adds in the batch to come (some may be out of ``_early`` already)."""
         self._hold_seconds = 0.0
-        self._forwarding: Callable[[str], bool] | None = None
+        self._forwards: Callable[[str, int], bool] | None = None
         self._held: set[_Held] = set()
         """The groups of adds held for core bridges (``hold_forwarded``)."""
         self._state = _State.NEW
@@ -183,16 +183,16 @@ class MessageStore:
         """With HA replication on the live node: where each batch goes too."""
         self._readers = BodyReaders()
 
-    def hold_forwarded(self, seconds: float, forwarding: Callable[[str], bool]) -> None:
+    def hold_forwarded(self, seconds: float, forwards: Callable[[str, int], bool]) -> None:
         """Hold a batch's early adds up to ``seconds`` before they are written where
-        every queue that still holds one is ``forwarding``: only core bridges consume
-        it, and everything on it is in flight to them. A bridge acknowledges a message
+        every queue that still holds one ``forwards`` it: only core bridges consume the
+        queue, and the message is in flight to one of them. A bridge acknowledges a message
         once its target confirmed it, so an add every queue acknowledged meanwhile is
         never written; the rest are written when the time is up, or as soon as
         something refers to them. The rest of the batch goes on to the writer at once,
         and the batches after it too. 0: nothing is held."""
         self._hold_seconds = seconds
-        self._forwarding = forwarding
+        self._forwards = forwards
 
     @property
     def commits(self) -> int:
@@ -555,14 +555,13 @@ class MessageStore:
         return turned.addCallback(lambda _: self._hand_over(items))
 
     def _hold(self, items: list[Operation | _EarlyAdd]) -> None:
-        """Hold the batch's early adds whose every queue is ``forwarding`` (one group,
+        """Hold the batch's early adds that every queue ``forwards`` (one group,
         written when its time is up); each one's owner hears it is held: with bridges,
         whose confirmation windows bound it."""
-        forwarding = self._forwarding
-        if forwarding is None or self._state is not _OPEN:
+        forwards = self._forwards
+        if forwards is None or self._state is not _OPEN:
             return
         early = self._early
-        asked: dict[str, bool] = {}
         group = _Held()
         for item in items:
             if (
@@ -571,10 +570,7 @@ class MessageStore:
                 and not item.was_held
                 and item.duplicate is None
                 and early.get(item.message.id) is item
-                and all(
-                    asked[queue] if queue in asked else asked.setdefault(queue, forwarding(queue))
-                    for queue in item.queues
-                )
+                and all(forwards(queue, item.message.id) for queue in item.queues)
             ):
                 item.group = group
                 item.was_held = True

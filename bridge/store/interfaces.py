@@ -68,9 +68,9 @@ class IMessageStore(Interface):
         is refused. ``on_hold`` is told if it is held for the core bridges that have it
         (``hold_forwarded``): its bytes are then the bridges' to bound."""
 
-    def hold_forwarded(seconds: float, forwarding: Callable[[str], bool]) -> None:
-        """Hold early adds whose every queue is ``forwarding`` (only core bridges consume
-        it, and everything on it is in flight to them) out of their batch, up to
+    def hold_forwarded(seconds: float, forwards: Callable[[str, int], bool]) -> None:
+        """Hold early adds that every queue ``forwards`` (only core bridges consume it,
+        and the message is in flight to one of them) out of their batch, up to
         ``seconds``: one that every queue acknowledged meanwhile, its bridges' targets
         having confirmed it, is done and never written; the rest are written when the
         time is up or something refers to them. Other writes do not wait. 0: none is

@@ -225,20 +225,20 @@ def test_consumed_when_delivered_only_while_every_consumer_acknowledges_on_deliv
     assert not queue.consumed_when_delivered
 
 
-def test_forwarding_only_while_bridges_alone_consume_and_nothing_waits():
+def test_a_message_is_forwarded_while_bridges_alone_consume_and_it_does_not_wait():
     queue = Queue("orders", "orders")
-    assert not queue.forwarding  # no consumer
+    assert not queue.forwards(1)  # no consumer
     queue.add_consumer(1, lambda delivery: None, forwards=True)
-    assert queue.forwarding
     queue.add(Message(1, "orders", True, {}, b"x"))
-    assert queue.forwarding  # in flight to the bridge
+    assert queue.forwards(1)  # in flight to the bridge
     queue.add_consumer(2, lambda delivery: None, auto_ack=True)
-    assert not queue.forwarding  # not a bridge
+    assert not queue.forwards(1)  # not only bridges
     queue.remove_consumer(2)
     queue.set_ready(1, False)
     queue.add(Message(2, "orders", True, {}, b"x"))
-    assert not queue.forwarding  # 2 waits
-    queue.set_ready(1, True)
-    assert queue.forwarding
-    queue.remove_consumer(1)
-    assert not queue.forwarding
+    queue.add(Message(3, "orders", True, {}, b"x"))
+    assert queue.forwards(1)  # still in flight
+    assert not queue.forwards(2)
+    assert not queue.forwards(3)  # 2 and 3 wait
+    queue.remove_consumer(1)  # 1 is given back: it waits at the front
+    assert not queue.forwards(1)

@@ -46,7 +46,7 @@ async def until(condition) -> None:
 async def test_adds_their_bridges_confirm_while_held_are_never_written(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(LONG, lambda queue: queue == "a")
+    store.hold_forwarded(LONG, lambda queue, message_id: queue == "a")
     written = watch(store)
     holds: list[int] = []
     first, second = held_add(store, 1, holds), held_add(store, 2, holds)
@@ -67,7 +67,7 @@ async def test_adds_their_bridges_confirm_while_held_are_never_written(stores):
 async def test_an_add_not_confirmed_in_time_is_written_when_its_time_is_up(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(0.05, lambda queue: True)
+    store.hold_forwarded(0.05, lambda queue, message_id: True)
     written = watch(store)
     holds: list[int] = []
     await held_add(store, 1, holds)
@@ -82,7 +82,7 @@ async def test_only_adds_whose_queues_are_forwarding_are_held(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
     await store.create_queue(anycast("b"))
-    store.hold_forwarded(LONG, lambda queue: queue == "a")
+    store.hold_forwarded(LONG, lambda queue, message_id: queue == "a")
     written = watch(store)
     holds: list[int] = []
     first = held_add(store, 1, holds)
@@ -99,7 +99,7 @@ async def test_only_adds_whose_queues_are_forwarding_are_held(stores):
 async def test_later_batches_are_written_while_an_add_is_held(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(LONG, lambda queue: True)
+    store.hold_forwarded(LONG, lambda queue, message_id: True)
     written = watch(store)
     holds: list[int] = []
     first = held_add(store, 1, holds)
@@ -115,7 +115,7 @@ async def test_later_batches_are_written_while_an_add_is_held(stores):
 async def test_nothing_is_held_with_a_hold_of_zero(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(0, lambda queue: True)
+    store.hold_forwarded(0, lambda queue, message_id: True)
     written = watch(store)
     holds: list[int] = []
     await held_add(store, 1, holds)
@@ -129,7 +129,7 @@ async def test_what_refers_to_a_held_add_has_it_written_first(stores):
     it goes to the next batch at once, ahead of the count."""
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(LONG, lambda queue: True)
+    store.hold_forwarded(LONG, lambda queue, message_id: True)
     written = watch(store)
     holds: list[int] = []
     added = held_add(store, 1, holds)
@@ -146,7 +146,7 @@ async def test_what_refers_to_a_held_add_has_it_written_first(stores):
 async def test_a_queue_deleted_has_the_held_adds_written_before_it_goes(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(LONG, lambda queue: True)
+    store.hold_forwarded(LONG, lambda queue, message_id: True)
     written = watch(store)
     holds: list[int] = []
     added = held_add(store, 1, holds)
@@ -160,7 +160,7 @@ async def test_a_queue_deleted_has_the_held_adds_written_before_it_goes(stores):
 async def test_closing_the_store_writes_what_it_holds(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(LONG, lambda queue: True)
+    store.hold_forwarded(LONG, lambda queue, message_id: True)
     holds: list[int] = []
     added = held_add(store, 1, holds)
     await until(lambda: holds == [1])
@@ -173,7 +173,7 @@ async def test_closing_the_store_writes_what_it_holds(stores):
 async def test_an_on_hold_that_fails_is_logged_and_the_add_is_held_all_the_same(stores):
     store, _ = await stores.open()
     await store.create_queue(anycast("a"))
-    store.hold_forwarded(LONG, lambda queue: True)
+    store.hold_forwarded(LONG, lambda queue, message_id: True)
     written = watch(store)
 
     def failing() -> None:
