@@ -188,8 +188,8 @@ class StoreSettings:
     directory: Path | None = None
     """``[store] data-dir`` (SQLite only; None: the node's data directory)."""
     bridge_confirm_wait: float = DEFAULT_BRIDGE_CONFIRM_WAIT
-    """``[store] bridge-confirm-wait``: seconds a batch whose new messages are all with
-    core bridges waits for their targets' confirmations before it is written (0: none)."""
+    """``[store] bridge-confirm-wait``: seconds a new durable message in flight to core
+    bridges waits for their targets' confirmations before it is written (0: none)."""
 
 
 @attrs.frozen

@@ -297,7 +297,7 @@ class Queue:
         """Start delivering to ``sink``, with ``credits`` bytes (UNLIMITED: no window);
         ``held``: not before ``hold(consumer_id, False)`` (it claims messages first);
         ``auto_ack``: it acknowledges each delivery as it is handed it; ``forwards``: it
-        is a core bridge (``forwards``)."""
+        is a core bridge, which acknowledges once its target confirmed."""
         if consumer_id in self._consumers:
             raise QueueError(f"queue {self.name!r} already has consumer {consumer_id}")
         if credits < UNLIMITED:
