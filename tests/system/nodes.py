@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import tomli_w
 from twisted.internet import defer, reactor
@@ -23,6 +23,8 @@ from tests.processes import ROOT
 
 STARTED = re.compile(r"node (\S+) \((\S+)\) started: (.*)")
 BIN = Path(sys.executable).parent
+OUTPUT_SHOWN = 20_000
+"""Characters of a node's output (its last) that a timed-out wait shows."""
 
 
 def node_document(name: str = "a", **extra: Any) -> dict[str, Any]:
@@ -97,8 +99,20 @@ class NodeProcess(ProcessProtocol):
             )
         else:
             self._waiting.append((compiled, offset, waiter))
-            waiter.addTimeout(timeout, reactor)
+            waiter.addTimeout(timeout, reactor, onTimeoutCancel=self._timed_out(pattern))
         return waiter
+
+    def _timed_out(self, pattern: str) -> Callable[[object, float], NoReturn]:
+        """A wait's timeout as an error naming what was awaited, with the end of the
+        node's output, so that a failure in CI shows what the node was doing."""
+
+        def timed_out(_: object, timeout: float) -> NoReturn:
+            raise defer.TimeoutError(
+                f"no {pattern!r} within {timeout} s; the node's output ends:\n"
+                f"{self.output[-OUTPUT_SHOWN:]}"
+            )
+
+        return timed_out
 
     def start(self) -> NodeProcess:
         where = self.bin_dir or BIN

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 import tomli_w
+from twisted.internet import defer
 from twisted.internet.threads import deferToThread
 
 from tests.system.nodes import BIN, node_document
@@ -40,6 +41,17 @@ async def test_a_node_starts_serves_status_and_stops_on_sigterm(nodes, twistd):
     assert node.signal == signal.SIGTERM, node.output
     assert "node a stopped" in node.output
     assert "Traceback" not in node.output
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_wait_that_times_out_names_the_line_and_shows_the_output(nodes):
+    """A system test's wait for a line the node never logs fails naming the line, with
+    the node's output, so that a failure in CI shows what the node did instead."""
+    node = await nodes(node_document()).wait_started()
+    with pytest.raises(defer.TimeoutError) as raised:
+        await node.wait_for(r"node a: never says this", 0.2)
+    assert "node a: never says this" in str(raised.value)
+    assert "started: core on 127.0.0.1:" in str(raised.value), raised.value
 
 
 BAD = [
