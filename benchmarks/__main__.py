@@ -13,6 +13,7 @@ SCENARIOS = {
     "security": "benchmarks.security_checks",
     "node": "benchmarks.node_throughput",
     "large": "benchmarks.node_large",
+    "body-send": "benchmarks.body_send",
     "audit-scale": "benchmarks.audit_scale",
     "stomp": "benchmarks.stomp_throughput",
     "stomp-calls": "benchmarks.stomp_calls",
