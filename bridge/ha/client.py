@@ -18,9 +18,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import attrs
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.logger import Logger
@@ -126,9 +127,41 @@ def _wake() -> None:
     """Nothing: wakes the thread to see a new renewer."""
 
 
+class LeaseCallTimeout(defer.TimeoutError):
+    """A call to the lock had no answer within ``query_timeout``: still running on the
+    lease's thread, or still waiting there behind an earlier call."""
+
+
+@attrs.define
+class _Timing:
+    """When a call was asked and, once the lease's thread takes it up, started (the
+    ``monotonic`` clock), to say why a call that timed out did, and how late it ended."""
+
+    asked: float
+    started: float | None = None
+
+
+def timed_out(timing: _Timing, query_timeout: float, now: float) -> LeaseCallTimeout:
+    """The error of a call with no answer after ``query_timeout``, saying where it is."""
+    limit = f"no answer within lease-query-timeout ({round(query_timeout * 1000)} ms)"
+    if timing.started is None:
+        return LeaseCallTimeout(
+            f"{limit}: the call is still waiting for the lease's thread, busy with an earlier call"
+        )
+    return LeaseCallTimeout(
+        f"{limit}: the database has not answered the call after {now - timing.started:.3f} s"
+        + (
+            f" (it waited {timing.started - timing.asked:.3f} s for the lease's thread)"
+            if timing.started > timing.asked + 0.001
+            else ""
+        )
+    )
+
+
 class LeaseClient:
     """An :class:`ILiveLock` on one thread of its own; every call gives a Deferred that fails
-    with ``TimeoutError`` (``defer.TimeoutError``) after ``query_timeout``.
+    with :class:`LeaseCallTimeout` (a ``defer.TimeoutError``) after ``query_timeout``; an
+    answer that comes later is dropped, and logged with how long it took.
 
     ``wall_clock`` (epoch seconds) is only for measuring skew."""
 
@@ -145,25 +178,60 @@ class LeaseClient:
         self._threads = IReactorFromThreads(reactor)
         self._clock = IReactorTime(reactor)
         self.wall_clock = wall_clock
+        self._monotonic = monotonic
         self.thread = LeaseThread(monotonic)
 
-    def _unbounded(self, call: Callable[[], _T]) -> Deferred[_T]:
+    def _unbounded(self, call: Callable[[], _T], timing: _Timing | None = None) -> Deferred[_T]:
         result: Deferred[_T] = Deferred()
+        clock = self._monotonic
 
         def job() -> None:
+            if timing is not None:
+                timing.started = clock()
             try:
-                value = call()
+                value: _T | Failure = call()
             except BaseException:
-                self._threads.callFromThread(result.errback, Failure())
-            else:
-                self._threads.callFromThread(result.callback, value)
+                value = Failure()
+            self._threads.callFromThread(self._answered, result, value, timing, clock())
 
         self.thread.call(job)
         return result
 
+    def _answered(
+        self, result: Deferred[_T], value: _T | Failure, timing: _Timing | None, ended: float
+    ) -> None:
+        """On the reactor: a call's answer, or, for one that timed out already, a warning
+        of how late it came (a database slower than ``query_timeout`` shows here)."""
+        if not result.called:
+            if isinstance(value, Failure):
+                result.errback(value)
+            else:
+                result.callback(value)
+            return
+        if timing is not None and timing.started is not None:
+            log.warn(
+                "a call to the lease's database {outcome} {took:.3f} s after it was asked "
+                "({waited:.3f} s of that waiting for the lease's thread), past "
+                "lease-query-timeout ({limit} ms): dropped",
+                outcome=(
+                    f"failed ({value.getErrorMessage()})"
+                    if isinstance(value, Failure)
+                    else "answered"
+                ),
+                took=ended - timing.asked,
+                waited=timing.started - timing.asked,
+                limit=round(self.lock.query_timeout * 1000),
+            )
+
     def _run(self, call: Callable[[], _T]) -> Deferred[_T]:
-        result = self._unbounded(call)
-        result.addTimeout(self.lock.query_timeout, self._clock)
+        timing = _Timing(self._monotonic())
+        result = self._unbounded(call, timing)
+        limit = self.lock.query_timeout
+
+        def expired(_: object, __: float) -> NoReturn:
+            raise timed_out(timing, limit, self._monotonic())
+
+        result.addTimeout(limit, self._clock, onTimeoutCancel=expired)
         return result
 
     def _observed(self, call: Callable[[], LeaseRow | None]) -> Deferred[Observed]:
