@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,21 @@ from twisted.python.failure import Failure
 
 ROOT = Path(__file__).resolve().parent.parent
 STDERR_KEPT = 64 * 1024
+
+
+def run_benchmark(
+    scenario: str, argv: list[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks SCENARIO ARGV`` from the repository, to its end (bounded by
+    ``timeout``), its output captured as text; the caller checks the exit status."""
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", scenario, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class ChildFailed(Exception):

@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT
+from tests.processes import run_benchmark
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks", "body-send", *arguments],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_benchmark("body-send", list(arguments), 120)
 
 
 @pytest.mark.system

@@ -6,13 +6,11 @@ benchmark runs, never by tests)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT
+from tests.processes import run_benchmark
 from tests.system.audit_run import require_spark
 
 
@@ -22,14 +20,7 @@ def test_the_client_failover_benchmark_writes_its_figures(tmp_path: Path) -> Non
     require_spark()
     output = tmp_path / "client_failover.json"
     argv = ["--runs", "1", "--count", "1200", "--kill-after", "400", "--output", str(output)]
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "client-failover", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    result = run_benchmark("client-failover", argv, 280)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(output.read_text())
     [run] = figures["runs"]

@@ -6,15 +6,13 @@ by benchmark runs, never by tests); and the nearest-rank percentiles on known va
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks.failover import percentiles
 from tests.postgresql import SERVER
-from tests.processes import ROOT
+from tests.processes import run_benchmark
 
 
 def test_percentiles_take_the_nearest_rank() -> None:
@@ -31,14 +29,7 @@ def test_the_failover_benchmark_times_each_kill(tmp_path: Path, pg_schema: str) 
     output = tmp_path / "failover.json"
     argv = ["--kills", "2", "--reap", "1", "--postgresql", SERVER, "--output", str(output)]
     argv += ["--throughput-count", "500", "--throughput-repeat", "1"]
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "failover", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
+    result = run_benchmark("failover", argv, 200)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "reap 1s kill 2/2" in result.stdout
     figures = json.loads(output.read_text())

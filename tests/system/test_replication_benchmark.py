@@ -6,14 +6,12 @@ tests)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.postgresql import SERVER
-from tests.processes import ROOT
+from tests.processes import run_benchmark
 
 
 @pytest.mark.system
@@ -24,14 +22,7 @@ def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema:
     output = tmp_path / "replication.json"
     argv = ["--repeat", "1", "--count", "300", "--kills", "1", "--sync-mb", "2"]
     argv += ["--postgresql", SERVER, "--output", str(output)]
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "replication", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=160,
-        check=False,
-    )
+    result = run_benchmark("replication", argv, 160)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "unreplicated  replicated  ratio" in result.stdout
     figures = json.loads(output.read_text())
@@ -87,14 +78,7 @@ def test_the_replication_benchmark_writes_each_figure(tmp_path: Path, pg_schema:
 def test_the_quorum_part_runs_alone(tmp_path: Path) -> None:
     output = tmp_path / "replication-quorum.json"
     argv = ["--only", "quorum", "--kills", "2", "--output", str(output)]
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "replication", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
+    result = run_benchmark("replication", argv, 100)
     assert result.returncode == 0, result.stdout + result.stderr
     quorum = json.loads(output.read_text())["failover_by_quorum"]
     assert quorum["kills"] == len(quorum["seconds"]) == 2
@@ -106,14 +90,7 @@ def test_the_quorum_part_runs_alone(tmp_path: Path) -> None:
 def test_the_failback_part_runs_alone(tmp_path: Path, pg_schema: str) -> None:
     output = tmp_path / "replication-failback.json"
     argv = ["--only", "failback", "--kills", "2", "--postgresql", SERVER, "--output", str(output)]
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "replication", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=130,
-        check=False,
-    )
+    result = run_benchmark("replication", argv, 130)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "failback (2 rounds" in result.stdout
     failback = json.loads(output.read_text())["failback"]

@@ -6,25 +6,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT
+from tests.processes import run_benchmark
 
 SMALL = ["--ack", "auto", "--batch", "5", "--rounds", "3"]
 
 
 def _run(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks", "stomp-calls", *SMALL, *arguments],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_benchmark("stomp-calls", [*SMALL, *arguments], 120)
 
 
 @pytest.mark.system
