@@ -170,6 +170,16 @@ activating. The old holder stopped serving before its lease expired (its deadlin
 nothing it still does may land anyway."""
 
 _LOCK = f"SELECT 1 FROM {TABLE} WHERE name = %(lease)s FOR UPDATE"
+_HOLDERS = f"""
+SELECT s.pid, s.application_name, s.state,
+    round(extract(epoch FROM clock_timestamp() - s.xact_start) * 1000)
+FROM pg_locks AS k JOIN pg_stat_activity AS s ON s.pid = k.pid
+WHERE k.relation = to_regclass('{TABLE}') AND k.granted AND s.pid <> pg_backend_pid()
+    AND k.mode IN ('RowShareLock', 'RowExclusiveLock')
+ORDER BY s.xact_start"""
+"""The other sessions whose open transactions locked rows of the lease's table (its
+fencing check, a renewal), longest open first: named when a statement times out waiting
+on the row, so that a backup that cannot take over says who keeps it from doing so."""
 _READ_REPLICA = f"SELECT store_node, replica FROM {TABLE} WHERE name = %(lease)s"
 
 
@@ -250,12 +260,21 @@ class LeaseTable:
         statement reads the database's clock once the row is this connection's: a statement
         that waited for another's commit judges time after it, never before."""
         values = {"lease": self.lease, **params}
+        connection = None
         try:
             connection = self._connect()
             with connection.transaction():
                 if lock:
                     connection.execute(_LOCK, values)
                 row = connection.execute(statement, values).fetchone()
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as error:
+            holders = _holders(connection) if connection is not None else ""
+            self._drop()
+            if holders:
+                raise LeaseRowLocked(
+                    f"{str(error).strip()}; the lease's row is locked by {holders}"
+                ) from error
+            raise
         except BaseException:
             self._drop()
             raise
@@ -400,6 +419,24 @@ class ReleaseNotices:
 
     def close(self) -> None:
         self._connection.close()
+
+
+class LeaseRowLocked(psycopg.OperationalError):
+    """A lease statement timed out waiting on the lease's row, which other sessions hold."""
+
+
+def _holders(connection: psycopg.Connection[tuple[Any, ...]]) -> str:
+    """The sessions holding locks on the lease's rows, for an error message ("" if none,
+    or if they cannot be read: the error is then told as it was)."""
+    try:
+        rows = connection.execute(_HOLDERS).fetchall()
+    except psycopg.Error:
+        return ""
+    return ", ".join(
+        f"pid {pid} ({name or 'no application_name'}, {state}, its transaction open "
+        f"{int(open_ms or 0):,} ms)"
+        for pid, name, state, open_ms in rows
+    )
 
 
 def session_name(holder: str) -> str:

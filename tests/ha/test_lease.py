@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from bridge.ha import lease as lease_module
-from bridge.ha.lease import TABLE, LeaseTable
+from bridge.ha.lease import TABLE, LeaseRowLocked, LeaseTable
 from bridge.ha.lock import Holder
 from tests.postgresql import execute
 
@@ -165,16 +165,21 @@ def test_epochs_strictly_increase(tables: Tables) -> None:
     assert epochs == list(range(1, len(epochs) + 1))
 
 
-def test_a_statement_past_the_query_timeout_fails(lease_url: str, pg_schema: str) -> None:
-    """The server cancels a statement that runs past query-timeout (statement_timeout):
-    here the lease row is locked by another transaction, so the update waits."""
+def test_a_statement_past_the_query_timeout_fails_naming_who_holds_the_row(
+    lease_url: str, pg_schema: str
+) -> None:
+    """The server cancels a statement that runs past query-timeout (statement_timeout,
+    lock_timeout): here the lease row is locked by another transaction, so the update
+    waits, and the error names that transaction's session."""
     table = LeaseTable(lease_url, 0.2)
     try:
         table.read()  # creates the table
-        with lease_module.psycopg.connect(lease_url) as blocker:
+        with lease_module.psycopg.connect(lease_url, application_name="blocker") as blocker:
             blocker.execute(f"SELECT * FROM {TABLE} FOR UPDATE")
-            with pytest.raises(lease_module.psycopg.errors.QueryCanceled):
+            with pytest.raises(LeaseRowLocked) as raised:
                 table.acquire(Holder("a"), REAP)
+            pid = blocker.info.backend_pid
+            assert f"locked by pid {pid} (blocker, idle in transaction" in str(raised.value)
         assert table.acquire(Holder("a"), REAP) is not None  # reconnects
     finally:
         table.close()
