@@ -342,11 +342,14 @@ class LeaseTable:
         values: dict[str, object] = {"lease": self.lease, "window": _ms(window)}
         try:
             connection = self._connect()
-            with connection.transaction():
+            with connection.pipeline():  # one round trip, as ``_one``'s
+                connection.execute("BEGIN")
                 if me is not None:
                     connection.execute(_SEEN, {**values, "me": str(me)})
                 connection.execute(_FORGET, values)
-                rows = connection.execute(_WAITING, values).fetchall()
+                cursor = connection.execute(_WAITING, values)
+                connection.execute("COMMIT")
+            rows = cursor.fetchall()
         except BaseException:
             self._drop()
             raise

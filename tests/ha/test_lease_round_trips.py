@@ -74,11 +74,12 @@ class _CountingProxy(Cuttable):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_renewal_and_a_release_take_one_round_trip_an_acquire_two(
+async def test_a_renewal_a_release_and_the_waiting_list_take_one_round_trip_an_acquire_two(
     lease_url: str,
 ) -> None:
-    """On an open connection: a renewal and a release one round trip each; an acquire
-    two (the expired holder's sessions ended first, then the transaction)."""
+    """On an open connection: a renewal, a release and the list of waiting backups one
+    round trip each; an acquire two (the expired holder's sessions ended first, then the
+    transaction)."""
     proxy = _CountingProxy()
     port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(proxy)
     table = LeaseTable(via(lease_url, port.getHost().port), QUERY_TIMEOUT)
@@ -98,6 +99,10 @@ async def test_a_renewal_and_a_release_take_one_round_trip_an_acquire_two(
         released = await deferToThread(table.release, me, taken.epoch)
         assert released is not None and not released.held
         assert proxy.turns.turns - before == 1
+        before = proxy.turns.turns
+        backup = Holder("b")
+        assert await deferToThread(table.waiting, backup, REAP) == (str(backup),)
+        assert proxy.turns.turns - before == 1  # (after each renewal, a live node asks)
     finally:
         await deferToThread(table.close)
         proxy.cut()
