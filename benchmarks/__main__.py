@@ -21,6 +21,7 @@ SCENARIOS = {
     "hostile": "benchmarks.hostile",
     "peers-stomp": "benchmarks.peers_stomp",
     "failover": "benchmarks.failover",
+    "lease-latency": "benchmarks.lease_latency",
     "replication": "benchmarks.replication",
     "client-failover": "benchmarks.client_failover",
     "activation": "benchmarks.activation",
