@@ -8,8 +8,6 @@ answered. TCP may cut or join what each side writes; it cannot change who waits 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.endpoints import TCP4ServerEndpoint
@@ -40,13 +38,19 @@ class _Turns:
 
 class _CountingClient(ProxyClient):
     def dataReceived(self, data: bytes) -> None:
-        self.factory.turns.spoke("server")  # type: ignore[attr-defined]
+        self.peer.factory.turns.spoke("server")  # (the proxy's side that the node reached)
         super().dataReceived(data)
 
 
+class _CountingClients(ProxyClientFactory):
+    protocol = _CountingClient
+
+
 class _CountingServer(ProxyServer):
+    clientProtocolFactory = _CountingClients
+
     def dataReceived(self, data: bytes) -> None:
-        self.factory.turns.spoke("node")  # type: ignore[attr-defined]
+        self.factory.turns.spoke("node")
         super().dataReceived(data)
 
 
@@ -56,21 +60,6 @@ class _CountingProxy(Cuttable):
     def __init__(self) -> None:
         super().__init__()
         self.turns = _Turns()
-
-    def buildProtocol(self, addr: Any) -> ProxyServer:
-        server = super().buildProtocol(addr)
-        turns = self.turns
-
-        class Clients(ProxyClientFactory):
-            protocol = _CountingClient
-
-            def buildProtocol(self, addr: Any) -> ProxyClient:
-                client = super().buildProtocol(addr)
-                client.factory.turns = turns  # type: ignore[attr-defined]
-                return client
-
-        server.clientProtocolFactory = Clients
-        return server
 
 
 @pytest_twisted.ensureDeferred
