@@ -141,7 +141,7 @@ class _Timing:
     started: float | None = None
 
 
-def timed_out(timing: _Timing, query_timeout: float, now: float) -> LeaseCallTimeout:
+def _timed_out(timing: _Timing, query_timeout: float, now: float) -> LeaseCallTimeout:
     """The error of a call with no answer after ``query_timeout``, saying where it is."""
     limit = f"no answer within lease-query-timeout ({round(query_timeout * 1000)} ms)"
     if timing.started is None:
@@ -229,7 +229,7 @@ class LeaseClient:
         limit = self.lock.query_timeout
 
         def expired(_: object, __: float) -> NoReturn:
-            raise timed_out(timing, limit, self._monotonic())
+            raise _timed_out(timing, limit, self._monotonic())
 
         result.addTimeout(limit, self._clock, onTimeoutCancel=expired)
         return result
