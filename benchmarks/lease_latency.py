@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from benchmarks.pg_store import DEFAULT_SERVER, bench_schema
 from benchmarks.runner import save
@@ -68,13 +69,11 @@ class DelayProxy:
         self._delay = rtt / 2
         self._ready = threading.Event()
         self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
         threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True).start()
         if not self._ready.wait(10):
             raise RuntimeError("the delaying proxy did not start")
 
     async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
         server = await asyncio.start_server(self._connected, "127.0.0.1", 0)
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
@@ -101,11 +100,13 @@ def _timed(call: Callable[[], object], repeat: int) -> list[float]:
 
 def run(server: str, rtt: float, repeat: int) -> dict[str, Any]:
     """Each call ``repeat`` times through the proxy; seconds per call, and medians."""
-    host_port = server.split("@", 1)[-1].split("/", 1)[0]
-    host, _, port = host_port.partition(":")
-    proxy = DelayProxy(host or "127.0.0.1", int(port or 5432), rtt)
+    parts = urlsplit(server)
+    proxy = DelayProxy(parts.hostname or "127.0.0.1", parts.port or 5432, rtt)
     with bench_schema(server) as (_, url):
-        proxied = url.replace(host_port, f"127.0.0.1:{proxy.port}", 1)
+        target = urlsplit(url)
+        user = target.netloc.rpartition("@")[0]
+        netloc = f"{user}@127.0.0.1:{proxy.port}" if user else f"127.0.0.1:{proxy.port}"
+        proxied = urlunsplit(target._replace(netloc=netloc))
         table = LeaseTable(proxied, QUERY_TIMEOUT)
         try:
             me = Holder("bench")
