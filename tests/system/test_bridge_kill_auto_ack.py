@@ -81,8 +81,10 @@ class AutoAckConsumer(stomp.ConnectionListener):  # type: ignore[misc]
             conn.set_listener("c", self)
             try:
                 conn.connect(wait=True)
-            except stomp.exception.ConnectFailedException:
-                self._stopping.wait(RETRY)  # B is restarting: nothing to wait on but time
+            except (stomp.exception.ConnectFailedException, OSError):
+                # B is restarting (a connection it reset mid-CONNECT is no different):
+                # nothing to wait on but time
+                self._stopping.wait(RETRY)
                 continue
             self.connections += 1
             conn.subscribe("/queue/orders", id="c", ack="auto")
