@@ -38,7 +38,7 @@ class BodySink:
         """Where the body is being written, for messages."""
         return self._body.name if self._body is not None else "its store"
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         assert self._body is not None
         self._body.write(data)
         self.received += len(data)

@@ -40,7 +40,7 @@ class LargeSend:
         except OSError as error:
             self._not_written(error)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         """The next chunk: written while the body is open and no longer than declared."""
         self.received += len(data)
         sink = self.sink

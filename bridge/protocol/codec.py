@@ -127,7 +127,7 @@ class _Wire(ABC):
     name: str
 
     @abstractmethod
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         """Append the encoding of ``value``; raise _Unencodable if it has none."""
 
     @abstractmethod
@@ -158,7 +158,7 @@ class _Int(_Wire):
         self._minimum = minimum
         self._maximum = maximum
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if type(value) is not int or not self._minimum <= value <= self._maximum:
             raise _Unencodable(f"{value!r} is not an integer in {self._range()}")
         parts.append(self._layout.pack(value))
@@ -178,7 +178,7 @@ class _Bool(_Wire):
 
     name = "bool"
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if type(value) is not bool:
             raise _Unencodable(f"{value!r} is not a bool")
         parts.append(b"\x01" if value else b"\x00")
@@ -213,7 +213,7 @@ class _Enum(_Wire):
         self._enum = enum
         self._members = {member.value: member for member in (only or tuple(enum))}
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if not isinstance(value, self._enum) or value.value not in self._members:
             raise _Unencodable(f"{value!r} is not a {self._enum.__name__} of {self.name}")
         parts.append(self._layout.pack(value))
@@ -233,7 +233,7 @@ class _Optional(_Wire):
         self.name = f"optional {inner.name}"
         self._inner = inner
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if value is None:
             parts.append(b"\x00")
         else:
@@ -254,7 +254,7 @@ class _Sized(_Wire):
         self._prefix = prefix
         self._limit = (1 << (8 * prefix.size)) - 1
 
-    def _append(self, data: bytes, parts: list[bytes]) -> None:
+    def _append(self, data: bytes | memoryview, parts: list[bytes | memoryview]) -> None:
         if len(data) > self._limit:
             raise _Unencodable(f"{len(data)} bytes, at most {self._limit} fit")
         parts += (self._prefix.pack(len(data)), data)
@@ -271,7 +271,7 @@ class _Sized(_Wire):
 class _Text(_Sized):
     """A length-prefixed UTF-8 string."""
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if not isinstance(value, str):
             raise _Unencodable(f"{value!r} is not a str")
         try:
@@ -291,7 +291,7 @@ class _Text(_Sized):
 class _Data(_Sized):
     """Length-prefixed bytes."""
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if not isinstance(value, bytes):
             raise _Unencodable(f"{type(value).__name__} is not bytes")
         self._append(value, parts)
@@ -299,6 +299,20 @@ class _Data(_Sized):
     def decode(self, view: memoryview, at: int) -> tuple[bytes, int]:
         data, end = self._slice(view, at)
         return data.tobytes(), end
+
+
+class _Chunk(_Sized):
+    """Length-prefixed bytes decoded as a view of the payload, not a copy: a large body's
+    chunk (up to 1 MiB), which its receiver writes to a file at once. Copying it out
+    cost a receiving node a tenth of its CPU on 10 MiB bodies."""
+
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
+        if not isinstance(value, bytes | memoryview):
+            raise _Unencodable(f"{type(value).__name__} is not bytes")
+        self._append(value, parts)
+
+    def decode(self, view: memoryview, at: int) -> tuple[memoryview, int]:
+        return self._slice(view, at)
 
 
 class _MessageWire(_Sized):
@@ -309,7 +323,7 @@ class _MessageWire(_Sized):
         super().__init__(name, _BE_U32)
         self._header_only = header_only
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if not isinstance(value, Message):
             raise _Unencodable(f"{type(value).__name__} is not a Message")
         if self._header_only and value.body:
@@ -341,7 +355,7 @@ class _Messages(_Wire):
 
     name = "u32 count, then count x message"
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if not isinstance(value, tuple) or not value:
             raise _Unencodable("expected a non-empty tuple of messages")
         if len(value) > 0xFFFF_FFFF:
@@ -390,7 +404,7 @@ class _List(_Wire):
         self._inner = inner
         self._least = least
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if not isinstance(value, tuple):
             raise _Unencodable(f"{type(value).__name__} is not a tuple")
         if len(value) > 0xFFFF:
@@ -419,7 +433,7 @@ class _Record(_Wire):
         self._cls = cls
         self._fields = fields
 
-    def encode(self, value: Any, parts: list[bytes]) -> None:
+    def encode(self, value: Any, parts: list[bytes | memoryview]) -> None:
         if not isinstance(value, self._cls):
             raise _Unencodable(f"{type(value).__name__} is not a {self._cls.__name__}")
         for name, wire in self._fields:
@@ -448,6 +462,7 @@ BOOL = _Bool()
 STR = _Text("str16", _BE_U16)
 TEXT = _Text("str32", _BE_U32)
 DATA = _Data("bytes32", _BE_U32)
+CHUNK = _Chunk("bytes32", _BE_U32)
 MESSAGE = _MessageWire("message", header_only=False)
 MESSAGE_HEADER = _MessageWire("message header", header_only=True)
 CODE = _Enum("error code u16", _BE_U16, ErrorCode)
@@ -504,7 +519,7 @@ class Layout:
 
     def encode(self, packet: Packet) -> bytes:
         """The payload of ``packet``; PacketFormatError names a field that cannot be encoded."""
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
         for name, wire in self.fields:
             try:
                 wire.encode(getattr(packet, name), parts)
@@ -573,7 +588,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
             ("message", MESSAGE_HEADER),
             ("total_size", U64),
         ),
-        _layout(SendLargeChunk, ("sequence", U64), ("data", DATA), ("last", BOOL)),
+        _layout(SendLargeChunk, ("sequence", U64), ("data", CHUNK), ("last", BOOL)),
         _layout(
             SendMany, ("first_sequence", U64), ("tx_id", _Optional(U64)), ("messages", MESSAGES)
         ),
@@ -608,7 +623,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
             DeliverLargeChunk,
             ("consumer_id", U32),
             ("delivery_id", U64),
-            ("data", DATA),
+            ("data", CHUNK),
             ("last", BOOL),
         ),
         _layout(
@@ -642,7 +657,7 @@ LAYOUTS: dict[type[Packet], Layout] = {
         ),
         _layout(ReplicaSyncBegin, ("node_name", STR), ("epoch", U64), ("schema_version", U16)),
         _layout(ReplicaSyncFile, ("data", DATA)),
-        _layout(ReplicaBody, ("message_id", U64), ("data", DATA), ("last", BOOL)),
+        _layout(ReplicaBody, ("message_id", U64), ("data", CHUNK), ("last", BOOL)),
         _layout(ReplicaSyncEnd, ("sequence", U64)),
         _layout(ReplicaSynced, ("sequence", U64)),
         _layout(ReplicaBatch, ("sequence", U64), ("operations", DATA)),

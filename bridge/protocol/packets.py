@@ -358,7 +358,8 @@ class SendLargeChunk:
     TYPE: ClassVar[PacketType] = PacketType.SEND_LARGE_CHUNK
 
     sequence: int
-    data: bytes
+    data: bytes | memoryview
+    """Decoded: a view of the frame's payload (``codec.CHUNK``), to write out, not keep."""
     last: bool
 
 
@@ -486,7 +487,8 @@ class DeliverLargeChunk:
 
     consumer_id: int
     delivery_id: int
-    data: bytes
+    data: bytes | memoryview
+    """Decoded: a view of the frame's payload (``codec.CHUNK``), to write out, not keep."""
     last: bool
 
 
@@ -609,7 +611,8 @@ class ReplicaBody:
     TYPE: ClassVar[PacketType] = PacketType.REPLICA_BODY
 
     message_id: int
-    data: bytes
+    data: bytes | memoryview
+    """Decoded: a view of the frame's payload (``codec.CHUNK``), to write out, not keep."""
     last: bool
 
 

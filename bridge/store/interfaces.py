@@ -167,7 +167,7 @@ class IBodyWriter(Interface):
 
     name = Attribute("Where the body goes (a file's path), for errors that name it.")
 
-    def write(data: bytes) -> None:
+    def write(data: bytes | memoryview) -> None:
         """Append a chunk."""
 
     def finish() -> LargeBody:

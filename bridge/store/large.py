@@ -229,7 +229,7 @@ class BodyFile:
         self._file: IO[bytes] | None = open(path, mode, buffering=0)  # noqa: SIM115
         self.size = 0
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         assert self._file is not None, "the body was finished or aborted"
         self._file.write(data)
         self.size += len(data)

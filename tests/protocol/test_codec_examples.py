@@ -552,3 +552,21 @@ def test_decoding_copies_a_hot_path_body_once(cls):
     peak = peak_allocation(lambda: decoded.append(decode_packet(frame_type, payload)))
     assert decoded == [packet]
     assert len(body) <= peak < len(body) + 64 * 1024
+
+
+@pytest.mark.parametrize("cls", [SendLargeChunk, DeliverLargeChunk, ReplicaBody])
+def test_decoding_a_large_chunk_copies_none_of_its_data(cls):
+    data = bytes(range(256)) * 4096  # 1 MiB
+    packet = {
+        SendLargeChunk: lambda: SendLargeChunk(3, data, False),
+        DeliverLargeChunk: lambda: DeliverLargeChunk(1, 2, data, True),
+        ReplicaBody: lambda: ReplicaBody(9, data, False),
+    }[cls]()
+    frame_type, payload = encode_packet(packet)
+    decoded: list[Packet] = []
+    peak = peak_allocation(lambda: decoded.append(decode_packet(frame_type, payload)))
+    assert decoded == [packet]
+    chunk = decoded[0].data  # type: ignore[union-attr]
+    assert isinstance(chunk, memoryview) and chunk.obj is payload
+    assert peak < 64 * 1024
+    assert encode_packet(decoded[0]) == (frame_type, payload)  # a view encodes as bytes do
