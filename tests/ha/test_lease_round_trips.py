@@ -2,11 +2,16 @@
 renewal costs the database's latency once, not once per statement (lock, update, commit),
 so a distant database leaves the renewal as much of ``lease-query-timeout`` as it can.
 
-Counted through a proxy as turns: each time the node speaks again after the server
-answered. TCP may cut or join what each side writes; it cannot change who waits for whom.
+Counted through a proxy as the server's ReadyForQuery messages: the server sends one for
+each Sync (or simple Query) the node sends, and the node waits for each before it goes
+on, so they are the round trips the node waits out. (Counting who spoke when would
+depend on timing: psycopg sends a pipeline's statements as it queues them, and on a busy
+machine the server may answer the first before the last has left.)
 """
 
 from __future__ import annotations
+
+import struct
 
 import pytest_twisted
 from twisted.internet import reactor
@@ -22,23 +27,39 @@ from tests.ha.proxy import Cuttable, via
 REAP = 30.0
 
 
-class _Turns:
-    """Who spoke last on the proxied connections, and how often the node spoke again
-    after the server had answered."""
+def _plain(url: str) -> str:
+    """``url`` with its session unencrypted, so that the proxy can read the server's
+    messages."""
+    return f"{url}{'&' if '?' in url else '?'}sslmode=disable&gssencmode=disable"
+
+
+_TYPED = struct.Struct(">cI")
+
+
+class _ReadyCount:
+    """The server's side of the protocol read as messages (a type byte, then a length
+    that counts itself), however TCP cuts them: how many were ReadyForQuery ('Z')."""
 
     def __init__(self) -> None:
-        self.turns = 0
-        self._last: str | None = None
+        self.ready = 0
+        self._buffer = b""
 
-    def spoke(self, who: str) -> None:
-        if who == "node" and self._last != "node":
-            self.turns += 1
-        self._last = who
+    def feed(self, data: bytes) -> None:
+        buffer = self._buffer + data
+        at = 0
+        while len(buffer) - at >= _TYPED.size:
+            kind, length = _TYPED.unpack_from(buffer, at)
+            if len(buffer) - at < 1 + length:
+                break
+            if kind == b"Z":
+                self.ready += 1
+            at += 1 + length
+        self._buffer = buffer[at:]
 
 
 class _CountingClient(ProxyClient):
     def dataReceived(self, data: bytes) -> None:
-        self.peer.factory.turns.spoke("server")  # (the proxy's side that the node reached)
+        self.peer.factory.answers.feed(data)  # (the server's answers, on their way back)
         super().dataReceived(data)
 
 
@@ -49,17 +70,27 @@ class _CountingClients(ProxyClientFactory):
 class _CountingServer(ProxyServer):
     clientProtocolFactory = _CountingClients
 
-    def dataReceived(self, data: bytes) -> None:
-        self.factory.turns.spoke("node")
-        super().dataReceived(data)
-
 
 class _CountingProxy(Cuttable):
+    """One connection's proxy (the lease table keeps one open)."""
+
     protocol = _CountingServer
 
     def __init__(self) -> None:
         super().__init__()
-        self.turns = _Turns()
+        self.answers = _ReadyCount()
+
+
+def test_the_count_reads_messages_however_tcp_cuts_them() -> None:
+    stream = b"R" + struct.pack(">I", 8) + b"\0\0\0\0"  # AuthenticationOk
+    stream += b"Z" + struct.pack(">I", 5) + b"I"  # ReadyForQuery
+    stream += b"C" + struct.pack(">I", 11) + b"BEGIN\0Z"  # a 'Z' inside a message
+    stream += b"Z" + struct.pack(">I", 5) + b"T"
+    for cut in range(1, len(stream)):
+        count = _ReadyCount()
+        count.feed(stream[:cut])
+        count.feed(stream[cut:])
+        assert count.ready == 2, cut
 
 
 @pytest_twisted.ensureDeferred
@@ -71,27 +102,27 @@ async def test_a_renewal_a_release_and_the_waiting_list_take_one_round_trip_an_a
     transaction)."""
     proxy = _CountingProxy()
     port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(proxy)
-    table = LeaseTable(via(lease_url, port.getHost().port), QUERY_TIMEOUT)
+    table = LeaseTable(_plain(via(lease_url, port.getHost().port)), QUERY_TIMEOUT)
     try:
         me = Holder("a")
         first = await deferToThread(table.acquire, me, REAP)  # connects, makes the table
         assert first is not None
-        before = proxy.turns.turns
+        before = proxy.answers.ready
         taken = await deferToThread(table.acquire, me, REAP)  # its own: taken again
         assert taken is not None and taken.epoch == first.epoch + 1
-        assert proxy.turns.turns - before == 2
-        before = proxy.turns.turns
+        assert proxy.answers.ready - before == 2
+        before = proxy.answers.ready
         renewed = await deferToThread(table.renew, me, taken.epoch, REAP)
         assert renewed is not None and renewed.epoch == taken.epoch
-        assert proxy.turns.turns - before == 1
-        before = proxy.turns.turns
+        assert proxy.answers.ready - before == 1
+        before = proxy.answers.ready
         released = await deferToThread(table.release, me, taken.epoch)
         assert released is not None and not released.held
-        assert proxy.turns.turns - before == 1
-        before = proxy.turns.turns
+        assert proxy.answers.ready - before == 1
+        before = proxy.answers.ready
         backup = Holder("b")
         assert await deferToThread(table.waiting, backup, REAP) == (str(backup),)
-        assert proxy.turns.turns - before == 1  # (after each renewal, a live node asks)
+        assert proxy.answers.ready - before == 1  # (after each renewal, a live node asks)
     finally:
         await deferToThread(table.close)
         proxy.cut()
