@@ -26,7 +26,8 @@ The statements are blocking (psycopg 3); :mod:`bridge.ha.client` runs them on a 
 from __future__ import annotations
 
 import math
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -265,12 +266,10 @@ class LeaseTable:
         connection = None
         try:
             connection = self._connect()
-            with connection.pipeline():  # (psycopg's transaction() would sync twice more)
-                connection.execute("BEGIN")
+            with _one_round_trip(connection):
                 if lock:
                     connection.execute(_LOCK, values)
                 cursor = connection.execute(statement, values)
-                connection.execute("COMMIT")
             row = cursor.fetchone()
         except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled) as error:
             holders = _holders(connection) if connection is not None else ""
@@ -342,13 +341,11 @@ class LeaseTable:
         values: dict[str, object] = {"lease": self.lease, "window": _ms(window)}
         try:
             connection = self._connect()
-            with connection.pipeline():  # one round trip, as ``_one``'s
-                connection.execute("BEGIN")
+            with _one_round_trip(connection):
                 if me is not None:
                     connection.execute(_SEEN, {**values, "me": str(me)})
                 connection.execute(_FORGET, values)
                 cursor = connection.execute(_WAITING, values)
-                connection.execute("COMMIT")
             rows = cursor.fetchall()
         except BaseException:
             self._drop()
@@ -427,6 +424,17 @@ class ReleaseNotices:
 
     def close(self) -> None:
         self._connection.close()
+
+
+@contextmanager
+def _one_round_trip(connection: psycopg.Connection[tuple[Any, ...]]) -> Iterator[None]:
+    """The statements run inside as one transaction sent in one round trip (a pipeline,
+    its BEGIN and COMMIT written out: psycopg's ``transaction()`` would sync twice more).
+    Their cursors hold their rows once the block ends."""
+    with connection.pipeline():
+        connection.execute("BEGIN")
+        yield
+        connection.execute("COMMIT")
 
 
 class LeaseRowLocked(psycopg.OperationalError):

@@ -16,6 +16,8 @@ from tests.processes import run_benchmark
 
 @pytest.mark.system
 def test_lease_latency_times_each_call_and_saves_json(tmp_path: Path, pg_schema: str) -> None:
+    # pg_schema: the server must be there (skipped without it, failing under CI); the
+    # benchmark makes and drops a schema of its own
     output = tmp_path / "lease_latency.json"
     argv = ["--rtt", "10ms", "--repeat", "2", "--postgresql", SERVER, "--output", str(output)]
     done = run_benchmark("lease-latency", argv, 120)
