@@ -104,6 +104,12 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_faults(pid: int) -> int:
+    """Minor page faults process ``pid`` took so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[7])
+
+
 class Child:
     """A child process whose stdout lines a thread reads into a queue (so it never blocks
     on a full pipe); stderr goes to a file, quoted when it fails."""

@@ -59,6 +59,7 @@ from benchmarks.node_throughput import (
     _py_spy,
     children,
     proc_cpu,
+    proc_faults,
     proc_status,
     role_process,
     start_node_ports,
@@ -138,6 +139,9 @@ class Options:
     callgrind: Path | None = None
     """Run txbridge's nodes under valgrind's callgrind, its outputs in this folder, for
     the instructions each executes (their rates are then not figures)."""
+    tuned_clients: bool = False
+    """The stomp.py clients with glibc's mmap and trim thresholds raised (a variant): by
+    default they run as a user's would, with glibc's own."""
 
 
 # -- the brokers ----------------------------------------------------------------------------
@@ -372,6 +376,8 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
         common = ["--count", str(count), "--seconds", str(options.seconds), "--size", str(size)]
         if deployment.vhost is not None:
             common += ["--vhost", deployment.vhost]
+        if options.tuned_clients:
+            common.append("--tune-allocator")
         consumer = role_process(
             "benchmarks.stomp_throughput",
             "consumer",
@@ -386,6 +392,7 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
                 output = options.profile / f"{case.name}-{name.replace(' ', '-')}"
                 spies.append(_py_spy(pid, output, directory, stack))
         cpu = {name: proc_cpu(pid) for name, pid in pids.items()}
+        faults = {name: proc_faults(pid) for name, pid in pids.items()}
         producer = role_process(
             "benchmarks.stomp_throughput",
             "producer",
@@ -402,6 +409,7 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
         consumer.tell(f"sent {done['sent']}")
         received = consumer.event("received", deadline)
         cpu = {name: proc_cpu(pid) - cpu[name] for name, pid in pids.items()}
+        faults = {name: proc_faults(pid) - faults[name] for name, pid in pids.items()}
         for spy in spies:
             spy.stop(signal.SIGINT)
         peaks = {name: proc_status(pid, "VmHWM") for name, pid in pids.items()}
@@ -432,6 +440,11 @@ def one_run(broker: str, case: Case, options: Options) -> dict[str, Any]:
         "cpu_seconds": sum(cpu.values()),
         "cpu_seconds_by_process": cpu,
         "client_cpu_seconds": {"producer": done["cpu"], "consumer": received["cpu"]},
+        "page_faults_by_process": {
+            **faults,
+            "producer": done["faults"],
+            "consumer": received["faults"],
+        },
         "pids": {**pids, "producer": producer.pid, "consumer": consumer.pid},
     }
     figures.update(
@@ -717,6 +730,12 @@ def main(argv: list[str] | None = None) -> int:
         "a producer waits while the address holds that much (a variant, saved apart)",
     )
     parser.add_argument(
+        "--tuned-clients",
+        action="store_true",
+        help="the stomp.py clients with glibc's mmap and trim thresholds raised, as the "
+        "project's own benchmark clients run (a variant, saved apart)",
+    )
+    parser.add_argument(
         "--count-calls",
         action="store_true",
         help="run txbridge's nodes under cProfile and print the calls each makes per "
@@ -760,6 +779,7 @@ def main(argv: list[str] | None = None) -> int:
         block=args.txbridge_block,
         count_calls=args.count_calls,
         callgrind=args.callgrind,
+        tuned_clients=args.tuned_clients,
     )
     for folder in (args.profile, args.callgrind):
         if folder is not None:
@@ -789,6 +809,7 @@ def main(argv: list[str] | None = None) -> int:
             "goal": {"ratio": RATIO_GOAL, "rss_ratio": RSS_GOAL},
             "txbridge_duplicate_detection": options.duplicate_detection,
             "txbridge_block": options.block,
+            "tuned_clients": options.tuned_clients,
             "count_calls": args.count_calls,
             "callgrind": args.callgrind is not None,
             "cases": report,
@@ -803,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
             else "peers_stomp"
             + ("" if options.duplicate_detection else "_no_duplicate_detection")
             + ("_block" if options.block else "")
+            + ("_tuned_clients" if options.tuned_clients else "")
         )
         return save(name, figures, args.output)
 

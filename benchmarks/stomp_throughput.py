@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import statistics
 import sys
@@ -53,6 +54,7 @@ from benchmarks.node_throughput import (
 )
 from benchmarks.peers import SEQ_BYTES, Payloads, emit, peak_rss
 from benchmarks.runner import save
+from transport.allocator import tune_allocator
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -80,9 +82,22 @@ enabled = false
 """
 
 
+CLIENT_MMAP_THRESHOLD = 32 * MIB
+"""A client's allocator with ``--tune-allocator``: glibc's largest mmap threshold, above
+a 10 MiB frame and each copy stomp.py makes of one (``transport.allocator``'s 8 MiB is
+below them, and a fixed threshold would map every one afresh)."""
+CLIENT_TRIM_THRESHOLD = 64 * MIB
+
+
 def cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
+
+
+def page_faults() -> int:
+    """This process's minor page faults so far: each a fresh page touched (on a virtual
+    machine that hands freed memory back to its host, one the host must find again)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 # -- the client processes ----------------------------------------------------------------
@@ -140,7 +155,7 @@ def producer(args: argparse.Namespace) -> int:
     conn.set_listener("receipts", listener)
     conn.connect(wait=True)
     headers = {"persistent": "true"} if args.persistent else {}
-    cpu = cpu_seconds()
+    cpu, faults = cpu_seconds(), page_faults()
     deadline = time.monotonic() + args.seconds
     first_send = time.monotonic()
     sent = 0
@@ -161,6 +176,7 @@ def producer(args: argparse.Namespace) -> int:
         last_receipt=last_receipt,
         time_bounded=sent < args.count,
         cpu=cpu_seconds() - cpu,
+        faults=page_faults() - faults,
         peak_rss=peak_rss(),
     )
     conn.disconnect(receipt="bye")
@@ -220,7 +236,7 @@ def consumer(args: argparse.Namespace) -> int:
     listener.target = args.count
     conn.set_listener("consumer", listener)
     conn.connect(wait=True)
-    cpu = cpu_seconds()
+    cpu, faults = cpu_seconds(), page_faults()
     conn.subscribe(DESTINATION, id="bench", ack=args.ack, headers={"receipt": "subscribed"})
     listener.wait("subscribed", 30)
     emit("ready")
@@ -239,6 +255,7 @@ def consumer(args: argparse.Namespace) -> int:
         redelivered=listener.redelivered,
         wrong_size=listener.wrong_size,
         cpu=cpu_seconds() - cpu,
+        faults=page_faults() - faults,
         peak_rss=peak_rss(),
     )
     conn.disconnect(receipt="bye")
@@ -436,7 +453,15 @@ def _client_main(role: str, argv: list[str]) -> int:
     parser.add_argument("--ack-every", type=int, default=500)
     parser.add_argument("--ack", choices=("client", "auto"), default="client")
     parser.add_argument("--vhost", help="the CONNECT frame's host header")
+    parser.add_argument(
+        "--tune-allocator",
+        action="store_true",
+        help="raise glibc's mmap and trim thresholds first, as the project's own clients do",
+    )
     args = parser.parse_args(argv)
+    if args.tune_allocator and not tune_allocator(CLIENT_MMAP_THRESHOLD, CLIENT_TRIM_THRESHOLD):
+        emit("error", message="the allocator's thresholds cannot be set here (glibc only)")
+        return 1
     try:
         return producer(args) if role == "producer" else consumer(args)
     except BenchmarkError as error:

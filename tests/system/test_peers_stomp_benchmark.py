@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from benchmarks import peers_stomp, rabbitmq
+from benchmarks import peers_stomp, rabbitmq, stomp_throughput
 from benchmarks.bridge_throughput import BridgeSettings, bridge_table
 from bridge.config.node import AddressFullPolicy, parse_node_config
 from tests.processes import ROOT
@@ -57,6 +57,9 @@ def assert_clean_run(run: dict[str, Any], count: int) -> None:
     assert run["out_of_order"] == run["duplicates"] == run["redelivered"] == 0
     assert run["wrong_size"] == 0
     assert run["peak_rss"] > 0 and run["msgs_per_s"] > 0
+    faults = run["page_faults_by_process"]
+    assert set(faults) == set(run["pids"]), faults
+    assert all(isinstance(count, int) and count >= 0 for count in faults.values()), faults
     for name, pid in run["pids"].items():
         assert not psutil.pid_exists(pid) or (
             psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -304,6 +307,41 @@ def test_the_bridge_runs_without_duplicate_detection_when_asked(tmp_path: Path) 
     assert figures["txbridge_duplicate_detection"] is False
     (run,) = figures["cases"]["a-to-b-persistent"]["brokers"]["txbridge"]["runs"]
     assert_clean_run(run, COUNT)
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)
+def test_the_clients_run_with_a_tuned_allocator_when_asked(tmp_path: Path) -> None:
+    """``--tuned-clients``: both stomp.py processes raise glibc's thresholds first (a
+    variant, named in the JSON), and the large messages still arrive whole and in order."""
+    figures = run_benchmark(
+        tmp_path / "variant.json",
+        "--brokers",
+        "txbridge",
+        "--cases",
+        "a-to-b-large",
+        "--large-count",
+        str(LARGE_COUNT),
+        "--large-size",
+        "5MiB",
+        "--tuned-clients",
+    )
+    assert figures["tuned_clients"] is True
+    (run,) = figures["cases"]["a-to-b-large"]["brokers"]["txbridge"]["runs"]
+    assert_clean_run(run, LARGE_COUNT)
+
+
+def test_a_client_refuses_to_run_where_the_allocator_cannot_be_tuned(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(stomp_throughput, "tune_allocator", lambda *thresholds: False)
+    assert (
+        stomp_throughput._client_main(
+            "producer", ["--port", "1", "--count", "1", "--tune-allocator"]
+        )
+        == 1
+    )
+    assert "the allocator's thresholds cannot be set here" in capsys.readouterr().out
 
 
 @pytest.mark.system
