@@ -1,8 +1,11 @@
-"""Fixtures every test gets: the leak check, and hypothesis profiles."""
+"""Fixtures every test gets: the leak check, and hypothesis profiles; and the one Spark
+session of the run, for the audit tests and the system tests that audit their runs."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import pytest_twisted
@@ -10,7 +13,8 @@ from hypothesis import HealthCheck, settings
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
-from tests.leaks import Snapshot, clean_up, find_leaks
+from tests.audit.conftest import require_spark
+from tests.leaks import Snapshot, clean_up, find_leaks, of_the_run
 
 pytest_plugins = ["tests.processes", "tests.postgresql"]
 
@@ -44,3 +48,18 @@ def no_leaks(request: pytest.FixtureRequest):
         pytest.fail(
             f"{request.node.nodeid} left behind:\n  - " + "\n  - ".join(leaks), pytrace=False
         )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One Spark session for the whole run (local[2], no UI, quiet): a JVM takes about ten
+    seconds to start, so the tests that audit share one. The threads that call it open
+    connections to its gateway as they first do: the run's, not a test's leak."""
+    require_spark()
+    from bridge.audit.pipeline import spark_session
+
+    session = spark_session("local[2]", console_progress=False, app_name="txbridge tests")
+    gateway = session.sparkContext._gateway.gateway_parameters
+    of_the_run(f"{gateway.address}:{gateway.port}")
+    yield session
+    session.stop()

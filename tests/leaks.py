@@ -7,7 +7,9 @@ start from a clean reactor.
 Sockets are found two ways: the reactor's readers and writers, and the process's own open
 internet sockets (from the kernel, through psutil). The second finds a connection that is
 in neither of the reactor's sets: one whose reading is paused (``pauseProducing`` stops
-reading) with nothing left to write, as a stalled flow-control test leaves it.
+reading) with nothing left to write, as a stalled flow-control test leaves it. Connections
+to a service the whole run keeps (``of_the_run``: the run's Spark gateway, to which each
+thread that calls Spark opens its own) are nobody's leak.
 """
 
 from __future__ import annotations
@@ -79,6 +81,15 @@ class OpenSocket:
         return f"{self.kind} {where} ({self.status}, fd {self.fd})"
 
 
+_run_services: set[str] = set()
+"""Addresses (``host:port``) of services the run keeps open for all its tests."""
+
+
+def of_the_run(address: str) -> None:
+    """Connections to ``address`` come and go with the run, never with a test."""
+    _run_services.add(address)
+
+
 def _address(address: Any) -> str:
     if not address:
         return ""
@@ -88,7 +99,7 @@ def _address(address: Any) -> str:
 
 def _open_sockets() -> dict[tuple[int, str, str, str], OpenSocket]:
     found = (OpenSocket.from_psutil(c) for c in _process.net_connections(kind="inet"))
-    return {s.key: s for s in found if s.fd >= 0}
+    return {s.key: s for s in found if s.fd >= 0 and s.remote not in _run_services}
 
 
 @attrs.define

@@ -1,4 +1,5 @@
-"""One Spark session for the audit tests: local[2], two shuffle partitions, no UI, quiet.
+"""Whether Spark can run here, for the audit tests (their session is the run's one,
+``spark`` in tests/conftest.py: local[2], no UI, quiet).
 
 Spark needs Java and PySpark. On a laptop without them the tests that need Spark skip and
 say why; with ``CI`` set (CI runs the suite) they fail instead, so CI never passes by
@@ -10,9 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
 
 import pytest
 
@@ -44,13 +43,3 @@ def require(module: str) -> ModuleType:
             pytest.fail(f"on CI: {reason}", pytrace=False)
         pytest.skip(reason, allow_module_level=True)
     return importlib.import_module(module)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    require_spark()
-    from bridge.audit.pipeline import spark_session
-
-    session = spark_session("local[2]", console_progress=False, app_name="txbridge tests")
-    yield session
-    session.stop()

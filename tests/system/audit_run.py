@@ -1,36 +1,22 @@
-"""The audit pipeline run on a system test's event logs, in its own process, and the
-checks of a failover run with it (kill -9 under core and under STOMP)."""
+"""The audit pipeline run on a system test's event logs, on the run's one Spark session
+(the ``spark`` fixture), and the checks of a failover run with it (kill -9 under core and
+under STOMP). ``txbridge audit``, the command, is tested in tests/audit."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from bridge.audit import pipeline
 from tests.audit.conftest import require_spark
-from tests.processes import ROOT
 
 __all__ = ["audit", "check_failover", "require_spark"]
 
 
-def audit(run_dir: Path) -> dict[str, Any]:
-    """``python -m bridge.audit`` on local[2], in its own process: the report's figures."""
-    out = run_dir / "report"
-    result = subprocess.run(
-        [sys.executable, "-m", "bridge.audit", str(run_dir), "--master", "local[2]"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report: dict[str, Any] = json.loads((out / "report.json").read_text())
-    return report
+def audit(spark: Any, run_dir: Path) -> dict[str, Any]:
+    """The report of ``run_dir``'s event logs (``report.json``'s figures), written to
+    ``run_dir/report``: blocking, for ``deferToThread``."""
+    return pipeline.audit(spark, run_dir)
 
 
 def check_failover(

@@ -110,7 +110,7 @@ TAKEOVER_SLACK = 5.0
 figure itself is measured by benchmarks/failover.py; this is a bound."""
 
 
-async def kill_under_audited_load(primary: Any, backup: Any, tmp_path: Path) -> None:
+async def kill_under_audited_load(primary: Any, backup: Any, tmp_path: Path, spark: Any) -> None:
     """A traced producer and consumer on a (b to listen on a's core port once live); a
     killed with SIGKILL after KILL_AFTER confirmed sends; b live within reap + ping; both
     clients carry on with b; the audit finds nothing confirmed lost, and every message
@@ -151,4 +151,4 @@ async def kill_under_audited_load(primary: Any, backup: Any, tmp_path: Path) -> 
         for each in writers:
             await deferToThread(each.close)
 
-    check_failover(await deferToThread(audit, run_dir), COUNT, received)
+    check_failover(await deferToThread(audit, spark, run_dir), COUNT, received)

@@ -31,7 +31,7 @@ from bridge.client.errors import ClientError
 from bridge.ctl.main import main
 from bridge.ctl.status import ManagementClient, fetch_status
 from tests.forward.conftest import eventually
-from tests.system.audit_run import audit, check_failover, require_spark
+from tests.system.audit_run import audit, check_failover
 from tests.system.bridges import free_port
 from tests.system.nodes import node_document
 from transport.reconnect import ReconnectPolicy
@@ -163,9 +163,8 @@ class Pair:
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
 async def test_a_drained_node_moves_its_messages_and_clients_to_its_first_failover_node(
-    nodes, tmp_path: Path, capsys
+    nodes, tmp_path: Path, capsys, spark
 ) -> None:
-    require_spark()
     ports = {name: free_port() for name in ("a", "b", "c")}
     a, b, c = (nodes(member(name, ports), name=name) for name in ("a", "b", "c"))
     for node in (a, b, c):
@@ -223,7 +222,7 @@ async def test_a_drained_node_moves_its_messages_and_clients_to_its_first_failov
                 assert redelivered, f"{case}: message {seq} came twice, the second time not flagged"
             seen.add(seq)
     assert "fails over to b, c" in a.output  # the ring's map, from the view it learnt
-    report = await deferToThread(audit, run_dir)
+    report = await deferToThread(audit, spark, run_dir)
     for pair in pairs.values():
         check_failover(report, COUNT, pair.received, producer=pair.producer)
     assert report["delivery"]["unexpected"] == 0, report["delivery"]["examples"]

@@ -22,7 +22,7 @@ from bridge import events
 from bridge.client.api import ReceivedMessage, connect
 from bridge.client.errors import ClientError
 from tests.forward.conftest import eventually
-from tests.system.audit_run import audit, check_failover, require_spark
+from tests.system.audit_run import audit, check_failover
 from tests.system.cluster import member, three_members
 from tests.system.ha import COUNT, KILL_AFTER, LEAD, SLACK, produce_traced
 from transport.reconnect import ReconnectPolicy
@@ -34,8 +34,7 @@ FOLLOW = ReconnectPolicy(0.1, 1.0, 0.1, reconnect_attempts=5)
 @pytest.mark.system
 @pytest.mark.timeout(300)
 @pytest_twisted.ensureDeferred
-async def test_a_kill_9_sends_the_clients_through_a_redirect_to_the_backup(nodes, tmp_path):
-    require_spark()
+async def test_a_kill_9_sends_the_clients_through_a_redirect_to_the_backup(nodes, tmp_path, spark):
     started, ports = await three_members(nodes, tmp_path)
     a, b, c = started["a"], started["b"], started["c"]
     url_a = f"tcp://127.0.0.1:{ports['a']}"
@@ -81,7 +80,7 @@ async def test_a_kill_9_sends_the_clients_through_a_redirect_to_the_backup(nodes
         for each in writers:
             await deferToThread(each.close)
 
-    check_failover(await deferToThread(audit, run_dir), COUNT, received, frozenset("ac"))
+    check_failover(await deferToThread(audit, spark, run_dir), COUNT, received, frozenset("ac"))
 
 
 @pytest.mark.system

@@ -16,15 +16,15 @@ from __future__ import annotations
 import pytest
 import pytest_twisted
 
-from tests.system.audit_run import require_spark
 from tests.system.ha import SLACK, ha_node, kill_under_audited_load
 
 
 @pytest.mark.system
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
-async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, shared_store, tmp_path):
-    require_spark()
+async def test_kill_9_of_the_live_node_loses_nothing_confirmed(
+    nodes, shared_store, tmp_path, spark
+):
     url = shared_store
     primary = nodes(ha_node("a", url, "shared-store-primary"), name="a")
     await primary.wait_for(r"node a: LIVE, epoch 1", SLACK)
@@ -35,4 +35,4 @@ async def test_kill_9_of_the_live_node_loses_nothing_confirmed(nodes, shared_sto
     backup = nodes(document, name="b")
     await backup.wait_for(r"node b: live is a, epoch 1", SLACK)
 
-    await kill_under_audited_load(primary, backup, tmp_path)
+    await kill_under_audited_load(primary, backup, tmp_path, spark)

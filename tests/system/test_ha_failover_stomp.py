@@ -29,7 +29,7 @@ from bridge import events
 from bridge.node.duplicates import DUPLICATE_ID_HEADER
 from tests.forward.conftest import eventually
 from tests.postgresql import schema_url
-from tests.system.audit_run import audit, check_failover, require_spark
+from tests.system.audit_run import audit, check_failover
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK, ha_node
 
@@ -209,8 +209,9 @@ def stomp_ha_node(name: str, url: str, policy: str, port: int) -> dict[str, Any]
 @pytest.mark.system
 @pytest.mark.timeout(450)
 @pytest_twisted.ensureDeferred
-async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schema, nodes, tmp_path):
-    require_spark()
+async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(
+    pg_schema, nodes, tmp_path, spark
+):
     url = schema_url(pg_schema)
     ports = [free_port(), free_port()]
     primary = nodes(stomp_ha_node("a", url, "shared-store-primary", ports[0]), name="a")
@@ -251,4 +252,4 @@ async def test_kill_9_of_the_live_node_loses_no_receipted_stomp_message(pg_schem
     assert producer.receipts >= {f"r{seq}" for seq in range(COUNT)}
     assert {seq for seq, _ in consumer.received} == set(range(COUNT))
     assert len(consumer.received) > COUNT, "nothing was redelivered: nothing checked"
-    check_failover(await deferToThread(audit, run_dir), COUNT, consumer.received)
+    check_failover(await deferToThread(audit, spark, run_dir), COUNT, consumer.received)

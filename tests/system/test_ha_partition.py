@@ -43,7 +43,7 @@ from bridge.ctl.logs import TIME_FORMAT
 from tests.forward.conftest import eventually
 from tests.ha.proxy import Cuttable
 from tests.postgresql import SERVER, schema_url
-from tests.system.audit_run import audit, check_failover, require_spark
+from tests.system.audit_run import audit, check_failover
 from tests.system.ha import PING, REAP, SLACK, ha_node, produce_traced
 from tests.system.netns import Host, hosts, require_netns
 from tests.system.nodes import NodeProcess
@@ -222,7 +222,7 @@ async def test_a_partitioned_live_node_stops_serving_before_its_backup_is_live(p
 
 
 async def cut_a_under_traced_load(
-    pair: Any, run_dir: Path, then: Callable[[], Awaitable[None]]
+    pair: Any, run_dir: Path, then: Callable[[], Awaitable[None]], spark: Any
 ) -> None:
     """Traced core clients given both nodes' URLs produce and consume through ``pair.a``
     when its link is cut: a stops serving for want of the lease, b is live, and the
@@ -264,21 +264,20 @@ async def cut_a_under_traced_load(
         await reader.close()
         for each in writers:
             await deferToThread(each.close)
-    check_failover(await deferToThread(audit, run_dir), COUNT, received)
+    check_failover(await deferToThread(audit, spark, run_dir), COUNT, received)
 
 
 @pytest.mark.system
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
 async def test_clients_of_a_partitioned_live_node_carry_on_with_its_backup(
-    pg_schema, nodes, tmp_path
+    pg_schema, nodes, tmp_path, spark
 ):
     require_netns()
-    require_spark()
     async with _partitioned_pair(pg_schema, nodes) as pair:
 
         async def then() -> None:
             _one_live_at_a_time(pair)
             await _heal(pair)
 
-        await cut_a_under_traced_load(pair, tmp_path / "run", then)
+        await cut_a_under_traced_load(pair, tmp_path / "run", then, spark)

@@ -18,7 +18,6 @@ from bridge.client.api import connect
 from security.passwords import hash_password
 from tests.ha.proxy import get
 from tests.postgresql import schema_url
-from tests.system.audit_run import require_spark
 from tests.system.bridges import free_port
 from tests.system.ha import PING, REAP, SLACK, kill_under_audited_load
 from tests.system.replication import (
@@ -110,18 +109,17 @@ async def test_a_backup_that_is_not_in_sync_never_takes_over(nodes, pg_schema, c
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
 async def test_kill_9_of_the_live_node_under_load_loses_nothing_confirmed(
-    nodes, pg_schema, tmp_path
+    nodes, pg_schema, tmp_path, spark
 ):
     """As test_ha_failover_audit.py, each node on its own store: both nodes name one core
     port, which the live one binds (the backup finds the live node there)."""
-    require_spark()
     lease_url, port = schema_url(pg_schema), free_port()
     a = nodes(replicated_node("a", "replication-primary", lease_url, port, port), name="a")
     await a.wait_for(r"node a: LIVE, epoch 1", SLACK)
     await a.wait_started(SLACK)
     b = nodes(replicated_node("b", "replication-backup", lease_url, port, port), name="b")
     await a.wait_for(r"replication: b/\w+ is in sync .*, named so in the lease", SLACK, since=0)
-    await kill_under_audited_load(a, b, tmp_path)
+    await kill_under_audited_load(a, b, tmp_path, spark)
 
 
 @pytest_twisted.ensureDeferred

@@ -37,7 +37,6 @@ from twisted.internet.interfaces import IListeningPort
 from bridge.client.api import connect
 from tests.ha.proxy import Cuttable
 from tests.postgresql import SERVER, schema_url
-from tests.system.audit_run import require_spark
 from tests.system.ha import PING, REAP, SLACK
 from tests.system.netns import Host, hosts, require_netns
 from tests.system.nodes import NodeProcess
@@ -113,10 +112,9 @@ async def _replicated_pair(pg_schema: str, nodes: Any) -> AsyncIterator[_Pair]:
 @pytest.mark.timeout(400)
 @pytest_twisted.ensureDeferred
 async def test_a_partitioned_live_node_stops_before_its_backup_serves_what_it_confirmed(
-    pg_schema, nodes, tmp_path
+    pg_schema, nodes, tmp_path, spark
 ):
     require_netns()
-    require_spark()
     async with _replicated_pair(pg_schema, nodes) as pair:
         a, b = pair.a, pair.b
 
@@ -132,7 +130,7 @@ async def test_a_partitioned_live_node_stops_before_its_backup_serves_what_it_co
             await b.wait_for(r"replication: a/\w+ is in sync", SLACK * 2, since=0)
             assert "node a: LIVE" not in a.output[since:]
 
-        await cut_a_under_traced_load(pair, tmp_path / "run", then)
+        await cut_a_under_traced_load(pair, tmp_path / "run", then, spark)
 
 
 @pytest.mark.system
