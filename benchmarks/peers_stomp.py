@@ -75,6 +75,7 @@ PEERS = ("rabbitmq", "activemq")
 RATIO_GOAL = 1.5
 RSS_GOAL = 1 / 3
 CLIENTS = ("producer", "consumer")
+FAULTS = ("broker", *CLIENTS)
 BOUNDS = ("cpu_bound_rate", "machine_busy", "client_ceiling")
 """What ``bounds`` works out for a run (medians in a broker's summary)."""
 PACKAGES = {"rabbitmq": "rabbitmq-server", "activemq": "activemq"}
@@ -547,7 +548,24 @@ def summary(case: Case, runs: list[dict[str, Any]]) -> dict[str, Any]:
                 for client in CLIENTS
             },
         )
+    if all("page_faults_by_process" in r for r in good):
+        faults = [(_faults(r["page_faults_by_process"]), r["delivered"]) for r in good]
+        result.update(
+            page_faults={
+                side: statistics.median(each[side] for each, _ in faults) for side in FAULTS
+            },
+            page_faults_per_100k={
+                side: statistics.median(each[side] / n * 100_000 for each, n in faults)
+                for side in FAULTS
+            },
+        )
     return result
+
+
+def _faults(by_process: dict[str, int]) -> dict[str, int]:
+    """A run's page faults: the broker's processes together, and each client's."""
+    broker = sum(count for name, count in by_process.items() if name not in CLIENTS)
+    return {"broker": broker, **{client: by_process[client] for client in CLIENTS}}
 
 
 def compare(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -587,9 +605,10 @@ def cell(result: dict[str, Any]) -> str:
 
 def bounds_cells(result: dict[str, Any]) -> list[str]:
     """A broker's bounds for ``print_bounds``: its CPU by process, the share of the cores
-    its runs kept busy, the rate its CPU per message allows, the clients' ceiling."""
+    its runs kept busy, the rate its CPU per message allows, the clients' ceiling, and the
+    page faults by process (fresh memory each process touched)."""
     if "cpu_bound_rate" not in result:
-        return ["-"] * 4
+        return ["-"] * 5
     unit = result["unit"]
     per = "" if unit == "MB/s" else "_per_100k"  # (a large case: per run, as ``cell``)
     broker = result[f"cpu_seconds{per}"]
@@ -599,6 +618,9 @@ def bounds_cells(result: dict[str, Any]) -> list[str]:
         f"{result['machine_busy']:.0%}",
         f"{result['cpu_bound_rate']:,.0f} {unit}",
         f"{result['client_ceiling']:,.0f} {unit}",
+        " / ".join(f"{result[f'page_faults{per}'][side]:,.0f}" for side in FAULTS)
+        if f"page_faults{per}" in result
+        else "-",
     ]
 
 
@@ -613,6 +635,7 @@ def print_bounds(report: dict[str, Any], brokers: Sequence[str]) -> None:
         "cores busy",
         "CPU-bound rate",
         "client ceiling",
+        "page faults: broker / producer / consumer",
     ]
     print()
     print("| " + " | ".join(header) + " |")
