@@ -1,22 +1,16 @@
-"""The audit pipeline run on a system test's event logs, on the run's one Spark session
-(the ``spark`` fixture), and the checks of a failover run with it (kill -9 under core and
-under STOMP). ``txbridge audit``, the command, is tested in tests/audit."""
+"""The audit pipeline for a system test's event logs (``audit(spark, run_dir)``, on the
+run's one Spark session, the ``spark`` fixture, through ``deferToThread``), and the checks
+of a failover run with it (kill -9 under core and under STOMP). ``txbridge audit``, the
+command, is tested in tests/audit."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from bridge.audit import pipeline
+from bridge.audit.pipeline import audit
 from tests.audit.conftest import require_spark
 
 __all__ = ["audit", "check_failover", "require_spark"]
-
-
-def audit(spark: Any, run_dir: Path) -> dict[str, Any]:
-    """The report of ``run_dir``'s event logs (``report.json``'s figures), written to
-    ``run_dir/report``: blocking, for ``deferToThread``."""
-    return pipeline.audit(spark, run_dir)
 
 
 def check_failover(
