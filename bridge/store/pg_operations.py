@@ -3,7 +3,8 @@
 Each round trip to the server costs more than the statement, so runs take as few as they
 can: a run of adds is one ``INSERT ... SELECT FROM unnest(arrays)`` per table, whatever its
 length (statement text fixed, so the server keeps it prepared); a run of acknowledgements
-one ``DELETE ... RETURNING`` and one statement for the messages they release. Arrays go in
+one ``DELETE ... RETURNING`` and one statement for the messages they release (a run of
+all-or-nothing acknowledgements too). Arrays go in
 binary (``%b``): as text, a run's bodies were hex-escaped and parsed again, four times the
 cost of the insert itself. The writer sends a batch in pipeline mode, so only statements
 whose result is read (``RETURNING``) wait for the server; the rest travel with them. A failing
@@ -211,6 +212,63 @@ def _acknowledge_many(cursor: PgCursor, state: WriterState, op: AcknowledgeMany)
     _drop_references(cursor, "messages", Counter(ids))
 
 
+_ACK_MANY_RUN = (
+    "WITH a(op, q, m) AS (SELECT * FROM unnest(%b::integer[], %b::text[], %b::bigint[])),"
+    " held AS (SELECT a.op, count(*) AS n FROM a JOIN message_refs AS r"
+    " ON r.queue = a.q AND r.message_id = a.m GROUP BY a.op),"
+    " whole AS (SELECT held.op FROM held JOIN unnest(%b::integer[]) WITH ORDINALITY"
+    " AS w(n, op) ON w.op = held.op WHERE held.n = w.n)"
+    " DELETE FROM message_refs AS r USING a JOIN whole ON whole.op = a.op"
+    " WHERE r.queue = a.q AND r.message_id = a.m RETURNING a.op"
+)
+"""A run of all-or-nothing acknowledgements in one statement: an operation's references
+go only where its queue holds every one (``whole``, read in the statement's snapshot)."""
+
+
+def _ack_many_run(
+    cursor: PgCursor, state: WriterState, run: Sequence[AcknowledgeMany]
+) -> list[Outcome]:
+    """One round trip for the run, not one per operation (a consumer acknowledging each
+    message alone sends one per message). Operations naming one message twice between
+    them are applied one at a time instead: each then sees what the one before took."""
+    keys = [(op.queue, message_id) for op in run for message_id in op.message_ids]
+    if len(run) == 1 or len(set(keys)) != len(keys):
+        return [_one(_acknowledge_many, cursor, state, op) for op in run]
+    ops = [index for index, op in enumerate(run, 1) for _ in op.message_ids]
+    deleted = cursor.execute(
+        _ACK_MANY_RUN,
+        (
+            ops,
+            [queue for queue, _ in keys],
+            [message_id for _, message_id in keys],
+            [len(op.message_ids) for op in run],
+        ),
+    ).fetchall()
+    done = {op for (op,) in deleted}
+    released = Counter(
+        message_id
+        for index, op in enumerate(run, 1)
+        if index in done
+        for message_id in op.message_ids
+    )
+    if released:
+        _drop_references(cursor, "messages", released)
+    return [None if index in done else op.not_all_held() for index, op in enumerate(run, 1)]
+
+
+def _one(
+    apply: Callable[[PgCursor, WriterState, Any], None],
+    cursor: PgCursor,
+    state: WriterState,
+    op: Operation,
+) -> Outcome:
+    try:
+        apply(cursor, state, op)
+    except InvalidOperation as invalid:
+        return invalid
+    return None
+
+
 def _update_delivery_count(cursor: PgCursor, state: WriterState, op: UpdateDeliveryCount) -> None:
     updated = cursor.execute(
         "UPDATE message_refs SET delivery_count = %s WHERE queue = %s AND message_id = %s"
@@ -260,6 +318,7 @@ def _commit_transaction(cursor: PgCursor, state: WriterState, op: CommitTransact
 _RUNS: dict[type[Any], Callable[[PgCursor, WriterState, Any], list[Outcome]]] = {
     AddMessage: _add_run,
     Acknowledge: _ack_run,
+    AcknowledgeMany: _ack_many_run,
     StoreDuplicateId: _duplicate_run,
 }
 """Kinds written a whole run at a time."""
@@ -267,7 +326,6 @@ _RUNS: dict[type[Any], Callable[[PgCursor, WriterState, Any], list[Outcome]]] = 
 _APPLY: dict[type[Any], Callable[[PgCursor, WriterState, Any], None]] = {
     PageMessage: _page,
     ReleasePages: _release_pages,
-    AcknowledgeMany: _acknowledge_many,
     UpdateDeliveryCount: _update_delivery_count,
     CreateQueue: _create_queue,
     DeleteQueue: _delete_queue,
@@ -289,11 +347,5 @@ def apply_all(
             outcomes += whole(cursor, state, run)
             continue
         apply = _APPLY[kind]
-        for operation in run:
-            try:
-                apply(cursor, state, operation)
-            except InvalidOperation as invalid:
-                outcomes.append(invalid)
-            else:
-                outcomes.append(None)
+        outcomes += [_one(apply, cursor, state, operation) for operation in run]
     return outcomes
