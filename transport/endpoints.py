@@ -89,13 +89,15 @@ def _wrapped(tls: IProtocol) -> IProtocol:
 
 
 def client_endpoint(
-    reactor: Any, url: str | URL, tls: TLSConfig | None = None, timeout: float = 30.0
+    reactor: Any, url: str | URL, tls: TLSConfig | None = None
 ) -> IStreamClientEndpoint:
-    """An endpoint connecting where ``url`` says. An address is connected to directly: a
-    name goes through HostnameEndpoint, which tries each address it resolves to, but holds
-    a refused connect for its attempt delay (0.3 s) first, a delay a client failing over
-    between literal addresses need not pay."""
+    """An endpoint connecting where ``url`` says, each attempt bounded by the URL's
+    ``connect-timeout-millis``. An address is connected to directly: a name goes through
+    HostnameEndpoint, which tries each address it resolves to, but holds a refused
+    connect for its attempt delay (0.3 s) first, a delay a client failing over between
+    literal addresses need not pay."""
     parsed = _url(url)
+    timeout = parsed.connect_timeout
     tcp: IStreamClientEndpoint
     if isIPv6Address(parsed.host):
         tcp = endpoints.TCP6ClientEndpoint(reactor, parsed.host, parsed.port, timeout=timeout)

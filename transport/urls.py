@@ -1,4 +1,6 @@
-"""Connection URLs: ``tcp://host:port`` and ``tls://host:port?cert=...&key=...``."""
+"""Connection URLs: ``tcp://host:port`` and ``tls://host:port?cert=...&key=...``; either
+may say how long a connection attempt may take (``connect-timeout-millis``, Artemis's
+connector parameter)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ from transport.tls import TLSConfig
 SCHEMES = ("tcp", "tls")
 TLS_OPTIONS = ("cert", "key", "ca", "verify-client", "server-name")
 PATH_OPTIONS = ("cert", "key", "ca")
+CONNECT_OPTIONS = ("connect-timeout-millis",)
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Seconds a connection attempt may take unless its URL says (Artemis's default, its
+``callTimeout``, bounds a connector's attempt the same)."""
 _TRUE = ("true", "yes", "1", "on")
 _FALSE = ("false", "no", "0", "off")
 
@@ -35,6 +41,14 @@ class URL:
     @property
     def is_tls(self) -> bool:
         return self.scheme == "tls"
+
+    @property
+    def connect_timeout(self) -> float:
+        """Seconds a connection attempt may take before it counts as failed: an address
+        that drops what is sent to it (a partitioned host) answers nothing, and a client
+        given several URLs tries the next only then."""
+        millis = self.options.get("connect-timeout-millis")
+        return DEFAULT_CONNECT_TIMEOUT if millis is None else int(millis) / 1000
 
     def tls_config(self, base: TLSConfig | None = None) -> TLSConfig:
         """The TLS settings: ``base`` (from configuration) overridden by URL options."""
@@ -102,13 +116,20 @@ def parse_url(text: str) -> URL:
     except ValueError:
         raise URLError(f"bad URL {text!r}: malformed options {parts.query!r}") from None
     options = dict(pairs) if parts.query else {}
-    allowed = TLS_OPTIONS if parts.scheme == "tls" else ()
+    allowed = (TLS_OPTIONS if parts.scheme == "tls" else ()) + CONNECT_OPTIONS
     for key, value in options.items():
         if key not in allowed:
             raise URLError(
-                f"bad URL {text!r}: unknown option {key!r}"
-                + (f" (known: {', '.join(allowed)})" if allowed else " (tcp takes no options)")
+                f"bad URL {text!r}: unknown option {key!r} (known for {parts.scheme}: "
+                f"{', '.join(allowed)})"
             )
         if key == "verify-client":
             _boolean(key, value)
+        elif key == "connect-timeout-millis" and not (
+            value.isascii() and value.isdigit() and int(value) > 0
+        ):
+            raise URLError(
+                f"bad URL {text!r}: connect-timeout-millis={value!r}: expected a whole "
+                "number of milliseconds above 0"
+            )
     return URL(parts.scheme, parts.hostname, port, options)

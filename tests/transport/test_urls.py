@@ -46,8 +46,11 @@ def test_tls_options_override_the_configured_ones():
         ("tcp://h:x", "bad URL 'tcp://h:x'"),
         ("tcp://h:1/path", "only scheme://host:port?options"),
         ("tcp://user:pw@h:1", "only scheme://host:port?options"),
-        ("tcp://h:1?cert=a", "tcp takes no options"),
-        ("tls://h:1?colour=red", "unknown option 'colour' (known: cert, key, ca"),
+        ("tcp://h:1?cert=a", "unknown option 'cert' (known for tcp: connect-timeout-millis)"),
+        ("tls://h:1?colour=red", "unknown option 'colour' (known for tls: cert, key, ca"),
+        ("tcp://h:1?connect-timeout-millis=0", "connect-timeout-millis='0': expected a whole"),
+        ("tcp://h:1?connect-timeout-millis=1.5", "connect-timeout-millis='1.5': expected"),
+        ("tls://h:1?connect-timeout-millis=-2", "connect-timeout-millis='-2': expected"),
         ("tls://h:1?verify-client=maybe", "verify-client='maybe': expected true or false"),
         ("tls://h:1?ca", "malformed options 'ca'"),
     ],
@@ -56,6 +59,13 @@ def test_malformed_urls_say_what_is_wrong(text, message):
     with pytest.raises(URLError) as caught:
         parse_url(text)
     assert message in str(caught.value)
+
+
+def test_a_url_may_bound_each_connection_attempt():
+    assert parse_url("tcp://h:1").connect_timeout == 30.0
+    assert parse_url("tcp://h:1?connect-timeout-millis=2500").connect_timeout == 2.5
+    tls = parse_url("tls://h:1?ca=ca.pem&connect-timeout-millis=100")
+    assert tls.connect_timeout == 0.1 and str(tls) == "tls://h:1"
 
 
 @given(st.text(max_size=60))
