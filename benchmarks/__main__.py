@@ -22,6 +22,7 @@ SCENARIOS = {
     "peers-stomp": "benchmarks.peers_stomp",
     "failover": "benchmarks.failover",
     "lease-latency": "benchmarks.lease_latency",
+    "pg-runs": "benchmarks.pg_runs",
     "replication": "benchmarks.replication",
     "client-failover": "benchmarks.client_failover",
     "activation": "benchmarks.activation",

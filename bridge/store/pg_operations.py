@@ -4,7 +4,7 @@ Each round trip to the server costs more than the statement, so runs take as few
 can: a run of adds is one ``INSERT ... SELECT FROM unnest(arrays)`` per table, whatever its
 length (statement text fixed, so the server keeps it prepared); a run of acknowledgements
 one ``DELETE ... RETURNING`` and one statement for the messages they release (a run of
-all-or-nothing acknowledgements too). Arrays go in
+all-or-nothing acknowledgements too); a run of paged messages one ``INSERT``. Arrays go in
 binary (``%b``): as text, a run's bodies were hex-escaped and parsed again, four times the
 cost of the insert itself. The writer sends a batch in pipeline mode, so only statements
 whose result is read (``RETURNING``) wait for the server; the rest travel with them. A failing
@@ -146,14 +146,18 @@ def _duplicate_run(
     return [None] * len(run)
 
 
-def _page(cursor: PgCursor, state: WriterState, op: PageMessage) -> None:
+def _page_run(cursor: PgCursor, state: WriterState, run: Sequence[PageMessage]) -> list[Outcome]:
+    """A run of paged messages in one statement (paging takes a message at a time, so an
+    address paging under load gives the writer one per message); an id already paged,
+    or given twice, is refused."""
     inserted = cursor.execute(
-        "INSERT INTO paged_messages (id, refs, data) VALUES (%s, %s, %s)"
+        "INSERT INTO paged_messages (id, refs, data)"
+        " SELECT * FROM unnest(%b::bigint[], %b::integer[], %b::bytea[])"
         " ON CONFLICT (id) DO NOTHING RETURNING id",
-        (op.message_id, op.refs, op.data),
-    ).fetchone()
-    if inserted is None:
-        raise op.already_paged()
+        ([op.message_id for op in run], [op.refs for op in run], [op.data for op in run]),
+    ).fetchall()
+    done = first_occurrences([op.message_id for op in run], {row[0] for row in inserted})
+    return [None if ok else op.already_paged() for op, ok in zip(run, done, strict=True)]
 
 
 _BODIES_GO = (
@@ -319,12 +323,12 @@ _RUNS: dict[type[Any], Callable[[PgCursor, WriterState, Any], list[Outcome]]] = 
     AddMessage: _add_run,
     Acknowledge: _ack_run,
     AcknowledgeMany: _ack_many_run,
+    PageMessage: _page_run,
     StoreDuplicateId: _duplicate_run,
 }
 """Kinds written a whole run at a time."""
 
 _APPLY: dict[type[Any], Callable[[PgCursor, WriterState, Any], None]] = {
-    PageMessage: _page,
     ReleasePages: _release_pages,
     UpdateDeliveryCount: _update_delivery_count,
     CreateQueue: _create_queue,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
+from twisted.internet.defer import DeferredList
 from twisted.logger import globalLogPublisher
 
 from bridge.message import LargeBody, Message
@@ -54,6 +55,25 @@ async def test_a_page_twice_and_an_empty_unpage_are_refused(stores: Stores) -> N
         await store.page(message(5, durable=False), ["a"])
     with pytest.raises(InvalidOperation, match="no message given"):
         await store.unpage([])
+
+
+@pytest_twisted.ensureDeferred
+async def test_pages_of_one_turn_are_kept_each_and_a_repeat_refused(stores: Stores) -> None:
+    """As an address paging under load issues them: one at a time, many in a batch."""
+    store, _ = await stores.open()
+    await store.page(message(3, durable=False), ["a"])
+    writes = [
+        store.page(message(message_id, durable=False), ["a"]) for message_id in (1, 2, 3, 2, 4)
+    ]
+    outcomes = await DeferredList(writes, consumeErrors=True)
+    refused = [str(result.value) for ok, result in outcomes if not ok]
+    assert [ok for ok, _ in outcomes] == [True, True, False, False, True]
+    assert refused == [
+        "page message 3: it is paged already",
+        "page message 2: it is paged already",
+    ]
+    found = await store.read([], [1, 2, 3, 4])
+    assert sorted(found) == [1, 2, 3, 4]
 
 
 def large_message(message_id: int, body: bytes, path: str) -> Message:
