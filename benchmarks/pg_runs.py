@@ -1,15 +1,18 @@
 """Operations the node gives the PostgreSQL store one per message, many per turn.
 
 A consumer that acknowledges each message alone gives the store one all-or-nothing
-acknowledgement per message (``acknowledge_many`` of one id), and an address paging under
-load one ``page`` per message. The writer takes what arrives while a batch commits as the
+acknowledgement per message (``acknowledge_many`` of one id), an address paging under
+load one ``page`` per message, and a consumer closed with messages in flight one delivery
+count per message. The writer takes what arrives while a batch commits as the
 next batch; what a run of such operations costs per batch (one statement, or one round
 trip each) decides the rate.
 
 - **pages**: ``--messages`` non-durable 1 KiB messages paged, ``--burst`` per reactor
   turn, every one awaited;
 - **acks**: as many durable messages added (not measured), then acknowledged one id per
-  operation, ``--burst`` per turn.
+  operation, ``--burst`` per turn;
+- **counts**: as many durable messages added (not measured), then each one's delivery
+  count set, ``--burst`` per turn.
 
 Each run on a new schema of ``--postgresql`` (dropped after)::
 
@@ -41,6 +44,7 @@ from bridge.store import MessageStore, QueueRecord
 from bridge.store.postgresql import PostgreSQLMessageStore
 
 QUEUE = "bench"
+CASES = ("pages", "acks", "counts")
 
 
 def _message(message_id: int, durable: bool) -> Message:
@@ -76,7 +80,12 @@ async def _case(server: str, case: str, count: int, burst: int) -> float:
                 await store.create_queue(QueueRecord(QUEUE, QUEUE, "anycast"))
                 await _issued(clock, count, burst, lambda i: store.add(_message(i, True), [QUEUE]))
                 seconds = await _issued(
-                    clock, count, burst, lambda i: store.acknowledge_many(QUEUE, [i])
+                    clock,
+                    count,
+                    burst,
+                    (lambda i: store.acknowledge_many(QUEUE, [i]))
+                    if case == "acks"
+                    else (lambda i: store.update_delivery_count(QUEUE, i, 1)),
                 )
         finally:
             await store.close()
@@ -85,7 +94,7 @@ async def _case(server: str, case: str, count: int, burst: int) -> float:
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"messages": args.messages, "burst": args.burst, "cases": {}}
-    for case in ("pages", "acks"):
+    for case in CASES:
         rates = [
             await _case(args.postgresql, case, args.messages, args.burst)
             for _ in range(args.repeat)

@@ -4,7 +4,8 @@ Each round trip to the server costs more than the statement, so runs take as few
 can: a run of adds is one ``INSERT ... SELECT FROM unnest(arrays)`` per table, whatever its
 length (statement text fixed, so the server keeps it prepared); a run of acknowledgements
 one ``DELETE ... RETURNING`` and one statement for the messages they release (a run of
-all-or-nothing acknowledgements too); a run of paged messages one ``INSERT``. Arrays go in
+all-or-nothing acknowledgements too); a run of paged messages one ``INSERT``, a run of
+delivery counts one ``UPDATE``. Arrays go in
 binary (``%b``): as text, a run's bodies were hex-escaped and parsed again, four times the
 cost of the insert itself. The writer sends a batch in pipeline mode, so only statements
 whose result is read (``RETURNING``) wait for the server; the rest travel with them. A failing
@@ -273,14 +274,21 @@ def _one(
     return None
 
 
-def _update_delivery_count(cursor: PgCursor, state: WriterState, op: UpdateDeliveryCount) -> None:
+def _delivery_count_run(
+    cursor: PgCursor, state: WriterState, run: Sequence[UpdateDeliveryCount]
+) -> list[Outcome]:
+    """A run of delivery counts in one statement (a consumer closed with messages in
+    flight gives one per message); a message counted twice keeps the later count, as one
+    at a time would, and a count of a message its queue does not hold is refused."""
+    last = {(op.queue, op.message_id): op.count for op in run}
     updated = cursor.execute(
-        "UPDATE message_refs SET delivery_count = %s WHERE queue = %s AND message_id = %s"
-        " RETURNING message_id",
-        (op.count, op.queue, op.message_id),
-    ).fetchone()
-    if updated is None:
-        raise op.not_held()
+        "UPDATE message_refs AS r SET delivery_count = u.c"
+        " FROM unnest(%b::text[], %b::bigint[], %b::integer[]) AS u(q, m, c)"
+        " WHERE r.queue = u.q AND r.message_id = u.m RETURNING r.queue, r.message_id",
+        ([queue for queue, _ in last], [message_id for _, message_id in last], list(last.values())),
+    ).fetchall()
+    held = {(queue, message_id) for queue, message_id in updated}
+    return [None if (op.queue, op.message_id) in held else op.not_held() for op in run]
 
 
 def _create_queue(cursor: PgCursor, state: WriterState, op: CreateQueue) -> None:
@@ -325,12 +333,12 @@ _RUNS: dict[type[Any], Callable[[PgCursor, WriterState, Any], list[Outcome]]] = 
     AcknowledgeMany: _ack_many_run,
     PageMessage: _page_run,
     StoreDuplicateId: _duplicate_run,
+    UpdateDeliveryCount: _delivery_count_run,
 }
 """Kinds written a whole run at a time."""
 
 _APPLY: dict[type[Any], Callable[[PgCursor, WriterState, Any], None]] = {
     ReleasePages: _release_pages,
-    UpdateDeliveryCount: _update_delivery_count,
     CreateQueue: _create_queue,
     DeleteQueue: _delete_queue,
     ReserveIds: lambda cursor, state, op: reserve_ids(state, op),

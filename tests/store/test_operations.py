@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
-from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.defer import Deferred, DeferredList, gatherResults
 
 from bridge.message import Message
 from bridge.store import InvalidOperation, MessageStore, QueueRecord, RecoveredMessage
@@ -107,6 +107,27 @@ async def test_delivery_counts_are_kept_per_queue(stores):
     _, recovered = await stores.reopen(store)
     assert [m.delivery_count for m in recovered.messages["a"]] == [3]
     assert [m.delivery_count for m in recovered.messages["b"]] == [2]
+
+
+@pytest_twisted.ensureDeferred
+async def test_delivery_counts_of_one_turn_keep_the_later_and_refuse_a_message_not_held(stores):
+    """As a consumer closed with messages in flight issues them: many in one batch."""
+    store, _ = await stores.open()
+    await gatherResults([store.create_queue(anycast("a")), store.create_queue(anycast("b"))])
+    await gatherResults([store.add(message(i), ["a", "b"]) for i in (1, 2)])
+    counts = [
+        store.update_delivery_count("a", 1, 1),
+        store.update_delivery_count("b", 2, 4),
+        store.update_delivery_count("a", 1, 3),  # the later count stays
+        store.update_delivery_count("a", 9, 1),  # never stored
+        store.update_delivery_count("b", 1, 2),
+    ]
+    results = await DeferredList(counts, consumeErrors=True)
+    assert [ok for ok, _ in results] == [True, True, True, False, True]
+    assert "message 9 on queue 'a': the queue does not hold it" in str(results[3][1].value)
+    _, recovered = await stores.reopen(store)
+    assert {m.message.id: m.delivery_count for m in recovered.messages["a"]} == {1: 3, 2: 0}
+    assert {m.message.id: m.delivery_count for m in recovered.messages["b"]} == {1: 2, 2: 4}
 
 
 @pytest_twisted.ensureDeferred

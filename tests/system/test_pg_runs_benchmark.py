@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pg_runs import CASES
 from tests.postgresql import SERVER
 from tests.processes import run_benchmark
 
@@ -25,7 +26,7 @@ def test_the_pg_runs_benchmark_writes_each_case(tmp_path: Path, pg_schema: str) 
     assert result.returncode == 0, result.stdout + result.stderr
     figures = json.loads(output.read_text())
     assert (figures["messages"], figures["burst"]) == (300, 50)
-    for case in ("pages", "acks"):
+    for case in CASES:
         runs = figures["cases"][case]["runs"]
         assert len(runs) == 2 and all(rate > 0 for rate in runs)
         assert case in result.stdout
