@@ -19,8 +19,8 @@ TLS_OPTIONS = ("cert", "key", "ca", "verify-client", "server-name")
 PATH_OPTIONS = ("cert", "key", "ca")
 CONNECT_OPTIONS = ("connect-timeout-millis",)
 DEFAULT_CONNECT_TIMEOUT = 30.0
-"""Seconds a connection attempt may take unless its URL says (Artemis's default, its
-``callTimeout``, bounds a connector's attempt the same)."""
+"""Seconds a connection attempt may take unless its URL says (what every attempt took
+before the option)."""
 _TRUE = ("true", "yes", "1", "on")
 _FALSE = ("false", "no", "0", "off")
 

@@ -3,15 +3,14 @@
 Each round trip to the server costs more than the statement, so runs take as few as they
 can: a run of adds is one ``INSERT ... SELECT FROM unnest(arrays)`` per table, whatever its
 length (statement text fixed, so the server keeps it prepared); a run of acknowledgements
-one ``DELETE ... RETURNING`` and one statement for the messages they release (a run of
-all-or-nothing acknowledgements too); a run of paged messages one ``INSERT``, a run of
-delivery counts one ``UPDATE``. Arrays go in
-binary (``%b``): as text, a run's bodies were hex-escaped and parsed again, four times the
-cost of the insert itself. The writer sends a batch in pipeline mode, so only statements
-whose result is read (``RETURNING``) wait for the server; the rest travel with them. A failing
-statement would abort the whole transaction, so nothing is left to fail: a repeated id is
-``ON CONFLICT DO NOTHING`` and the rows ``RETURNING`` names tell which operations took
-effect; the others are refused, each alone.
+(single or all-or-nothing) one ``DELETE ... RETURNING`` and one statement for the messages
+they release; a run of paged messages one ``INSERT``, of delivery counts one ``UPDATE``.
+Arrays go in binary (``%b``): as text, a run's bodies were hex-escaped and parsed again,
+four times the cost of the insert itself. The writer sends a batch in pipeline mode, so
+only statements whose result is read (``RETURNING``) wait for the server; the rest travel
+with them. A failing statement would abort the whole transaction, so nothing is left to
+fail: a repeated id is ``ON CONFLICT DO NOTHING`` and the rows ``RETURNING`` names tell
+which operations took effect; the others are refused, each alone.
 """
 
 from __future__ import annotations
