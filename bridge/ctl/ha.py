@@ -4,7 +4,7 @@ replication pair without a lease the activation sequence in its store, taken by 
 vote: bridge.ctl.quorum) and the node service's activate / deactivate steps.
 
 A backup tries to acquire every ``lease-ping-time``, and at once when the live node releases
-a PostgreSQL lease (its notice, bridge.ha.released); once it holds the lease, the lease's
+the lease or the file lock (its notice, bridge.ha.released); once it holds the lease, the lease's
 thread renews it every ``lease-ping-time`` (counted from each renewal's start) and moves
 the fence's deadline on as each renewal lands, whatever the reactor is doing
 (bridge.ha.renewer); the reactor hears of each answer as the machine's input. A watchdog

@@ -20,6 +20,14 @@ filesystem or whose lock file was removed, never writes under a newer epoch.
 Backups say that they wait with a file each in ``waiting/`` (named by their run id, their
 ``node/run`` inside, its modification time when last seen), so that they never take the
 store's write lock for it. Times are the host's clock, for status only.
+
+Release notices: a backup listening (``listen``) binds a datagram socket of its own in the
+host's abstract socket namespace and names it in a file in ``notices/``; a release sends
+each named socket a datagram once the lock is given up, so a backup tries the lock at once
+instead of at its next ``lease-ping-time`` (as PostgreSQL's notices do for its lease).
+Only nodes on one host hear each other so; a backup on another host of a shared
+filesystem, like one whose live node died without releasing, takes the lock at its next
+try.
 """
 
 from __future__ import annotations
@@ -27,21 +35,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from zope.interface import implementer
 
-from bridge.ha.lock import LEASE, Holder, ILiveLock, LeaseRow
+from bridge.ha.lock import LEASE, Holder, IReleaseNotices, IReleaseNotifier, LeaseRow
 from bridge.store.sequence import ActivationSequence
 from bridge.store.sqlite import FILENAME
 
 LOCK_FILE = "live.lock"
 WAITING = "waiting"
+NOTICES = "notices"
 
 
-@implementer(ILiveLock)
+@implementer(IReleaseNotifier)
 class FileLock(ActivationSequence):
     """The lock on ``directory`` (the shared store's), its calls blocking: call from one
     thread only. ``query_timeout`` bounds a wait for the store's write lock. The epoch is
@@ -60,6 +71,7 @@ class FileLock(ActivationSequence):
         self.directory = directory
         self.path = directory / LOCK_FILE
         self._fd: int | None = None
+        self._notices: FileNotices | None = None
 
     # -- ILiveLock -----------------------------------------------------------------------
     def acquire(self, me: Holder, reap: float) -> LeaseRow | None:
@@ -88,7 +100,16 @@ class FileLock(ActivationSequence):
             cleared = self._fd is not None and self._clear(me, epoch)
         finally:
             self._unlock()
+        if cleared:
+            self._notify()
         return LeaseRow(str(me), epoch, 0, now) if cleared else None
+
+    def listen(self) -> FileNotices:
+        """A socket of its own hearing this lock's releases (replacing the previous one,
+        if any)."""
+        self._close_notices()
+        self._notices = FileNotices.bind(self.directory / NOTICES)
+        return self._notices
 
     def waiting(self, me: Holder | None, window: float) -> tuple[str, ...]:
         folder = self.directory / WAITING
@@ -115,6 +136,29 @@ class FileLock(ActivationSequence):
     def close(self) -> None:
         super().close()
         self._unlock()
+        self._close_notices()
+
+    def _close_notices(self) -> None:
+        notices, self._notices = self._notices, None
+        if notices is not None:
+            notices.close()
+
+    def _notify(self) -> None:
+        """Tell every listening backup but this node's own socket that the lock is free; a
+        name whose socket is gone (its node stopped or died) is forgotten."""
+        folder = self.directory / NOTICES
+        mine = None if self._notices is None else self._notices.name
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.setblocking(False)
+            for entry in folder.glob("*"):
+                if entry.name == mine:
+                    continue
+                try:
+                    sender.sendto(b"released", _address(entry.name))
+                except (ConnectionRefusedError, FileNotFoundError):
+                    entry.unlink(missing_ok=True)
+                except OSError:
+                    continue  # (a full queue: that backup has a notice to read already)
 
     # -- the file ------------------------------------------------------------------------
     def _lock(self) -> bool:
@@ -146,3 +190,53 @@ class FileLock(ActivationSequence):
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # gives the flock up with the last descriptor of its file
+
+
+def _address(name: str) -> bytes:
+    """The abstract socket address of a notices file's ``name``."""
+    return b"\0txbridge-lock-" + name.encode()
+
+
+@implementer(IReleaseNotices)
+class FileNotices:
+    """A backup's socket for release notices, and its name in the ``notices/`` folder: the
+    reactor watches ``fileno`` and reads with ``received`` (``IReleaseNotices``)."""
+
+    def __init__(self, sock: socket.socket, entry: Path) -> None:
+        self._socket = sock
+        self._entry = entry
+        self.name = entry.name
+
+    @classmethod
+    def bind(cls, folder: Path) -> FileNotices:
+        folder.mkdir(parents=True, exist_ok=True)
+        entry = folder / uuid.uuid4().hex
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.bind(_address(entry.name))
+            entry.touch()
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, entry)
+
+    def fileno(self) -> int:
+        return self._socket.fileno()
+
+    def received(self) -> int:
+        """The notices that arrived, read without blocking; ``ConnectionError`` once
+        closed."""
+        count = 0
+        while True:
+            try:
+                self._socket.recv(64)
+            except BlockingIOError:
+                return count
+            except OSError as error:
+                raise ConnectionError(f"listening for the lock's releases: {error}") from None
+            count += 1
+
+    def close(self) -> None:
+        self._entry.unlink(missing_ok=True)
+        self._socket.close()

@@ -1,10 +1,12 @@
 """The live lock of a shared SQLite store directory: an exclusive flock on live.lock and
-the epoch in the store. Two FileLocks in one process are two open files of live.lock, so
-they exclude each other as two processes would (flock locks an open file, not a process)."""
+the epoch in the store; a release heard at once by the backups listening on the host. Two
+FileLocks in one process are two open files of live.lock, so they exclude each other as
+two processes would (flock locks an open file, not a process)."""
 
 from __future__ import annotations
 
 import os
+import select
 import sqlite3
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bridge.ha.lock import Holder
-from bridge.store.file_lock import LOCK_FILE, WAITING, FileLock
+from bridge.store.file_lock import LOCK_FILE, NOTICES, WAITING, FileLock
 
 TIMEOUT = 0.5
 
@@ -154,3 +156,49 @@ def test_read_shows_the_recorded_holder(locks) -> None:
     assert (seen.node, seen.epoch, seen.held) == ("a", 1, True)
     assert a.release(me, 1) is not None
     assert b.read().held is False
+
+
+def _heard(notices, seconds: float = 5.0) -> int:
+    """The notices that arrive within ``seconds`` (waiting on the socket, not sleeping)."""
+    readable, _, _ = select.select([notices.fileno()], [], [], seconds)
+    return notices.received() if readable else 0
+
+
+def test_a_release_is_heard_at_once_by_a_listening_backup_not_by_its_own_node(locks) -> None:
+    a, b = locks(), locks()
+    me = Holder("a")
+    taken = a.acquire(me, 5)
+    assert taken is not None
+    own, backup = a.listen(), b.listen()
+    assert sorted(entry.name for entry in (a.directory / NOTICES).iterdir()) == sorted(
+        [own.name, backup.name]
+    )
+    assert a.release(me, taken.epoch) is not None
+    assert _heard(backup) == 1
+    assert own.received() == 0  # (sent, if at all, during the release)
+    assert b.acquire(Holder("b"), 5) is not None
+
+
+def test_a_lock_given_up_without_a_release_sends_no_notice(locks) -> None:
+    """As when the live node dies: the backup takes it at its next try."""
+    a, b = locks(), locks()
+    assert a.acquire(Holder("a"), 5) is not None
+    backup = b.listen()
+    a.close()
+    assert backup.received() == 0
+    assert b.acquire(Holder("b"), 5) is not None
+
+
+def test_names_of_sockets_gone_are_forgotten_and_a_closed_listener_leaves_none(locks) -> None:
+    a, b = locks(), locks()
+    me = Holder("a")
+    taken = a.acquire(me, 5)
+    assert taken is not None
+    folder = a.directory / NOTICES
+    folder.mkdir(exist_ok=True)
+    (folder / ("0" * 32)).touch()  # a backup that died listening
+    b.listen()
+    b.close()
+    assert [entry.name for entry in folder.iterdir()] == ["0" * 32]
+    assert a.release(me, taken.epoch) is not None
+    assert list(folder.iterdir()) == []

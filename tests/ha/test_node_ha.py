@@ -125,13 +125,15 @@ def _ha_service(
     reap: str = TIMINGS["reap"],
     *,
     ha: Mapping[str, str] | None = None,
+    store: Mapping[str, str] | None = None,
 ) -> NodeService:
-    """A node on PostgreSQL with [ha] ``policy`` at TIMINGS, ``ha``'s keys over them."""
+    """A node on PostgreSQL at ``url`` (or on ``store``) with [ha] ``policy`` at TIMINGS,
+    ``ha``'s keys over them."""
     document = {
         "node": {"name": name, "data-dir": f"data-{name}"},
         "acceptor": [{"name": "core", "url": "tcp://127.0.0.1:0", "protocols": ["core"]}],
         "management": {"url": "http://127.0.0.1:0"},
-        "store": {"type": "postgresql", "url": url},
+        "store": dict(store) if store is not None else {"type": "postgresql", "url": url},
         "ha": {
             "policy": policy,
             "lease-ping-time": TIMINGS["ping"],

@@ -1,13 +1,15 @@
-"""A backup takes the lease the moment the live node releases it (the release's notice),
-not at its next try: with a `lease-ping-time` of two minutes, a backup that waited for its
-next try would miss every deadline here. After a soft failover, the node that handed over
-is woken by the new live node's release, inside its own wait of a reap (that its own
-release's notice does not count is tested on the lease: test_lease_release_notices.py)."""
+"""A backup takes the lease (or the shared store's file lock) the moment the live node
+releases it (the release's notice), not at its next try: with a `lease-ping-time` of two
+minutes, a backup that waited for its next try would miss every deadline here. After a
+soft failover, the node that handed over is woken by the new live node's release, inside
+its own wait of a reap (that its own release's notice does not count is tested on the
+lease, test_lease_release_notices.py, and on the file lock, test_file_lock.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import pytest_twisted
 from twisted.logger import LogEvent, formatEvent, globalLogPublisher
 
@@ -27,11 +29,24 @@ SLOW = {
 assert TIMEOUT < 120
 
 
-async def _live_and_backup(tmp_path: Path, pg_schema: str) -> tuple[NodeService, NodeService]:
-    """a LIVE, b a backup that has tried once and seen a live."""
-    url = schema_url(pg_schema)
-    a = _ha_service(tmp_path, "a", url, "shared-store-primary", ha=SLOW)
-    b = _ha_service(tmp_path, "b", url, "shared-store-backup", ha=SLOW)
+@pytest.fixture(params=["postgresql", "file-lock"])
+def lock(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
+    """The lease's schema on PostgreSQL, or a shared SQLite store directory."""
+    if request.param == "postgresql":
+        schema: str = request.getfixturevalue("pg_schema")
+        return schema
+    return tmp_path / "shared"
+
+
+async def _live_and_backup(tmp_path: Path, lock: str | Path) -> tuple[NodeService, NodeService]:
+    """a LIVE, b a backup that has tried once and seen a live; on PostgreSQL (``lock`` a
+    schema) or a shared store directory (``lock`` a path)."""
+    if isinstance(lock, Path):
+        url, store = "", {"type": "sqlite", "data-dir": str(lock)}
+    else:
+        url, store = schema_url(lock), None
+    a = _ha_service(tmp_path, "a", url, "shared-store-primary", ha=SLOW, store=store)
+    b = _ha_service(tmp_path, "b", url, "shared-store-backup", ha=SLOW, store=store)
     a.startService()
     await a.started
     assert a.ha is not None
@@ -44,8 +59,8 @@ async def _live_and_backup(tmp_path: Path, pg_schema: str) -> tuple[NodeService,
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_backup_takes_over_when_the_live_node_stops(tmp_path: Path, pg_schema: str):
-    a, b = await _live_and_backup(tmp_path, pg_schema)
+async def test_a_backup_takes_over_when_the_live_node_stops(tmp_path: Path, lock: str | Path):
+    a, b = await _live_and_backup(tmp_path, lock)
     try:
         assert b.ha is not None and b.ha.state is HaState.BACKUP
         b_live = _within(b.ha.reached(HaState.LIVE))
@@ -59,9 +74,9 @@ async def test_a_backup_takes_over_when_the_live_node_stops(tmp_path: Path, pg_s
 
 @pytest_twisted.ensureDeferred
 async def test_a_soft_failover_wakes_the_backup_not_the_node_handing_over(
-    tmp_path: Path, pg_schema: str
+    tmp_path: Path, lock: str | Path
 ):
-    a, b = await _live_and_backup(tmp_path, pg_schema)
+    a, b = await _live_and_backup(tmp_path, lock)
     try:
         assert a.ha is not None and b.ha is not None
         b_live = _within(b.ha.reached(HaState.LIVE))
