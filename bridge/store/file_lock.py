@@ -101,7 +101,8 @@ class FileLock(ActivationSequence):
         finally:
             self._unlock()
         if cleared:
-            self._notify()
+            with contextlib.suppress(OSError):  # (the lock is free: a notice only hastens)
+                self._notify()
         return LeaseRow(str(me), epoch, 0, now) if cleared else None
 
     def listen(self) -> FileNotices:
