@@ -6,6 +6,7 @@ fails on CI (where they are given)."""
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -55,12 +56,29 @@ class Host:
         _ip("link", "set", self.link, "up")
 
 
+def _free_second_octet() -> int:
+    """An x of 10.x.0.0/16, 200 to 249, that no route of this host uses yet (one left by a
+    run cut off before its clean-up would make adding its routes fail)."""
+    routes = subprocess.run(
+        ["ip", "route", "show", "table", "all"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    used = {int(found) for found in re.findall(r"\b10\.(\d+)\.", routes)}
+    free = [second for second in range(200, 250) if second not in used]
+    if not free:
+        pytest.fail("every 10.200-249.0.0/16 has a route already: remove what earlier runs left")
+    return secrets.choice(free)
+
+
 @contextmanager
 def hosts(count: int) -> Iterator[list[Host]]:
-    """``count`` namespaces, each on a /24 of its own in 10.x (x drawn per call), removed
-    with their links afterwards whatever happened."""
+    """``count`` namespaces, each on a /24 of its own in 10.x (x drawn per call among those
+    no route uses), removed with their links afterwards whatever happened."""
     token = secrets.token_hex(3)
-    second = 200 + secrets.randbelow(50)
+    second = _free_second_octet()
     made: list[Host] = []
     try:
         for index in range(count):
