@@ -27,18 +27,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred, ensureDeferred, gatherResults
+from twisted.internet.defer import ensureDeferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import deferLater
 
 from benchmarks.pg_store import DEFAULT_SERVER, bench_schema
 from benchmarks.runner import save
+from benchmarks.store_throughput import bursts
 from bridge.message import Message
 from bridge.store import MessageStore, QueueRecord
 from bridge.store.postgresql import PostgreSQLMessageStore
@@ -51,20 +49,6 @@ def _message(message_id: int, durable: bool) -> Message:
     return Message(message_id, QUEUE, durable, {"seq": message_id}, b"x" * 1024)
 
 
-async def _issued(
-    clock: IReactorTime, count: int, burst: int, issue: Callable[[int], Deferred[None]]
-) -> float:
-    """Seconds to issue ``issue(1..count)``, ``burst`` per turn, and see every one done."""
-    started = time.perf_counter()
-    pending: list[Deferred[None]] = []
-    for message_id in range(1, count + 1):
-        pending.append(issue(message_id))
-        if message_id % burst == 0:
-            await deferLater(clock, 0, lambda: None)
-    await gatherResults(pending)
-    return time.perf_counter() - started
-
-
 async def _case(server: str, case: str, count: int, burst: int) -> float:
     """One run of ``case``, on a schema of its own: operations per second."""
     with bench_schema(server) as (_, url), tempfile.TemporaryDirectory() as folder:
@@ -73,16 +57,19 @@ async def _case(server: str, case: str, count: int, burst: int) -> float:
         try:
             clock: IReactorTime = reactor
             if case == "pages":
-                seconds = await _issued(
-                    clock, count, burst, lambda i: store.page(_message(i, False), [QUEUE])
+                seconds = await bursts(
+                    clock, count, burst, count, lambda i: store.page(_message(i, False), [QUEUE])
                 )
             else:
                 await store.create_queue(QueueRecord(QUEUE, QUEUE, "anycast"))
-                await _issued(clock, count, burst, lambda i: store.add(_message(i, True), [QUEUE]))
-                seconds = await _issued(
+                await bursts(
+                    clock, count, burst, count, lambda i: store.add(_message(i, True), [QUEUE])
+                )
+                seconds = await bursts(
                     clock,
                     count,
                     burst,
+                    count,
                     (lambda i: store.acknowledge_many(QUEUE, [i]))
                     if case == "acks"
                     else (lambda i: store.update_delivery_count(QUEUE, i, 1)),

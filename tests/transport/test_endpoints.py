@@ -13,12 +13,14 @@ from collections.abc import Iterator
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.error import ConnectionRefusedError, TimeoutError
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 
+from tests.forward.conftest import eventually
 from transport.endpoints import client_endpoint
 from transport.failover import FailoverEndpoint
 
@@ -82,7 +84,8 @@ async def test_a_failover_list_moves_past_a_silent_address_at_its_timeout(
     silent_port: int,
 ) -> None:
     """As a client of a live node cut off by a partition and of its backup does."""
-    factory = Factory.forProtocol(Protocol)
+    ends: list[_Closing] = []
+    factory = Factory.forProtocol(lambda: ends.append(_Closing()) or ends[-1])
     listening = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(factory)
     try:
         endpoint = FailoverEndpoint(
@@ -98,5 +101,17 @@ async def test_a_failover_list_moves_past_a_silent_address_at_its_timeout(
         connected = await endpoint.connect(factory)
         assert connected.transport.getPeer().port == listening.getHost().port
         connected.transport.loseConnection()
+        await eventually(lambda: len(ends) == 2)  # the client's end and the one accepted
+        await DeferredList([end.closed for end in ends])
     finally:
         await listening.stopListening()
+
+
+class _Closing(Protocol):
+    """An end of a connection that says when it is closed."""
+
+    def __init__(self) -> None:
+        self.closed: Deferred[None] = Deferred()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.closed.callback(None)
