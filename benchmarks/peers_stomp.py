@@ -24,8 +24,13 @@ figures: **msgs/s** (MB/s, 10^6 bytes, for large messages) end to end = delivere
 duplicates or reorders messages, or fails, is recorded with its reason; the medians are
 of the runs that did not fail. A peer that is not installed is skipped, and said so.
 
+The **relay** (``benchmarks.stomp_relay``, one, or two for A -> B) runs in the same
+rounds as the ceiling: it passes each SEND on as it reads it and stores nothing, so no
+broker passes its rate with these clients on this machine. Each row gives ours / the
+relay's rate, and says whether the goal's rate is under the relay's.
+
     python -m benchmarks peers-stomp [--count 100000] [--repeat 3] [--cases ...]
-                                     [--brokers txbridge,rabbitmq,activemq]
+                                     [--brokers txbridge,rabbitmq,activemq,relay]
 
 prints a table, then one of what bounds each row (each side's CPU, the cores kept busy,
 the rate that CPU per message allows, the clients' ceiling), and writes
@@ -56,6 +61,7 @@ from benchmarks import activemq, rabbitmq
 from benchmarks.bridge_throughput import BridgeSettings, bridge_table
 from benchmarks.node_throughput import (
     BenchmarkError,
+    Child,
     _py_spy,
     children,
     proc_cpu,
@@ -64,14 +70,16 @@ from benchmarks.node_throughput import (
     role_process,
     start_node_ports,
 )
-from benchmarks.runner import save
+from benchmarks.runner import ROOT, save
 from bridge.config.units import parse_size
 
 KIB = 1024
 MIB = 1024 * 1024
 MB = 1_000_000
-BROKERS = ("txbridge", "rabbitmq", "activemq")
+BROKERS = ("txbridge", "rabbitmq", "activemq", "relay")
 PEERS = ("rabbitmq", "activemq")
+CEILING = "relay"
+"""``benchmarks.stomp_relay``: not a peer but the ceiling, a relay that stores nothing."""
 RATIO_GOAL = 1.5
 RSS_GOAL = 1 / 3
 CLIENTS = ("producer", "consumer")
@@ -335,17 +343,43 @@ def deploy_activemq(
     )
 
 
-DEPLOY = {"txbridge": deploy_txbridge, "rabbitmq": deploy_rabbitmq, "activemq": deploy_activemq}
+def deploy_relay(
+    case: Case, directory: Path, stack: ExitStack, deadline: float, options: Options
+) -> Deployment:
+    """One relay; or relay B, then relay A passing every SEND on to it."""
+
+    def start(name: str, *forward: str) -> tuple[Child, int]:
+        argv = [sys.executable, "-m", "benchmarks.stomp_relay", *forward]
+        relay = Child(f"the {name}", argv, ROOT, directory / f"{name}.stderr")
+        stack.callback(relay.stop)
+        return relay, relay.event("listening", deadline)["port"]
+
+    if not case.bridged:
+        relay, port = start("relay")
+        return Deployment(port, port, {"relay": relay.pid}, [relay.stop])
+    b, b_port = start("relay-b")
+    a, a_port = start("relay-a", "--forward", str(b_port))
+    return Deployment(a_port, b_port, {"relay A": a.pid, "relay B": b.pid}, [a.stop, b.stop])
+
+
+DEPLOY = {
+    "txbridge": deploy_txbridge,
+    "rabbitmq": deploy_rabbitmq,
+    "activemq": deploy_activemq,
+    "relay": deploy_relay,
+}
 MISSING: dict[str, Callable[[], str | None]] = {
     "txbridge": lambda: None,
     "rabbitmq": rabbitmq.missing,
     "activemq": activemq.missing,
+    "relay": lambda: None,
 }
 
 
 def version(broker: str) -> str:
-    """The installed version of a peer's Debian package (ours: the package's)."""
-    if broker == "txbridge":
+    """The installed version of a peer's Debian package (ours and the relay's: the
+    package's)."""
+    if broker in ("txbridge", CEILING):
         from importlib.metadata import version as package_version  # noqa: PLC0415
 
         return package_version("txbridge")
@@ -569,21 +603,32 @@ def _faults(by_process: dict[str, int]) -> dict[str, int]:
 
 
 def compare(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Ours / the best peer (the fastest that did not fail), in rate and in peak RSS."""
+    """Ours / the best peer (the fastest that did not fail), in rate and in peak RSS; and
+    ours / the relay's rate, the ceiling, with whether the goal's rate is under it."""
     ours = results.get("txbridge", {})
-    peers = {b: r for b, r in results.items() if b != "txbridge" and "rate" in r}
+    peers = {b: results[b] for b in PEERS if "rate" in results.get(b, {})}
+    ceiling = results.get(CEILING, {}).get("rate")
+    compared: dict[str, Any] = {
+        "best_peer": max(peers, key=lambda b: peers[b]["rate"]) if peers else None
+    }
+    if ceiling is not None:
+        compared["ceiling"] = ceiling
+        if "rate" in ours:
+            compared["ceiling_ratio"] = ours["rate"] / ceiling
     if not peers or "rate" not in ours:
-        return {"best_peer": max(peers, key=lambda b: peers[b]["rate"]) if peers else None}
-    best = max(peers, key=lambda b: peers[b]["rate"])
+        return compared
+    best = compared["best_peer"]
     ratio = ours["rate"] / peers[best]["rate"]
     rss_ratio = ours["peak_rss"] / peers[best]["peak_rss"]
-    return {
-        "best_peer": best,
-        "ratio": ratio,
-        "rss_ratio": rss_ratio,
-        "goal_met": ratio >= RATIO_GOAL and rss_ratio <= RSS_GOAL,
-        "goal_rate": RATIO_GOAL * peers[best]["rate"],
-    }
+    compared.update(
+        ratio=ratio,
+        rss_ratio=rss_ratio,
+        goal_met=ratio >= RATIO_GOAL and rss_ratio <= RSS_GOAL,
+        goal_rate=RATIO_GOAL * peers[best]["rate"],
+    )
+    if ceiling is not None:
+        compared["goal_under_ceiling"] = compared["goal_rate"] <= ceiling
+    return compared
 
 
 def cell(result: dict[str, Any]) -> str:
@@ -713,15 +758,23 @@ def size_text(size: int) -> str:
 
 def print_table(report: dict[str, Any], brokers: Sequence[str]) -> None:
     """The figures as a Markdown table, as docs/benchmarks.md shows them."""
+    relay = CEILING in brokers
     header = ["case", *brokers, "ours / best peer", "RSS ours / best peer"]
+    if relay:
+        header += ["ours / relay", "goal under the relay"]
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for case in report.values():
         ratio = f"{case['ratio']:.2f}" if "ratio" in case else "-"
         rss = f"{case['rss_ratio']:.2f}" if "rss_ratio" in case else "-"
-        cells = [cell(case["brokers"][broker]) for broker in brokers]
-        print("| " + " | ".join([case["title"], *cells, ratio, rss]) + " |", flush=True)
+        cells = [cell(case["brokers"][broker]) for broker in brokers] + [ratio, rss]
+        if relay:
+            cells += [
+                f"{case['ceiling_ratio']:.2f}" if "ceiling_ratio" in case else "-",
+                {True: "yes", False: "no"}.get(case.get("goal_under_ceiling"), "-"),
+            ]
+        print("| " + " | ".join([case["title"], *cells]) + " |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

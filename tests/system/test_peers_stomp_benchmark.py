@@ -68,11 +68,13 @@ def assert_clean_run(run: dict[str, Any], count: int) -> None:
 
 @pytest.mark.system
 @pytest.mark.timeout(300)
-def test_every_case_runs_against_txbridge_alone(tmp_path: Path) -> None:
+def test_every_case_runs_against_txbridge_and_the_relay(tmp_path: Path) -> None:
+    """With no peer, no ours / best peer; the relay, the ceiling, runs every case too and
+    gives ours / its rate."""
     figures = run_benchmark(
         tmp_path / "peers.json",
         "--brokers",
-        "txbridge",
+        "txbridge,relay",
         "--large-count",
         str(LARGE_COUNT),
         "--large-size",
@@ -86,12 +88,17 @@ def test_every_case_runs_against_txbridge_alone(tmp_path: Path) -> None:
         "a-to-b-large",
     }
     for name, case in figures["cases"].items():
-        ours = case["brokers"]["txbridge"]
-        (run,) = ours["runs"]
-        assert run["case"] == name
-        assert_clean_run(run, LARGE_COUNT if name == "a-to-b-large" else COUNT)
+        for broker in ("txbridge", "relay"):
+            (run,) = case["brokers"][broker]["runs"]
+            assert run["case"] == name
+            assert_clean_run(run, LARGE_COUNT if name == "a-to-b-large" else COUNT)
         assert case["best_peer"] is None and "ratio" not in case
-    assert len(figures["cases"]["a-to-b-persistent"]["brokers"]["txbridge"]["runs"][0]["pids"]) == 4
+        ours, relay = (case["brokers"][broker]["rate"] for broker in ("txbridge", "relay"))
+        assert case["ceiling"] == relay
+        assert case["ceiling_ratio"] == pytest.approx(ours / relay)
+    runs = figures["cases"]["a-to-b-persistent"]["brokers"]
+    assert len(runs["txbridge"]["runs"][0]["pids"]) == 4
+    assert set(runs["relay"]["runs"][0]["pids"]) == {"relay A", "relay B", "producer", "consumer"}
 
 
 @pytest.mark.system
@@ -187,6 +194,18 @@ def test_the_best_peer_is_the_fastest_that_did_not_fail() -> None:
         "goal_rate": 150.0,
     }
     assert peers_stomp.cell(results["activemq"]) == "failed: Java heap space"
+    # The relay is the ceiling, never the best peer, however fast.
+    results["relay"] = peers_stomp.summary(case, [good(400.0, 5)])
+    assert peers_stomp.compare(results) == {
+        "best_peer": "rabbitmq",
+        "ratio": 2.0,
+        "rss_ratio": pytest.approx(1 / 3),
+        "goal_met": True,
+        "goal_rate": 150.0,
+        "ceiling": 400.0,
+        "ceiling_ratio": 0.5,
+        "goal_under_ceiling": True,
+    }
 
 
 def test_a_runs_bounds_are_worked_out_from_its_processes_cpu() -> None:
@@ -444,3 +463,31 @@ def test_callgrind_runs_each_node_under_valgrind_and_reads_its_totals(
         peers_stomp.instructions(traces)
     traces["node B"].write_text("events: Ir\ntotals: 99\n")
     assert peers_stomp.instructions(traces) == {"node A": 1234, "node B": 99}
+
+
+def test_the_table_gives_ours_over_the_relay_and_whether_the_goal_is_under_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    case = peers_stomp.CASES["non-persistent"]
+
+    def run(rate: float) -> dict[str, Any]:
+        return {
+            "msgs_per_s": rate,
+            "mb_per_s": 0.0,
+            "peak_rss": 64 * 1024 * 1024,
+            "cpu_seconds": 1.0,
+            "delivered": 100_000,
+            "time_bounded": False,
+        }
+
+    results = {
+        broker: peers_stomp.summary(case, [run(rate)])
+        for broker, rate in (("txbridge", 30_000.0), ("rabbitmq", 25_000.0), ("relay", 36_000.0))
+    }
+    report = {"non-persistent": {"title": case.title, "brokers": results}}
+    report["non-persistent"].update(peers_stomp.compare(results))
+    peers_stomp.print_table(report, ["txbridge", "rabbitmq", "relay"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].endswith("| ours / relay | goal under the relay |")
+    # the goal, 1.5 x 25,000, is above what the relay reached
+    assert lines[2].endswith("| 1.20 | 1.00 | 0.83 | no |")
