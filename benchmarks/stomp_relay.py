@@ -8,8 +8,8 @@ machine, since it does the least a broker must (read each frame, write it once),
 row's goal above the relay's rate is out of reach here whatever the broker does.
 
 It speaks just enough STOMP 1.2 for the benchmark's stomp.py clients (CONNECT, SUBSCRIBE,
-SEND, DISCONNECT, no heart-beats, no transactions) and holds one sender's frame at a time
-while no subscriber is there. A benchmark tool, not a broker: it trusts its peers.
+SEND, DISCONNECT, no heart-beats, no transactions); a sender waits while no subscriber is
+there. A benchmark tool, not a broker: it trusts its peers.
 
     python -m benchmarks.stomp_relay [--forward PORT]
 
