@@ -95,6 +95,8 @@ def _relay(stack: ExitStack, tmp_path: Path, name: str, *forward: str) -> int:
 
 
 class Received(stomp.ConnectionListener):  # type: ignore[misc]
+    """The bodies a consumer got (in stomp.py's thread); ``done`` once ``count`` came."""
+
     def __init__(self, count: int) -> None:
         self.bodies: list[bytes] = []
         self.count = count
@@ -111,13 +113,15 @@ class Received(stomp.ConnectionListener):  # type: ignore[misc]
 @pytest.mark.parametrize("hops", [1, 2])
 def test_stomp_clients_pass_messages_through_the_relay(tmp_path: Path, hops: int) -> None:
     bodies = [b"%d:" % n + bytes([n % 251]) * size for n, size in enumerate([10, 0, 3 << 20, 5])]
-    stack = ExitStack()
-    consume_port = produce_port = _relay(stack, tmp_path, "relay B")
-    if hops == 2:
-        produce_port = _relay(stack, tmp_path, "relay A", "--forward", str(consume_port))
-    consumer = stomp.Connection12([("127.0.0.1", consume_port)], auto_decode=False)
-    producer = stomp.Connection12([("127.0.0.1", produce_port)], auto_decode=False)
-    try:
+    with ExitStack() as stack:
+        consume_port = produce_port = _relay(stack, tmp_path, "relay B")
+        if hops == 2:
+            produce_port = _relay(stack, tmp_path, "relay A", "--forward", str(consume_port))
+        consumer = stomp.Connection12([("127.0.0.1", consume_port)], auto_decode=False)
+        producer = stomp.Connection12([("127.0.0.1", produce_port)], auto_decode=False)
+        # (registered after the relays, so run before they stop)
+        stack.callback(consumer.disconnect)
+        stack.callback(producer.disconnect)
         received = Received(len(bodies))
         consumer.set_listener("received", received)
         consumer.connect(wait=True)
@@ -127,7 +131,3 @@ def test_stomp_clients_pass_messages_through_the_relay(tmp_path: Path, hops: int
             producer.send("/queue/q", body, headers={"persistent": "true"})
         assert received.done.wait(60), f"{len(received.bodies)} of {len(bodies)} arrived"
         assert received.bodies == bodies
-    finally:
-        for connection in (producer, consumer):
-            connection.disconnect()
-        stack.close()
