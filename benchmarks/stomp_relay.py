@@ -61,7 +61,8 @@ class Frames:
         self.end = 0
 
     def _fill(self) -> None:
-        """Read more behind what is buffered (moved to the front first)."""
+        """Read more behind what is buffered (moved to the front first, so that a buffer
+        read to its end starts over)."""
         if self.start:
             self.buffer[: self.end - self.start] = self.view[self.start : self.end]
             self.end -= self.start
@@ -104,7 +105,7 @@ class Frames:
             while (found := self.buffer.find(b"\0", self.start, self.end)) < 0:
                 if self.end > self.start:
                     yield self.view[self.start : self.end]
-                self.start = self.end = 0
+                self.start = self.end
                 self._fill()
             if found > self.start:
                 yield self.view[self.start : found]
@@ -113,14 +114,12 @@ class Frames:
         left = int(length)
         while left:
             if self.start == self.end:
-                self.start = self.end = 0
                 self._fill()
             take = min(left, self.end - self.start)
             yield self.view[self.start : self.start + take]
             self.start += take
             left -= take
         while self.start == self.end:
-            self.start = self.end = 0
             self._fill()
         if self.buffer[self.start] != 0:
             raise ValueError("a frame's body is longer than its content-length")
